@@ -1,0 +1,81 @@
+# crescent — build, dependencies, tests and benchmarks.
+#   make        build build/libcrescent.so (feature probes print ✓/✗)
+#   make deps   apt-get only the missing Debian packages
+#   make test   deps, build, every spec; last line "N passed, N failed"
+#   make bench  benchmarks beside their PyTorch twins
+SHELL := /bin/bash
+BUILD := build
+CC ?= cc
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 -march=native -fPIC -fopenmp -g \
+               -Wall -Wextra -Werror -Wno-unused-parameter -Icsrc/include -Icsrc/core -Icsrc/ops
+LDLIBS := -lm -fopenmp -Wl,-z,defs
+
+# Debian packages: what building and testing need, and what benchmarks add.
+DEPS_TEST := luajit lua-busted lua-check libdnnl-dev lua-cjson
+DEPS_BENCH := python3-torch
+
+# ---- feature probes -------------------------------------------------------------
+HAVE_DNNL := $(shell test -f /usr/include/oneapi/dnnl/dnnl.h && echo 1)
+CUDA_HOME ?= /usr/local/cuda
+HAVE_NVCC := $(shell test -x $(CUDA_HOME)/bin/nvcc && echo 1)
+CUDNN_HOME ?= $(CUDA_HOME)
+HAVE_CUDNN := $(shell ls $(CUDNN_HOME)/include/cudnn.h /usr/include/cudnn.h $(CUDA_HOME)/include/*/cudnn.h 2>/dev/null | head -1)
+NCCL_HOME ?= $(CUDA_HOME)
+HAVE_NCCL := $(shell ls $(NCCL_HOME)/include/nccl.h /usr/include/nccl.h 2>/dev/null | head -1)
+HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1)
+
+CFLAGS := $(CFLAGS_BASE)
+ifeq ($(HAVE_DNNL),1)
+CFLAGS += -DCR_HAVE_DNNL
+LDLIBS += -ldnnl
+endif
+
+SRCS := $(wildcard csrc/core/*.c csrc/ops/*.c csrc/autograd/*.c)
+OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(SRCS))
+HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/ops/*.h)
+
+.PHONY: all deps test bench clean probes lint
+all: probes $(BUILD)/libcrescent.so $(BUILD)/crescent_cdef.h
+
+probes:
+	@echo "crescent features:"
+	@echo "  $(if $(HAVE_DNNL),✓,✗) oneDNN (libdnnl-dev)"
+	@echo "  $(if $(HAVE_NVCC),✓,✗) CUDA (nvcc at $(CUDA_HOME); kernels arrive with issue 6)"
+	@echo "  $(if $(HAVE_CUDNN),✓,✗) cuDNN"
+	@echo "  $(if $(HAVE_NCCL),✓,✗) NCCL"
+	@echo "  $(if $(HAVE_MPI),✓,✗) MPI (mpicc)"
+
+$(BUILD)/obj/%.o: csrc/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libcrescent.so: $(OBJS)
+	$(CC) -shared -o $@ $(OBJS) $(LDLIBS)
+
+# The FFI declarations are the public header itself, preprocessed.
+$(BUILD)/crescent_cdef.h: $(HDRS)
+	@mkdir -p $(BUILD)
+	$(CC) -E -P -DCR_CDEF -Icsrc/include csrc/include/crescent.h | grep -v '^\s*$$' > $@
+
+deps:
+	@missing=""; for p in $(DEPS_TEST) $(EXTRA_DEPS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	else echo "deps: all present"; fi
+
+test: deps all
+	@bash tools/run_specs.sh
+
+bench: EXTRA_DEPS = $(DEPS_BENCH)
+bench: deps all
+	@for b in bench/*.lua; do echo "== $$b"; luajit $$b || exit 1; done
+
+lint:
+	luacheck lua spec bench
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,201 @@
+/* internal.h — the core's private view of tensors, storages, calls and graph nodes.
+ * Shared by every C layer (ops, autograd, later optim/data/io/loop); never by Lua. */
+#ifndef CR_INTERNAL_H
+#define CR_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "crescent.h"
+
+/* Internal invariant broken: a crescent bug, not a user mistake. */
+#define CR_ASSERT(cond)                                                              \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "crescent: internal error at %s:%d: %s\n", __FILE__,     \
+                    __LINE__, #cond);                                                \
+            abort();                                                                 \
+        }                                                                            \
+    } while (0)
+
+/* ---- errors (core/error.c) ---- */
+cr_status cr_fail(cr_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends " [shape]" for t to buf (for messages). */
+const char *cr_shape_str(const cr_tensor *t, char *buf, size_t cap);
+const char *cr_dims_str(int ndim, const int64_t *shape, char *buf, size_t cap);
+
+/* ---- storage and tensor ---- */
+typedef struct cr_storage {
+    int64_t refcount;
+    void *data;
+    size_t nbytes;
+    cr_devtype device;
+    int device_index;
+    uint64_t version; /* bumped by every in-place write; shared by all views */
+} cr_storage;
+
+struct cr_node;
+
+struct cr_tensor {
+    int64_t refcount;
+    cr_storage *storage;
+    int64_t offset; /* in elements */
+    int64_t numel;
+    int ndim;
+    cr_dtype dtype;
+    int64_t shape[CR_MAX_DIMS];
+    int64_t stride[CR_MAX_DIMS];
+    /* autograd */
+    bool requires_grad;
+    bool retains_grad;
+    bool is_view; /* shares storage with another tensor of the graph */
+    cr_tensor *grad;
+    struct cr_node *grad_fn; /* owned reference; NULL for leaves */
+    int output_nr;
+    struct cr_node *grad_acc; /* weak: the leaf's accumulate node, if one is alive */
+    int *hooks, nhooks;       /* leaf pre-hooks */
+    int *post_hooks, npost_hooks;
+};
+
+/* Allocation of a fresh contiguous tensor; returns CR_ERR_OOM with a message on failure. */
+cr_status cr_tensor_alloc(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
+                          cr_devtype dev);
+cr_status cr_tensor_alloc_like(cr_tensor **out, const cr_tensor *t);
+/* A new handle sharing t's storage with the given geometry (no autograd). */
+cr_tensor *cr_tensor_alias(const cr_tensor *t, int ndim, const int64_t *shape,
+                           const int64_t *stride, int64_t offset);
+void cr_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
+int64_t cr_shape_numel(int ndim, const int64_t *shape);
+bool cr_same_shape(const cr_tensor *a, const cr_tensor *b);
+static inline char *cr_tensor_ptr(const cr_tensor *t) {
+    return (char *)t->storage->data + t->offset * (int64_t)cr_dtype_size(t->dtype);
+}
+static inline void cr_tensor_bump_version(cr_tensor *t) { t->storage->version++; }
+
+/* ---- element access for any dtype (core/dtype.c) ---- */
+float cr_f16_to_f32(uint16_t h);
+uint16_t cr_f32_to_f16(float f);
+float cr_bf16_to_f32(uint16_t h);
+uint16_t cr_f32_to_bf16(float f);
+double cr_load_f64(const void *p, cr_dtype dt);
+void cr_store_f64(void *p, cr_dtype dt, double v);
+/* Offset (in elements) of flat row-major index i within the view. */
+int64_t cr_flat_offset(const cr_tensor *t, int64_t i);
+
+/* ---- argument checks shared by every op (they set the message and return) ---- */
+#define CR_CHECK_TENSOR(opname, t, argname)                                          \
+    do {                                                                             \
+        if (!(t))                                                                    \
+            return cr_fail(CR_ERR_ARG, "%s: argument '%s' is nil; pass a tensor",    \
+                           opname, argname);                                         \
+    } while (0)
+cr_status cr_check_same_device(const char *op, const cr_tensor *a, const cr_tensor *b);
+cr_status cr_check_float(const char *op, const cr_tensor *t, const char *argname);
+/* Normalises dim into [0, ndim) (ndim+1 when `insert`), or fails naming the op. */
+cr_status cr_check_dim(const char *op, int64_t *dim, int ndim, bool insert);
+cr_status cr_check_shape_arg(const char *op, int ndim, const int64_t *shape);
+cr_status cr_broadcast_shapes(const char *op, const cr_tensor *a, const cr_tensor *b,
+                              int *ndim, int64_t *shape);
+
+/* ---- calls: one op application, the unit of dispatch and of autograd ---- */
+enum { CR_CALL_MAX_OUT = 4, CR_CALL_MAX_I = 24, CR_CALL_MAX_F = 6, CR_CALL_SMALL_IN = 4 };
+typedef struct cr_call {
+    cr_op op;
+    int nin, nout;
+    cr_tensor **in; /* points at in_small or a heap array (cat/stack) */
+    cr_tensor *in_small[CR_CALL_SMALL_IN];
+    cr_tensor *out[CR_CALL_MAX_OUT];
+    int64_t i[CR_CALL_MAX_I]; /* integer parameters: dims, sizes, flags */
+    double f[CR_CALL_MAX_F];  /* float parameters: alpha, eps, momentum */
+} cr_call;
+
+cr_status cr_call_init(cr_call *c, cr_op op, int nin, int nout);
+void cr_call_release_ins(cr_call *c); /* frees a heap `in` array (not the tensors) */
+/* Runs the kernel of c->op for the device of its first input. */
+cr_status cr_dispatch(cr_call *c);
+/* Releases c->out[*] after a failure. */
+void cr_call_drop_outs(cr_call *c);
+
+typedef cr_status (*cr_kernel_fn)(cr_call *c);
+
+/* ---- autograd (autograd/graph.c) ---- */
+typedef struct cr_edge {
+    struct cr_node *node; /* NULL when that input needs no grad */
+    int input_nr;         /* which output of `node` this input was */
+} cr_edge;
+
+typedef struct cr_input_meta {
+    int ndim;
+    cr_dtype dtype;
+    int64_t shape[CR_MAX_DIMS];
+} cr_input_meta;
+
+typedef enum { CR_NODE_OP, CR_NODE_ACCUMULATE, CR_NODE_CUSTOM } cr_node_kind;
+
+typedef struct cr_node {
+    int64_t refcount;
+    cr_node_kind kind;
+    int64_t seq; /* creation order; the engine runs later nodes first */
+    cr_call call; /* op and params; in[]/out[] hold saved detached aliases or NULL */
+    uint64_t *in_version;  /* [nin] storage version when saved */
+    uint64_t out_version[CR_CALL_MAX_OUT];
+    cr_input_meta *in_meta; /* [nin] */
+    cr_input_meta out_meta[CR_CALL_MAX_OUT];
+    cr_edge *edges;         /* [nin] */
+    bool released;          /* saved tensors freed after backward */
+    cr_tensor *leaf;        /* CR_NODE_ACCUMULATE: the leaf (owned) */
+    int custom_id;          /* CR_NODE_CUSTOM: the binding's function id */
+    int *hooks[CR_CALL_MAX_OUT]; /* pre-hooks on the grad of output k */
+    int nhooks[CR_CALL_MAX_OUT];
+    bool retain[CR_CALL_MAX_OUT];
+    struct cr_tensor *retain_target[CR_CALL_MAX_OUT]; /* weak, for retain_grad */
+    /* engine scratch */
+    int deps;
+    int64_t visit_mark;
+    cr_tensor *buf[CR_CALL_MAX_OUT];
+} cr_node;
+
+/* Derivative rule: given grads of the outputs (never NULL: missing ones are zeros),
+ * writes new references into gin[i] for each input i with n->edges[i].node != NULL.
+ * Runs with grad recording off. */
+typedef cr_status (*cr_grad_fn)(cr_node *n, cr_tensor **gout, cr_tensor **gin);
+/* Listed for ops without a derivative; never called. */
+cr_status cr_grad_none(cr_node *n, cr_tensor **gout, cr_tensor **gin);
+
+bool cr_autograd_needed(const cr_call *c);
+/* After a successful forward: if any input requires grad and recording is on, builds
+ * the node, saving detached aliases of the inputs in save_in (bitmask) and outputs in
+ * save_out, and marks the outputs. Outputs that are not float stay grad-free. */
+cr_status cr_autograd_record(cr_call *c, unsigned save_in, unsigned save_out);
+/* Fetches saved input/output k, failing if it was released or modified in place. */
+cr_status cr_saved_in(cr_node *n, int k, cr_tensor **t);
+cr_status cr_saved_out(cr_node *n, int k, cr_tensor **t);
+void cr_node_retain(cr_node *n);
+/* The leaf's accumulate node (created on first use; refcount 0 until an edge takes it). */
+cr_node *cr_autograd_leaf_accumulator(cr_tensor *leaf);
+void cr_node_free(cr_node *n);
+/* Guard for in-place ops: fails on leaves that require grad while recording. */
+cr_status cr_check_inplace(const char *op, cr_tensor *t);
+/* Sum `g` down to a broadcast source shape (grad of broadcasting). New reference. */
+cr_status cr_sum_to_shape(cr_tensor **out, cr_tensor *g, int ndim, const int64_t *shape);
+
+extern cr_grad_fn cr_grad_table[];
+extern cr_kernel_fn cr_kernel_table[][CR_DEV_COUNT];
+
+/* Every kernel and derivative rule named in the op list, so kernels can call each other. */
+#define CR_DECLARE_KERNEL(E, name, kernel, rule)                                     \
+    cr_status kernel(cr_call *c);                                                    \
+    cr_status rule(cr_node *n, cr_tensor **gout, cr_tensor **gin);
+CR_OPS(CR_DECLARE_KERNEL)
+#undef CR_DECLARE_KERNEL
+
+/* ---- threads (core/threads.c) ---- */
+int cr_threads(void);
+/* Work below this many elements runs on one thread: the OpenMP fork costs more. */
+enum { CR_PAR_GRAIN = 32768 };
+
+#endif

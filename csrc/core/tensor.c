@@ -1,0 +1,337 @@
+/* tensor.c — storages and tensor handles: allocation with byte accounting, reference
+ * counts, metadata accessors, aliases (views share storage and its version counter),
+ * and the argument checks every op uses. */
+#include <math.h>
+
+#include "internal.h"
+
+static int64_t stat_live_bytes, stat_peak_bytes, stat_live_tensors, stat_live_storages,
+    stat_allocs, stat_since_hint;
+
+/* Larger than any machine we run on: a size past this is a mistake, not a request. */
+static const int64_t CR_MAX_BYTES = (int64_t)1 << 46;
+
+static void stats_add_bytes(int64_t n) {
+    int64_t live = __atomic_add_fetch(&stat_live_bytes, n, __ATOMIC_RELAXED);
+    if (n > 0) {
+        __atomic_add_fetch(&stat_since_hint, n, __ATOMIC_RELAXED);
+        int64_t peak = __atomic_load_n(&stat_peak_bytes, __ATOMIC_RELAXED);
+        while (live > peak && !__atomic_compare_exchange_n(&stat_peak_bytes, &peak, live, 1,
+                                                           __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            ;
+    }
+}
+
+void cr_memory_stats(cr_memstats *out) {
+    out->live_bytes = __atomic_load_n(&stat_live_bytes, __ATOMIC_RELAXED);
+    out->peak_bytes = __atomic_load_n(&stat_peak_bytes, __ATOMIC_RELAXED);
+    out->live_tensors = __atomic_load_n(&stat_live_tensors, __ATOMIC_RELAXED);
+    out->live_storages = __atomic_load_n(&stat_live_storages, __ATOMIC_RELAXED);
+    out->allocs = __atomic_load_n(&stat_allocs, __ATOMIC_RELAXED);
+}
+
+void cr_memory_reset_peak(void) {
+    __atomic_store_n(&stat_peak_bytes, __atomic_load_n(&stat_live_bytes, __ATOMIC_RELAXED),
+                     __ATOMIC_RELAXED);
+}
+
+int cr_memory_gc_hint(void) {
+    int64_t since = __atomic_load_n(&stat_since_hint, __ATOMIC_RELAXED);
+    int64_t live = __atomic_load_n(&stat_live_bytes, __ATOMIC_RELAXED);
+    int64_t threshold = live / 2 > ((int64_t)64 << 20) ? live / 2 : ((int64_t)64 << 20);
+    if (since < threshold) return 0;
+    __atomic_store_n(&stat_since_hint, 0, __ATOMIC_RELAXED);
+    return 1;
+}
+
+static cr_status storage_new(cr_storage **out, size_t nbytes, cr_devtype dev) {
+    if (dev != CR_DEV_CPU)
+        return cr_fail(CR_ERR_DEVICE, "device cuda: this build has no CUDA backend yet; "
+                                      "use device 'cpu'");
+    cr_storage *s = calloc(1, sizeof *s);
+    void *data = NULL;
+    size_t alloc = nbytes ? (nbytes + 63) & ~(size_t)63 : 64;
+    if (!s || posix_memalign(&data, 64, alloc) != 0) {
+        free(s);
+        cr_memstats st;
+        cr_memory_stats(&st);
+        return cr_fail(CR_ERR_OOM,
+                       "out of memory: could not allocate %zu bytes (%lld bytes live in "
+                       "%lld tensors); free tensors or reduce the batch size",
+                       nbytes, (long long)st.live_bytes, (long long)st.live_tensors);
+    }
+    s->refcount = 1;
+    s->data = data;
+    s->nbytes = alloc;
+    s->device = dev;
+    stats_add_bytes((int64_t)alloc);
+    __atomic_add_fetch(&stat_live_storages, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&stat_allocs, 1, __ATOMIC_RELAXED);
+    *out = s;
+    return CR_OK;
+}
+
+static void storage_release(cr_storage *s) {
+    if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
+    stats_add_bytes(-(int64_t)s->nbytes);
+    __atomic_sub_fetch(&stat_live_storages, 1, __ATOMIC_RELAXED);
+    free(s->data);
+    free(s);
+}
+
+void cr_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
+    int64_t acc = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        stride[d] = acc;
+        acc *= shape[d] > 0 ? shape[d] : 1;
+    }
+}
+
+int64_t cr_shape_numel(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    return n;
+}
+
+cr_status cr_check_shape_arg(const char *op, int ndim, const int64_t *shape) {
+    if (ndim < 0 || ndim > CR_MAX_DIMS)
+        return cr_fail(CR_ERR_ARG, "%s: %d dims requested; crescent tensors have at most %d",
+                       op, ndim, CR_MAX_DIMS);
+    if (ndim > 0 && !shape) return cr_fail(CR_ERR_ARG, "%s: shape is nil", op);
+    double total = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) {
+            char b[160];
+            return cr_fail(CR_ERR_ARG, "%s: negative size %lld in shape %s; sizes must be >= 0",
+                           op, (long long)shape[d], cr_dims_str(ndim, shape, b, sizeof b));
+        }
+        total *= (double)shape[d];
+    }
+    if (total * 8 > (double)CR_MAX_BYTES) {
+        char b[160];
+        return cr_fail(CR_ERR_ARG, "%s: shape %s has %.3g elements, beyond any memory; check "
+                       "the sizes", op, cr_dims_str(ndim, shape, b, sizeof b), total);
+    }
+    return CR_OK;
+}
+
+static cr_tensor *tensor_handle(void) {
+    cr_tensor *t = calloc(1, sizeof *t);
+    CR_ASSERT(t);
+    t->refcount = 1;
+    __atomic_add_fetch(&stat_live_tensors, 1, __ATOMIC_RELAXED);
+    return t;
+}
+
+cr_status cr_tensor_alloc(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
+                          cr_devtype dev) {
+    *out = NULL;
+    cr_status st = cr_check_shape_arg("empty", ndim, shape);
+    if (st) return st;
+    if ((unsigned)dt >= CR_DT_COUNT)
+        return cr_fail(CR_ERR_ARG, "empty: invalid dtype %d", (int)dt);
+    int64_t numel = cr_shape_numel(ndim, shape);
+    cr_storage *s = NULL;
+    st = storage_new(&s, (size_t)numel * cr_dtype_size(dt), dev);
+    if (st) return st;
+    cr_tensor *t = tensor_handle();
+    t->storage = s;
+    t->ndim = ndim;
+    t->dtype = dt;
+    t->numel = numel;
+    for (int d = 0; d < ndim; d++) t->shape[d] = shape[d];
+    cr_contiguous_strides(ndim, shape, t->stride);
+    *out = t;
+    return CR_OK;
+}
+
+cr_status cr_tensor_alloc_like(cr_tensor **out, const cr_tensor *t) {
+    return cr_tensor_alloc(out, t->ndim, t->shape, t->dtype, t->storage->device);
+}
+
+cr_status cr_tensor_empty(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
+                          cr_devtype dev) {
+    return cr_tensor_alloc(out, ndim, shape, dt, dev);
+}
+
+cr_status cr_tensor_from_data(cr_tensor **out, const void *data, int ndim,
+                              const int64_t *shape, cr_dtype dt) {
+    cr_status st = cr_tensor_alloc(out, ndim, shape, dt, CR_DEV_CPU);
+    if (st) return st;
+    if ((*out)->numel) {
+        if (!data) {
+            cr_tensor_free(*out);
+            *out = NULL;
+            return cr_fail(CR_ERR_ARG, "from_data: data pointer is NULL");
+        }
+        memcpy((*out)->storage->data, data, (size_t)(*out)->numel * cr_dtype_size(dt));
+    }
+    return CR_OK;
+}
+
+cr_status cr_tensor_scalar(cr_tensor **out, double value, cr_dtype dt) {
+    cr_status st = cr_tensor_alloc(out, 0, NULL, dt, CR_DEV_CPU);
+    if (st) return st;
+    cr_store_f64((*out)->storage->data, dt, value);
+    return CR_OK;
+}
+
+cr_tensor *cr_tensor_alias(const cr_tensor *t, int ndim, const int64_t *shape,
+                           const int64_t *stride, int64_t offset) {
+    cr_tensor *v = tensor_handle();
+    v->storage = t->storage;
+    __atomic_add_fetch(&t->storage->refcount, 1, __ATOMIC_RELAXED);
+    v->offset = offset;
+    v->ndim = ndim;
+    v->dtype = t->dtype;
+    for (int d = 0; d < ndim; d++) {
+        v->shape[d] = shape[d];
+        v->stride[d] = stride[d];
+    }
+    v->numel = cr_shape_numel(ndim, shape);
+    return v;
+}
+
+void cr_tensor_retain(cr_tensor *t) {
+    if (t) __atomic_add_fetch(&t->refcount, 1, __ATOMIC_RELAXED);
+}
+
+void cr_tensor_free(cr_tensor *t) {
+    if (!t) return;
+    if (__atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
+    if (t->grad_fn) {
+        cr_node *n = t->grad_fn;
+        if (n->retain_target[t->output_nr] == t) n->retain_target[t->output_nr] = NULL;
+        cr_node_free(n);
+    }
+    cr_tensor_free(t->grad);
+    free(t->hooks);
+    free(t->post_hooks);
+    storage_release(t->storage);
+    __atomic_sub_fetch(&stat_live_tensors, 1, __ATOMIC_RELAXED);
+    free(t);
+}
+
+/* ---- accessors ---- */
+int cr_tensor_ndim(const cr_tensor *t) { return t->ndim; }
+int64_t cr_tensor_size(const cr_tensor *t, int dim) {
+    return dim >= 0 && dim < t->ndim ? t->shape[dim] : -1;
+}
+int64_t cr_tensor_stride(const cr_tensor *t, int dim) {
+    return dim >= 0 && dim < t->ndim ? t->stride[dim] : 0;
+}
+int64_t cr_tensor_offset(const cr_tensor *t) { return t->offset; }
+int64_t cr_tensor_numel(const cr_tensor *t) { return t->numel; }
+cr_dtype cr_tensor_dtype(const cr_tensor *t) { return t->dtype; }
+cr_devtype cr_tensor_device(const cr_tensor *t) { return t->storage->device; }
+int cr_tensor_device_index(const cr_tensor *t) { return t->storage->device_index; }
+uint64_t cr_tensor_version(const cr_tensor *t) { return t->storage->version; }
+bool cr_tensor_same_storage(const cr_tensor *a, const cr_tensor *b) {
+    return a->storage == b->storage;
+}
+void *cr_tensor_data(const cr_tensor *t) {
+    return t->storage->device == CR_DEV_CPU ? cr_tensor_ptr(t) : NULL;
+}
+
+bool cr_tensor_is_contiguous(const cr_tensor *t) {
+    int64_t expect = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] == 1) continue;
+        if (t->stride[d] != expect) return false;
+        expect *= t->shape[d];
+    }
+    return true;
+}
+
+bool cr_same_shape(const cr_tensor *a, const cr_tensor *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+int64_t cr_flat_offset(const cr_tensor *t, int64_t i) {
+    int64_t off = t->offset;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        int64_t n = t->shape[d];
+        off += (i % n) * t->stride[d];
+        i /= n;
+    }
+    return off;
+}
+
+double cr_tensor_get_flat(const cr_tensor *t, int64_t i) {
+    if (i < 0 || i >= t->numel || t->storage->device != CR_DEV_CPU) return NAN;
+    size_t es = cr_dtype_size(t->dtype);
+    return cr_load_f64((char *)t->storage->data + cr_flat_offset(t, i) * (int64_t)es, t->dtype);
+}
+
+cr_status cr_tensor_read_f64(const cr_tensor *t, double *out) {
+    if (t->storage->device != CR_DEV_CPU)
+        return cr_fail(CR_ERR_DEVICE, "read: tensor is on cuda; copy it to cpu first");
+    size_t es = cr_dtype_size(t->dtype);
+    for (int64_t i = 0; i < t->numel; i++)
+        out[i] = cr_load_f64((char *)t->storage->data + cr_flat_offset(t, i) * (int64_t)es,
+                             t->dtype);
+    return CR_OK;
+}
+
+cr_status cr_tensor_read_i64(const cr_tensor *t, int64_t *out) {
+    if (t->storage->device != CR_DEV_CPU)
+        return cr_fail(CR_ERR_DEVICE, "read: tensor is on cuda; copy it to cpu first");
+    size_t es = cr_dtype_size(t->dtype);
+    for (int64_t i = 0; i < t->numel; i++) {
+        const char *p = (char *)t->storage->data + cr_flat_offset(t, i) * (int64_t)es;
+        out[i] = t->dtype == CR_DT_I64 ? *(const int64_t *)p : (int64_t)cr_load_f64(p, t->dtype);
+    }
+    return CR_OK;
+}
+
+/* ---- checks ---- */
+cr_status cr_check_same_device(const char *op, const cr_tensor *a, const cr_tensor *b) {
+    if (a->storage->device == b->storage->device &&
+        a->storage->device_index == b->storage->device_index)
+        return CR_OK;
+    return cr_fail(CR_ERR_DEVICE, "%s: tensors on different devices (%s and %s); move one "
+                   "with :to(device)", op, a->storage->device == CR_DEV_CPU ? "cpu" : "cuda",
+                   b->storage->device == CR_DEV_CPU ? "cpu" : "cuda");
+}
+
+cr_status cr_check_float(const char *op, const cr_tensor *t, const char *argname) {
+    if (cr_dtype_is_float(t->dtype)) return CR_OK;
+    return cr_fail(CR_ERR_ARG, "%s: '%s' has dtype %s but a floating dtype is needed; "
+                   "convert it with :float()", op, argname, cr_dtype_name(t->dtype));
+}
+
+cr_status cr_check_dim(const char *op, int64_t *dim, int ndim, bool insert) {
+    int64_t n = ndim + (insert ? 1 : 0);
+    int64_t d = *dim;
+    if (n == 0 && (d == 0 || d == -1)) { /* 0-dim tensors accept dim 0/-1 */
+        *dim = 0;
+        return CR_OK;
+    }
+    if (d < -n || d >= n)
+        return cr_fail(CR_ERR_ARG, "%s: dim %lld out of range for a %d-dim tensor (valid: "
+                       "%lld..%lld)", op, (long long)d, ndim, (long long)-n, (long long)(n - 1));
+    *dim = d < 0 ? d + n : d;
+    return CR_OK;
+}
+
+cr_status cr_broadcast_shapes(const char *op, const cr_tensor *a, const cr_tensor *b,
+                              int *ndim, int64_t *shape) {
+    int n = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int d = 0; d < n; d++) {
+        int da = d - (n - a->ndim), db = d - (n - b->ndim);
+        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+        if (sa != sb && sa != 1 && sb != 1) {
+            char ba[160], bb[160];
+            return cr_fail(CR_ERR_ARG, "%s: shapes %s and %s do not broadcast (dim %d: %lld vs "
+                           "%lld); sizes must match or be 1", op,
+                           cr_shape_str(a, ba, sizeof ba), cr_shape_str(b, bb, sizeof bb), d,
+                           (long long)sa, (long long)sb);
+        }
+        shape[d] = sa == 1 ? sb : sa;
+    }
+    *ndim = n;
+    return CR_OK;
+}

@@ -1,0 +1,177 @@
+/* crescent.h — the one public C API of crescent.
+ *
+ * Plain C that LuaJIT's ffi.cdef accepts after preprocessing: the Makefile runs
+ * `cc -E -P -DCR_CDEF` on this file to produce build/crescent_cdef.h, which the Lua
+ * binding loads. So: no macros inside declarations, enums instead of #defines, opaque
+ * handles, POD structs. Ownership is in the name: every function that returns a tensor
+ * through `cr_tensor **out` hands the caller one reference (release it with
+ * cr_tensor_free). Every function that can fail on user input returns cr_status and
+ * leaves a message in cr_last_error(). */
+#ifndef CRESCENT_H
+#define CRESCENT_H
+
+#ifndef CR_CDEF
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { CR_MAX_DIMS = 8 };
+
+typedef enum {
+    CR_OK = 0,
+    CR_ERR_ARG = 1,      /* bad argument: shape, dtype, range, nil */
+    CR_ERR_OOM = 2,      /* allocation failed: the binding collects garbage and retries once */
+    CR_ERR_DEVICE = 3,   /* wrong or unavailable device */
+    CR_ERR_AUTOGRAD = 4, /* graph misuse: double backward, modified saved tensor */
+    CR_ERR_UNSUPPORTED = 5
+} cr_status;
+
+typedef enum {
+    CR_DT_F32 = 0,
+    CR_DT_F64,
+    CR_DT_F16,
+    CR_DT_BF16,
+    CR_DT_I64,
+    CR_DT_I32,
+    CR_DT_U8,
+    CR_DT_BOOL,
+    CR_DT_COUNT
+} cr_dtype;
+
+typedef enum { CR_DEV_CPU = 0, CR_DEV_CUDA, CR_DEV_COUNT } cr_devtype;
+
+typedef struct cr_tensor cr_tensor;
+typedef struct cr_engine cr_engine;
+
+/* ---- errors, threads, memory ------------------------------------------------ */
+const char *cr_last_error(void);
+void cr_set_num_threads(int n);
+int cr_get_num_threads(void);
+const char *cr_version(void);
+const char *cr_build_features(void); /* "onednn=1 cuda=0 ..." */
+
+typedef struct {
+    int64_t live_bytes;    /* bytes held by live CPU storages */
+    int64_t peak_bytes;    /* high-water mark of live_bytes */
+    int64_t live_tensors;  /* tensor handles alive */
+    int64_t live_storages;
+    int64_t allocs;        /* storage allocations so far */
+} cr_memstats;
+void cr_memory_stats(cr_memstats *out);
+void cr_memory_reset_peak(void);
+/* 1 when enough bytes were allocated since the last call that returned 1 that the
+ * binding should run the Lua GC (tensor bytes live outside the Lua heap). */
+int cr_memory_gc_hint(void);
+
+/* ---- dtypes ----------------------------------------------------------------- */
+const char *cr_dtype_name(cr_dtype dt);
+size_t cr_dtype_size(cr_dtype dt);
+bool cr_dtype_is_float(cr_dtype dt);
+cr_dtype cr_dtype_promote(cr_dtype a, cr_dtype b);
+
+/* ---- tensors: lifetime and metadata ---------------------------------------- */
+cr_status cr_tensor_empty(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
+                          cr_devtype dev);
+/* Wraps a copy of `nbytes` bytes of host data laid out contiguously in `dt`. */
+cr_status cr_tensor_from_data(cr_tensor **out, const void *data, int ndim,
+                              const int64_t *shape, cr_dtype dt);
+cr_status cr_tensor_scalar(cr_tensor **out, double value, cr_dtype dt);
+void cr_tensor_retain(cr_tensor *t);
+void cr_tensor_free(cr_tensor *t);
+
+int cr_tensor_ndim(const cr_tensor *t);
+int64_t cr_tensor_size(const cr_tensor *t, int dim);
+int64_t cr_tensor_stride(const cr_tensor *t, int dim);
+int64_t cr_tensor_offset(const cr_tensor *t);
+int64_t cr_tensor_numel(const cr_tensor *t);
+cr_dtype cr_tensor_dtype(const cr_tensor *t);
+cr_devtype cr_tensor_device(const cr_tensor *t);
+int cr_tensor_device_index(const cr_tensor *t);
+bool cr_tensor_is_contiguous(const cr_tensor *t);
+/* Address of element 0 of the view (CPU only; NULL otherwise). */
+void *cr_tensor_data(const cr_tensor *t);
+uint64_t cr_tensor_version(const cr_tensor *t);
+bool cr_tensor_same_storage(const cr_tensor *a, const cr_tensor *b);
+/* Element at a flat row-major index of the view, as double (any dtype). */
+double cr_tensor_get_flat(const cr_tensor *t, int64_t i);
+/* Copies the view's elements, row-major, converted to f64 / i64, into out[numel]. */
+cr_status cr_tensor_read_f64(const cr_tensor *t, double *out);
+cr_status cr_tensor_read_i64(const cr_tensor *t, int64_t *out);
+
+/* ---- autograd metadata ------------------------------------------------------- */
+bool cr_tensor_requires_grad(const cr_tensor *t);
+cr_status cr_tensor_set_requires_grad(cr_tensor *t, bool flag);
+bool cr_tensor_is_leaf(const cr_tensor *t);
+/* New reference to .grad, or NULL. */
+cr_tensor *cr_tensor_grad(const cr_tensor *t);
+cr_status cr_tensor_set_grad(cr_tensor *t, cr_tensor *grad); /* grad may be NULL */
+/* Name of the op that produced t ("" for leaves). */
+const char *cr_tensor_grad_fn_name(const cr_tensor *t);
+/* A new tensor sharing storage, cut from the graph. */
+cr_status cr_tensor_detach(cr_tensor **out, cr_tensor *t);
+
+/* Grad recording is on by default; returns the previous value. Thread-local. */
+bool cr_grad_set_enabled(bool enabled);
+bool cr_grad_is_enabled(void);
+
+/* ---- RNG: Philox4x32-10, counter based -------------------------------------- */
+void cr_rng_manual_seed(uint64_t seed);
+/* State is (seed, offset in 128-bit counters); saved and restored by checkpoints. */
+void cr_rng_get_state(uint64_t *seed, uint64_t *offset);
+void cr_rng_set_state(uint64_t seed, uint64_t offset);
+/* The raw stream, for tests: out[i] = word i%4 of Philox(key=seed, counter=offset+i/4). */
+void cr_rng_philox_words(uint32_t *out, int64_t n, uint64_t seed, uint64_t offset);
+
+/* ---- the op registry --------------------------------------------------------- */
+#include "crescent_ops.h"
+
+const char *cr_op_name(cr_op op);
+int cr_op_count(void);
+bool cr_op_differentiable(cr_op op);
+
+/* ---- the backward engine, pull-style ------------------------------------------
+ * C never calls Lua here. cr_engine_run returns to the caller whenever Lua work is
+ * needed (a gradient hook, a Lua-defined autograd function), the caller does it and
+ * calls cr_engine_run again, until CR_ENGINE_DONE. */
+typedef enum {
+    CR_ENGINE_DONE = 0,
+    CR_ENGINE_HOOK = 1,    /* call hook `event_id` with grad `event_grad`; may replace it */
+    CR_ENGINE_CUSTOM = 2,  /* run the Lua function `event_id`'s backward on the grads */
+    CR_ENGINE_POST_ACC = 3 /* post-accumulate hook `event_id` on leaf `event_tensor` */
+} cr_engine_event;
+
+cr_status cr_engine_new(cr_engine **out, cr_tensor *root, cr_tensor *grad, bool retain_graph);
+cr_status cr_engine_run(cr_engine *e, cr_engine_event *event);
+int cr_engine_event_id(const cr_engine *e);
+/* Borrowed references, valid until the next cr_engine_run. */
+cr_tensor *cr_engine_event_grad(const cr_engine *e, int i);
+int cr_engine_event_ngrads(const cr_engine *e);
+cr_tensor *cr_engine_event_tensor(const cr_engine *e);
+/* Answers to an event: a replacement grad for HOOK, grad i for CUSTOM (NULL = none). */
+cr_status cr_engine_answer(cr_engine *e, int i, cr_tensor *grad);
+void cr_engine_free(cr_engine *e);
+
+/* Gradient hooks. A hook id is chosen by the caller (the binding keeps id -> function).
+ * On a leaf, pre-hooks see the incoming grad before it is accumulated into .grad, and
+ * post-accumulate hooks fire after (DDP launches its bucket all-reduces from those). */
+cr_status cr_tensor_add_hook(cr_tensor *t, int hook_id);
+cr_status cr_tensor_add_post_accumulate_hook(cr_tensor *t, int hook_id);
+cr_status cr_tensor_remove_hook(cr_tensor *t, int hook_id);
+cr_status cr_tensor_retain_grad(cr_tensor *t);
+
+/* Lua-defined autograd functions: the binding computes the forward under no_grad, then
+ * records a node whose backward is answered through CR_ENGINE_CUSTOM with `fn_id`. */
+cr_status cr_autograd_custom(cr_tensor **outs, int nout, cr_tensor **ins, int nin, int fn_id);
+/* Ids of Lua functions whose nodes were freed since the last call, so the binding can
+ * drop its references. Returns how many were written (at most cap). */
+int cr_autograd_reap_custom(int *ids, int cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

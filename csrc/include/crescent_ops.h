@@ -1,0 +1,40 @@
+/* crescent_ops.h — the op list. One X-macro per family (in ops/<family>.h) lists
+ * X(ENUM, "name", cpu_kernel, derivative_rule); this file joins them into CR_OPS and
+ * generates the cr_op enum. ops/registry.c generates the names, the dispatch table
+ * [op][device] and the table of derivative rules from the same list, so a reader sees
+ * every kernel and every gradient in one place. The typed entry points (cr_op_*) are
+ * declared beside each family's list. */
+#ifndef CRESCENT_OPS_H
+#define CRESCENT_OPS_H
+
+#include "ops/shape.h"
+#include "ops/creation.h"
+#include "ops/elementwise.h"
+#include "ops/reduce.h"
+#include "ops/loss.h"
+#include "ops/linalg.h"
+#include "ops/conv.h"
+#include "ops/norm.h"
+#include "ops/index.h"
+
+#define CR_OPS(X)                                                                    \
+    CR_OPS_SHAPE(X)                                                                  \
+    CR_OPS_CREATION(X)                                                               \
+    CR_OPS_ELEMENTWISE(X)                                                            \
+    CR_OPS_REDUCE(X)                                                                 \
+    CR_OPS_LOSS(X)                                                                   \
+    CR_OPS_LINALG(X)                                                                 \
+    CR_OPS_CONV(X)                                                                   \
+    CR_OPS_NORM(X)                                                                   \
+    CR_OPS_INDEX(X)
+
+#define CR_OP_ENUM_ENTRY(E, name, kernel, rule) CR_OP_##E,
+typedef enum { CR_OPS(CR_OP_ENUM_ENTRY) CR_OP_COUNT } cr_op;
+#undef CR_OP_ENUM_ENTRY
+
+/* Fast paths (oneDNN, fused kernels) on by default; specs turn them off to compare
+ * against the plain reference kernels. Returns the previous value. */
+bool cr_set_fast_paths(bool enabled);
+bool cr_fast_paths_enabled(void);
+
+#endif

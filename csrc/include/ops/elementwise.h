@@ -1,0 +1,89 @@
+/* ops/elementwise.h — arithmetic, comparisons and unary math, element by element, with
+ * broadcasting and type promotion (float beats int beats bool; the wider float wins).
+ * Comparisons return bool tensors and have no derivative. */
+#ifndef CR_OPS_ELEMENTWISE_H
+#define CR_OPS_ELEMENTWISE_H
+
+#define CR_OPS_ELEMENTWISE(X)                                                        \
+    X(ADD, "add", cr_cpu_add, cr_grad_add)                                           \
+    X(SUB, "sub", cr_cpu_sub, cr_grad_sub)                                           \
+    X(MUL, "mul", cr_cpu_mul, cr_grad_mul)                                           \
+    X(DIV, "div", cr_cpu_div, cr_grad_div)                                           \
+    /* X(POW, "pow", cr_cpu_pow, cr_grad_pow) */ \
+    /* X(MAXIMUM, "maximum", cr_cpu_maximum, cr_grad_maximum) */ \
+    /* X(MINIMUM, "minimum", cr_cpu_minimum, cr_grad_minimum) */ \
+    /* X(EQ, "eq", cr_cpu_eq, cr_grad_none) */ \
+    /* X(NE, "ne", cr_cpu_ne, cr_grad_none) */ \
+    /* X(LT, "lt", cr_cpu_lt, cr_grad_none) */ \
+    /* X(LE, "le", cr_cpu_le, cr_grad_none) */ \
+    /* X(GT, "gt", cr_cpu_gt, cr_grad_none) */ \
+    /* X(GE, "ge", cr_cpu_ge, cr_grad_none) */ \
+    /* X(LOGICAL_AND, "logical_and", cr_cpu_logical_and, cr_grad_none) */ \
+    /* X(LOGICAL_OR, "logical_or", cr_cpu_logical_or, cr_grad_none) */ \
+    /* X(LOGICAL_NOT, "logical_not", cr_cpu_logical_not, cr_grad_none) */ \
+    X(NEG, "neg", cr_cpu_neg, cr_grad_neg)                                           \
+    /* X(ABS, "abs", cr_cpu_abs, cr_grad_abs) */ \
+    /* X(SIGN, "sign", cr_cpu_sign, cr_grad_sign) */ \
+    /* X(EXP, "exp", cr_cpu_exp, cr_grad_exp) */ \
+    /* X(LOG, "log", cr_cpu_log, cr_grad_log) */ \
+    /* X(SQRT, "sqrt", cr_cpu_sqrt, cr_grad_sqrt) */ \
+    /* X(RSQRT, "rsqrt", cr_cpu_rsqrt, cr_grad_rsqrt) */ \
+    /* X(SIGMOID, "sigmoid", cr_cpu_sigmoid, cr_grad_sigmoid) */ \
+    /* X(TANH, "tanh", cr_cpu_tanh, cr_grad_tanh) */ \
+    /* X(RELU, "relu", cr_cpu_relu, cr_grad_relu) */ \
+    /* X(GELU, "gelu", cr_cpu_gelu, cr_grad_gelu) */ \
+    /* X(POW_SCALAR, "pow_scalar", cr_cpu_pow_scalar, cr_grad_pow_scalar) */ \
+    /* X(CLAMP, "clamp", cr_cpu_clamp, cr_grad_clamp) */ \
+    /* X(WHERE, "where", cr_cpu_where, cr_grad_where) */ \
+    /* X(MASKED_FILL, "masked_fill", cr_cpu_masked_fill, cr_grad_masked_fill) */ \
+    X(CAST, "to", cr_cpu_cast, cr_grad_cast)                                         \
+    X(COPY_, "copy_", cr_cpu_copy_, cr_grad_none)                                    \
+    X(ADD_, "add_", cr_cpu_add_, cr_grad_none)                                       \
+    X(MUL_, "mul_", cr_cpu_mul_, cr_grad_none)
+
+/* Binary ops broadcast a and b (either may be a 0-dim tensor made from a number). */
+cr_status cr_op_add(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+cr_status cr_op_sub(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+cr_status cr_op_mul(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+cr_status cr_op_div(cr_tensor **out, cr_tensor *a, cr_tensor *b); /* true division */
+cr_status cr_op_pow(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+cr_status cr_op_maximum(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+cr_status cr_op_minimum(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+cr_status cr_op_eq(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+cr_status cr_op_ne(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+cr_status cr_op_lt(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+cr_status cr_op_le(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+cr_status cr_op_gt(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+cr_status cr_op_ge(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+cr_status cr_op_logical_and(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+cr_status cr_op_logical_or(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+cr_status cr_op_logical_not(cr_tensor **out, cr_tensor *t);
+cr_status cr_op_neg(cr_tensor **out, cr_tensor *t);
+cr_status cr_op_abs(cr_tensor **out, cr_tensor *t);
+cr_status cr_op_sign(cr_tensor **out, cr_tensor *t);
+cr_status cr_op_exp(cr_tensor **out, cr_tensor *t);
+cr_status cr_op_log(cr_tensor **out, cr_tensor *t);
+cr_status cr_op_sqrt(cr_tensor **out, cr_tensor *t);
+cr_status cr_op_rsqrt(cr_tensor **out, cr_tensor *t);
+cr_status cr_op_sigmoid(cr_tensor **out, cr_tensor *t);
+cr_status cr_op_tanh(cr_tensor **out, cr_tensor *t);
+cr_status cr_op_relu(cr_tensor **out, cr_tensor *t);
+cr_status cr_op_gelu(cr_tensor **out, cr_tensor *t); /* exact, with erf */
+cr_status cr_op_pow_scalar(cr_tensor **out, cr_tensor *t, double exponent);
+/* clamp to [lo, hi]; has_lo/has_hi say which bounds apply. */
+cr_status cr_op_clamp(cr_tensor **out, cr_tensor *t, bool has_lo, double lo, bool has_hi,
+                      double hi);
+/* cond ? a : b, broadcasting all three; cond is bool. */
+cr_status cr_op_where(cr_tensor **out, cr_tensor *cond, cr_tensor *a, cr_tensor *b);
+/* t with value wherever mask (bool, broadcastable to t) is true. */
+cr_status cr_op_masked_fill(cr_tensor **out, cr_tensor *t, cr_tensor *mask, double value);
+/* dtype conversion; returns a new reference to t itself when dt is already t's dtype. */
+cr_status cr_op_to(cr_tensor **out, cr_tensor *t, cr_dtype dt);
+/* In place, with dst's version bumped: dst = src (broadcast to dst, converted). */
+cr_status cr_op_copy_(cr_tensor *dst, cr_tensor *src);
+/* In place: dst += alpha * src; dst *= src. */
+cr_status cr_op_add_(cr_tensor *dst, cr_tensor *src, double alpha);
+cr_status cr_op_mul_(cr_tensor *dst, cr_tensor *src);
+cr_status cr_op_zero_(cr_tensor *t);
+
+#endif

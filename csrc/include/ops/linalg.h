@@ -1,0 +1,23 @@
+/* ops/linalg.h — matrix products. f32/f64; oneDNN matmul is the fast path, a blocked
+ * loop the reference. */
+#ifndef CR_OPS_LINALG_H
+#define CR_OPS_LINALG_H
+
+#define CR_OPS_LINALG(X)                                                             \
+    /* X(MM, "mm", cr_cpu_mm, cr_grad_mm) */ \
+    /* X(BMM, "bmm", cr_cpu_bmm, cr_grad_bmm) */ \
+    /* X(ADDMM, "addmm", cr_cpu_addmm, cr_grad_addmm) */ \
+
+/* a [n, k] @ b [k, m]; either may be a transposed view (no copy needed). */
+cr_status cr_op_mm(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+/* a [B, n, k] @ b [B, k, m]. */
+cr_status cr_op_bmm(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+/* beta * bias + alpha * (a @ b); bias broadcasts to [n, m]. */
+cr_status cr_op_addmm(cr_tensor **out, cr_tensor *bias, cr_tensor *a, cr_tensor *b,
+                      double beta, double alpha);
+/* PyTorch matmul semantics: 1-D/2-D/batched with broadcast batch dims. Composite. */
+cr_status cr_op_matmul(cr_tensor **out, cr_tensor *a, cr_tensor *b);
+/* x [..., in] @ w[out, in]^T + bias[out] (bias may be NULL). Composite. */
+cr_status cr_op_linear(cr_tensor **out, cr_tensor *x, cr_tensor *w, cr_tensor *bias);
+
+#endif

@@ -1,0 +1,25 @@
+/* ops/loss.h — softmax family and classification losses. Reductions: 0 none, 1 mean,
+ * 2 sum (PyTorch's order is none/mean/sum by name; these are the codes). */
+#ifndef CR_OPS_LOSS_H
+#define CR_OPS_LOSS_H
+
+typedef enum { CR_REDUCTION_NONE = 0, CR_REDUCTION_MEAN = 1, CR_REDUCTION_SUM = 2 } cr_reduction;
+
+#define CR_OPS_LOSS(X)                                                               \
+    /* X(SOFTMAX, "softmax", cr_cpu_softmax, cr_grad_softmax) */ \
+    /* X(LOG_SOFTMAX, "log_softmax", cr_cpu_log_softmax, cr_grad_log_softmax) */ \
+    /* X(NLL_LOSS, "nll_loss", cr_cpu_nll_loss, cr_grad_nll_loss) */ \
+    /* X(CROSS_ENTROPY, "cross_entropy", cr_cpu_cross_entropy, cr_grad_cross_entropy) */ \
+
+cr_status cr_op_softmax(cr_tensor **out, cr_tensor *t, int64_t dim);
+cr_status cr_op_log_softmax(cr_tensor **out, cr_tensor *t, int64_t dim);
+/* logp [N, C] (or [N, C, d...]), target i64 [N] (or [N, d...]); ignore_index skips. */
+cr_status cr_op_nll_loss(cr_tensor **out, cr_tensor *logp, cr_tensor *target,
+                         cr_reduction reduction, int64_t ignore_index);
+/* logits [N, C] and class targets i64 [N], or soft targets float [N, C]. Label
+ * smoothing eps mixes the one-hot target with the uniform distribution. */
+cr_status cr_op_cross_entropy(cr_tensor **out, cr_tensor *logits, cr_tensor *target,
+                              cr_reduction reduction, double label_smoothing,
+                              int64_t ignore_index);
+
+#endif

@@ -1,0 +1,27 @@
+/* ops/norm.h — normalisation layers and dropout, functional form. Batch norm updates
+ * running statistics in place when training (momentum as in PyTorch: new = (1-m)*old +
+ * m*batch, unbiased variance for the running estimate). */
+#ifndef CR_OPS_NORM_H
+#define CR_OPS_NORM_H
+
+#define CR_OPS_NORM(X)                                                               \
+    /* X(BATCH_NORM, "batch_norm", cr_cpu_batch_norm, cr_grad_batch_norm) */ \
+    /* X(BATCH_NORM_BACKWARD, "batch_norm_backward", cr_cpu_batch_norm_backward, cr_grad_none) */ \
+    /* X(LAYER_NORM, "layer_norm", cr_cpu_layer_norm, cr_grad_layer_norm) */ \
+    /* X(DROPOUT, "dropout", cr_cpu_dropout, cr_grad_dropout) */ \
+
+/* x [N, C, ...]; weight/bias [C] or NULL; running_mean/var [C] or NULL (then batch
+ * statistics are used even in eval). */
+cr_status cr_op_batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr_tensor *bias,
+                           cr_tensor *running_mean, cr_tensor *running_var, bool training,
+                           double momentum, double eps);
+/* Normalises over the last `normalized_ndim` dims; weight/bias of that shape or NULL. */
+cr_status cr_op_layer_norm(cr_tensor **out, cr_tensor *x, int normalized_ndim,
+                           cr_tensor *weight, cr_tensor *bias, double eps);
+/* Zeroes each element with probability p and scales the rest by 1/(1-p). Identity
+ * (a new reference to x) when !training or p == 0. */
+cr_status cr_op_dropout(cr_tensor **out, cr_tensor *x, double p, bool training);
+/* x / max(||x||_2 along dim, eps). Composite. */
+cr_status cr_op_normalize(cr_tensor **out, cr_tensor *x, int64_t dim, double eps);
+
+#endif

@@ -1,0 +1,40 @@
+/* ops/shape.h — views and joins: ops that move or share elements without arithmetic.
+ * Views share storage with their input (and its version counter); their gradients
+ * scatter back through the inverse geometry. */
+#ifndef CR_OPS_SHAPE_H
+#define CR_OPS_SHAPE_H
+
+#define CR_OPS_SHAPE(X)                                                              \
+    X(VIEW, "view", cr_cpu_view, cr_grad_view)                                       \
+    X(PERMUTE, "permute", cr_cpu_view, cr_grad_permute)                              \
+    X(EXPAND, "expand", cr_cpu_view, cr_grad_expand)                                 \
+    X(SLICE, "slice", cr_cpu_view, cr_grad_slice)                                    \
+    X(CLONE, "clone", cr_cpu_clone, cr_grad_clone)        \
+    X(CAT, "cat", cr_cpu_cat, cr_grad_cat)
+
+/* view: same elements, new shape; one entry may be -1. Fails on a non-contiguous
+ * input that cannot be viewed (use reshape). */
+cr_status cr_op_view(cr_tensor **out, cr_tensor *t, int ndim, const int64_t *shape);
+/* reshape: view when possible, else a contiguous copy. */
+cr_status cr_op_reshape(cr_tensor **out, cr_tensor *t, int ndim, const int64_t *shape);
+cr_status cr_op_permute(cr_tensor **out, cr_tensor *t, int ndim, const int64_t *dims);
+cr_status cr_op_transpose(cr_tensor **out, cr_tensor *t, int64_t dim0, int64_t dim1);
+/* expand: size-1 dims (or new leading dims) grow to `shape`; -1 keeps a size. */
+cr_status cr_op_expand(cr_tensor **out, cr_tensor *t, int ndim, const int64_t *shape);
+cr_status cr_op_squeeze(cr_tensor **out, cr_tensor *t, int64_t dim); /* dim<-ndim: all */
+cr_status cr_op_unsqueeze(cr_tensor **out, cr_tensor *t, int64_t dim);
+cr_status cr_op_flatten(cr_tensor **out, cr_tensor *t, int64_t start_dim, int64_t end_dim);
+/* slice: elements start, start+step, ... < stop along dim (python semantics for
+ * negative start/stop, clamped). narrow and select are slices. */
+cr_status cr_op_slice(cr_tensor **out, cr_tensor *t, int64_t dim, int64_t start,
+                      int64_t stop, int64_t step);
+cr_status cr_op_narrow(cr_tensor **out, cr_tensor *t, int64_t dim, int64_t start,
+                       int64_t length);
+cr_status cr_op_select(cr_tensor **out, cr_tensor *t, int64_t dim, int64_t index);
+/* contiguous: a new reference to t when already contiguous, else a clone. */
+cr_status cr_op_contiguous(cr_tensor **out, cr_tensor *t);
+cr_status cr_op_clone(cr_tensor **out, cr_tensor *t);
+cr_status cr_op_cat(cr_tensor **out, cr_tensor **ts, int n, int64_t dim);
+cr_status cr_op_stack(cr_tensor **out, cr_tensor **ts, int n, int64_t dim);
+
+#endif

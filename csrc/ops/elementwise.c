@@ -1,0 +1,239 @@
+/* elementwise.c — binary arithmetic (add, sub, mul, div) and the machinery every
+ * elementwise op shares: promotion with weak 0-dim operands, broadcasting, and the
+ * typed inner loops driven by iter.c. Each op's derivative rule sits under its kernel. */
+#include <math.h>
+
+#include "elementwise_impl.h"
+
+/* ---- promotion: a 0-dim operand does not widen a tensor of its own category ---- */
+static int category(cr_dtype dt) {
+    return dt == CR_DT_BOOL ? 0 : cr_dtype_is_float(dt) ? 2 : 1;
+}
+
+cr_dtype cr_result_dtype(const cr_tensor *a, const cr_tensor *b) {
+    bool sa = a->ndim == 0, sb = b->ndim == 0;
+    if (sa == sb) return cr_dtype_promote(a->dtype, b->dtype);
+    const cr_tensor *t = sa ? b : a, *s = sa ? a : b;
+    if (category(s->dtype) <= category(t->dtype)) return t->dtype;
+    return category(s->dtype) == 2 ? CR_DT_F32 : CR_DT_I64;
+}
+
+/* The cast is recorded like any op, so grads flow back through it to the original. */
+cr_status cr_cast_if_needed(cr_tensor **out, cr_tensor *t, cr_dtype dt) {
+    if (t->dtype == dt) {
+        cr_tensor_retain(t);
+        *out = t;
+        return CR_OK;
+    }
+    return cr_op_to(out, t, dt);
+}
+
+cr_status cr_binary_op(cr_tensor **out, cr_op op, cr_tensor *a, cr_tensor *b,
+                       cr_dtype compute, cr_dtype result, unsigned save_in) {
+    const char *name = cr_op_name(op);
+    *out = NULL;
+    cr_call c;
+    cr_status st = cr_call_init(&c, op, 2, 1);
+    int ndim;
+    int64_t shape[CR_MAX_DIMS];
+    if ((st = cr_broadcast_shapes(name, a, b, &ndim, shape))) return st;
+    cr_tensor *ca = NULL, *cb = NULL;
+    if ((st = cr_cast_if_needed(&ca, a, compute))) return st;
+    if ((st = cr_cast_if_needed(&cb, b, compute))) {
+        cr_tensor_free(ca);
+        return st;
+    }
+    c.in[0] = ca;
+    c.in[1] = cb;
+    st = cr_tensor_alloc(&c.out[0], ndim, shape, result, a->storage->device);
+    if (!st) st = cr_dispatch(&c);
+    if (!st) st = cr_autograd_record(&c, save_in, 0);
+    cr_tensor_free(ca);
+    cr_tensor_free(cb);
+    if (st) {
+        cr_call_drop_outs(&c);
+        return st;
+    }
+    *out = c.out[0];
+    return CR_OK;
+}
+
+cr_status cr_check_binary(const char *op, cr_tensor *a, cr_tensor *b) {
+    CR_CHECK_TENSOR(op, a, "self");
+    CR_CHECK_TENSOR(op, b, "other");
+    return cr_check_same_device(op, a, b);
+}
+
+/* ---- typed inner loops ---------------------------------------------------------
+ * Each loop handles the three layouts that matter: all contiguous, second operand a
+ * broadcast scalar, and general strides. Halves compute through f32. */
+#define BIN_LOOP(T, EXPR)                                                            \
+    do {                                                                             \
+        T *o = (T *)p[0];                                                            \
+        const T *x = (const T *)p[1], *y = (const T *)p[2];                          \
+        const int64_t so = s[0] / (int64_t)sizeof(T), sx = s[1] / (int64_t)sizeof(T), \
+                      sy = s[2] / (int64_t)sizeof(T);                                \
+        if (so == 1 && sx == 1 && sy == 1) {                                         \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                T a = x[i], b = y[i];                                                \
+                o[i] = (EXPR);                                                       \
+            }                                                                        \
+        } else if (so == 1 && sx == 1 && sy == 0) {                                  \
+            const T b = y[0];                                                        \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                T a = x[i];                                                          \
+                o[i] = (EXPR);                                                       \
+            }                                                                        \
+        } else {                                                                     \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                T a = x[i * sx], b = y[i * sy];                                      \
+                o[i * so] = (EXPR);                                                  \
+            }                                                                        \
+        }                                                                            \
+    } while (0)
+
+#define BIN_LOOP_HALF(LOAD, STORE, EXPR)                                             \
+    do {                                                                             \
+        for (int64_t i = 0; i < n; i++) {                                            \
+            float a = LOAD(*(const uint16_t *)(p[1] + i * s[1]));                    \
+            float b = LOAD(*(const uint16_t *)(p[2] + i * s[2]));                    \
+            *(uint16_t *)(p[0] + i * s[0]) = STORE(EXPR);                            \
+        }                                                                            \
+    } while (0)
+
+#define BIN_ALL_TYPES(EXPR, INT_EXPR)                                                \
+    switch (dt) {                                                                    \
+    case CR_DT_F32: BIN_LOOP(float, EXPR); break;                                    \
+    case CR_DT_F64: BIN_LOOP(double, EXPR); break;                                   \
+    case CR_DT_F16: BIN_LOOP_HALF(cr_f16_to_f32, cr_f32_to_f16, EXPR); break;        \
+    case CR_DT_BF16: BIN_LOOP_HALF(cr_bf16_to_f32, cr_f32_to_bf16, EXPR); break;     \
+    case CR_DT_I64: BIN_LOOP(int64_t, INT_EXPR); break;                              \
+    case CR_DT_I32: BIN_LOOP(int32_t, INT_EXPR); break;                              \
+    case CR_DT_U8: BIN_LOOP(uint8_t, INT_EXPR); break;                               \
+    case CR_DT_BOOL: BIN_LOOP(uint8_t, (uint8_t)((INT_EXPR) != 0)); break;           \
+    default: break;                                                                  \
+    }
+
+static void loop_add(char **p, const int64_t *s, int64_t n, const void *ctx) {
+    cr_dtype dt = *(const cr_dtype *)ctx;
+    BIN_ALL_TYPES(a + b, a + b)
+}
+static void loop_sub(char **p, const int64_t *s, int64_t n, const void *ctx) {
+    cr_dtype dt = *(const cr_dtype *)ctx;
+    BIN_ALL_TYPES(a - b, a - b)
+}
+static void loop_mul(char **p, const int64_t *s, int64_t n, const void *ctx) {
+    cr_dtype dt = *(const cr_dtype *)ctx;
+    BIN_ALL_TYPES(a * b, a * b)
+}
+static void loop_div(char **p, const int64_t *s, int64_t n, const void *ctx) {
+    cr_dtype dt = *(const cr_dtype *)ctx; /* only float dtypes reach here */
+    BIN_ALL_TYPES(a / b, b ? a / b : 0)
+}
+
+cr_status cr_run_binary(cr_call *c, cr_loop_fn fn) {
+    cr_tensor *args[3] = {c->out[0], c->in[0], c->in[1]};
+    cr_iter it;
+    cr_iter_init(&it, 3, args);
+    cr_dtype dt = c->in[0]->dtype;
+    cr_iter_run(&it, fn, &dt);
+    return CR_OK;
+}
+
+/* ---- add ---- */
+cr_status cr_cpu_add(cr_call *c) { return cr_run_binary(c, loop_add); }
+cr_status cr_op_add(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
+    cr_status st = cr_check_binary("add", a, b);
+    if (st) return st;
+    cr_dtype dt = cr_result_dtype(a, b);
+    return cr_binary_op(out, CR_OP_ADD, a, b, dt, dt, 0);
+}
+cr_status cr_grad_add(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
+    for (int i = 0; i < 2; i++) {
+        if (!n->edges[i].node) continue;
+        cr_status st = cr_sum_to_shape(&gin[i], gout[0], n->in_meta[i].ndim, n->in_meta[i].shape);
+        if (st) return st;
+    }
+    return CR_OK;
+}
+
+/* ---- sub ---- */
+cr_status cr_cpu_sub(cr_call *c) { return cr_run_binary(c, loop_sub); }
+cr_status cr_op_sub(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
+    cr_status st = cr_check_binary("sub", a, b);
+    if (st) return st;
+    if (a->dtype == CR_DT_BOOL && b->dtype == CR_DT_BOOL)
+        return cr_fail(CR_ERR_ARG, "sub: subtracting bool tensors is not defined; use "
+                       "logical_xor or convert with :long()");
+    cr_dtype dt = cr_result_dtype(a, b);
+    return cr_binary_op(out, CR_OP_SUB, a, b, dt, dt, 0);
+}
+cr_status cr_grad_sub(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
+    cr_status st;
+    if (n->edges[0].node &&
+        (st = cr_sum_to_shape(&gin[0], gout[0], n->in_meta[0].ndim, n->in_meta[0].shape)))
+        return st;
+    if (n->edges[1].node) {
+        cr_tensor *neg;
+        if ((st = cr_op_neg(&neg, gout[0]))) return st;
+        st = cr_sum_to_shape(&gin[1], neg, n->in_meta[1].ndim, n->in_meta[1].shape);
+        cr_tensor_free(neg);
+        if (st) return st;
+    }
+    return CR_OK;
+}
+
+/* ---- mul ---- */
+cr_status cr_cpu_mul(cr_call *c) { return cr_run_binary(c, loop_mul); }
+cr_status cr_op_mul(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
+    cr_status st = cr_check_binary("mul", a, b);
+    if (st) return st;
+    cr_dtype dt = cr_result_dtype(a, b);
+    return cr_binary_op(out, CR_OP_MUL, a, b, dt, dt, 3);
+}
+/* d(a*b) = g*b, g*a, each summed back to its input's shape. */
+cr_status cr_grad_mul(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
+    for (int i = 0; i < 2; i++) {
+        if (!n->edges[i].node) continue;
+        cr_tensor *other, *prod;
+        cr_status st = cr_saved_in(n, 1 - i, &other);
+        if (st) return st;
+        if ((st = cr_op_mul(&prod, gout[0], other))) return st;
+        st = cr_sum_to_shape(&gin[i], prod, n->in_meta[i].ndim, n->in_meta[i].shape);
+        cr_tensor_free(prod);
+        if (st) return st;
+    }
+    return CR_OK;
+}
+
+/* ---- div: true division; integer operands divide as f32 ---- */
+cr_status cr_cpu_div(cr_call *c) { return cr_run_binary(c, loop_div); }
+cr_status cr_op_div(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
+    cr_status st = cr_check_binary("div", a, b);
+    if (st) return st;
+    cr_dtype dt = cr_result_dtype(a, b);
+    if (!cr_dtype_is_float(dt)) dt = CR_DT_F32;
+    return cr_binary_op(out, CR_OP_DIV, a, b, dt, dt, 3);
+}
+/* d(a/b) = g/b, -g*a/b^2 */
+cr_status cr_grad_div(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
+    cr_tensor *a, *b, *t1 = NULL, *t2 = NULL, *t3 = NULL;
+    cr_status st;
+    if ((st = cr_saved_in(n, 0, &a)) || (st = cr_saved_in(n, 1, &b))) return st;
+    if ((st = cr_op_div(&t1, gout[0], b))) return st; /* g/b */
+    if (n->edges[0].node &&
+        (st = cr_sum_to_shape(&gin[0], t1, n->in_meta[0].ndim, n->in_meta[0].shape)))
+        goto done;
+    if (n->edges[1].node) {
+        if ((st = cr_op_mul(&t2, t1, a))) goto done; /* g*a/b */
+        if ((st = cr_op_div(&t3, t2, b))) goto done; /* g*a/b^2 */
+        cr_tensor_free(t2);
+        if ((st = cr_op_neg(&t2, t3))) goto done;
+        st = cr_sum_to_shape(&gin[1], t2, n->in_meta[1].ndim, n->in_meta[1].shape);
+    }
+done:
+    cr_tensor_free(t1);
+    cr_tensor_free(t2);
+    cr_tensor_free(t3);
+    return st;
+}

@@ -1,0 +1,233 @@
+/* unary.c — the unary-op machinery, neg, dtype conversion (to), and the in-place
+ * writes (copy_, add_, mul_, zero_) the engine and optimizers rely on. */
+#include <math.h>
+
+#include "elementwise_impl.h"
+
+cr_status cr_unary_op(cr_tensor **out, cr_op op, cr_tensor *t, cr_dtype result,
+                      const double *params, int nparams, unsigned save_in, unsigned save_out) {
+    *out = NULL;
+    CR_CHECK_TENSOR(cr_op_name(op), t, "self");
+    cr_call c;
+    cr_status st = cr_call_init(&c, op, 1, 1);
+    for (int k = 0; k < nparams && k < CR_CALL_MAX_F; k++) c.f[k] = params[k];
+    c.in[0] = t;
+    if ((st = cr_tensor_alloc(&c.out[0], t->ndim, t->shape, result, t->storage->device)))
+        return st;
+    if (!(st = cr_dispatch(&c))) st = cr_autograd_record(&c, save_in, save_out);
+    if (st) {
+        cr_call_drop_outs(&c);
+        return st;
+    }
+    *out = c.out[0];
+    return CR_OK;
+}
+
+cr_status cr_run_unary(cr_call *c, cr_loop_fn fn) {
+    cr_tensor *args[2] = {c->out[0], c->in[0]};
+    cr_iter it;
+    cr_iter_init(&it, 2, args);
+    cr_iter_run(&it, fn, c);
+    return CR_OK;
+}
+
+/* ---- neg ---- */
+static void loop_neg(char **p, const int64_t *s, int64_t n, const void *ctx) {
+    const cr_call *c = ctx;
+    switch (c->in[0]->dtype) {
+    case CR_DT_F32:
+        for (int64_t i = 0; i < n; i++)
+            *(float *)(p[0] + i * s[0]) = -*(const float *)(p[1] + i * s[1]);
+        break;
+    case CR_DT_F64:
+        for (int64_t i = 0; i < n; i++)
+            *(double *)(p[0] + i * s[0]) = -*(const double *)(p[1] + i * s[1]);
+        break;
+    default: {
+        cr_dtype dt = c->in[0]->dtype;
+        for (int64_t i = 0; i < n; i++)
+            cr_store_f64(p[0] + i * s[0], dt, -cr_load_f64(p[1] + i * s[1], dt));
+    }
+    }
+}
+cr_status cr_cpu_neg(cr_call *c) { return cr_run_unary(c, loop_neg); }
+cr_status cr_op_neg(cr_tensor **out, cr_tensor *t) {
+    CR_CHECK_TENSOR("neg", t, "self");
+    if (t->dtype == CR_DT_BOOL)
+        return cr_fail(CR_ERR_ARG, "neg: negating a bool tensor is not defined; use "
+                       "logical_not");
+    return cr_unary_op(out, CR_OP_NEG, t, t->dtype, NULL, 0, 0, 0);
+}
+cr_status cr_grad_neg(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
+    (void)n;
+    return cr_op_neg(&gin[0], gout[0]);
+}
+
+/* ---- to(dtype) ---- */
+static void loop_cast(char **p, const int64_t *s, int64_t n, const void *ctx) {
+    const cr_call *c = ctx;
+    cr_dtype from = c->in[0]->dtype, to = c->out[0]->dtype;
+    if (from == CR_DT_F32 && to == CR_DT_F64) {
+        for (int64_t i = 0; i < n; i++)
+            *(double *)(p[0] + i * s[0]) = *(const float *)(p[1] + i * s[1]);
+    } else if (from == CR_DT_F64 && to == CR_DT_F32) {
+        for (int64_t i = 0; i < n; i++)
+            *(float *)(p[0] + i * s[0]) = (float)*(const double *)(p[1] + i * s[1]);
+    } else if (from == to) {
+        size_t es = cr_dtype_size(from);
+        for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1] + i * s[1], es);
+    } else if (to == CR_DT_I64 && from != CR_DT_F32 && from != CR_DT_F64) {
+        for (int64_t i = 0; i < n; i++) /* ints through double are exact below 2^53 */
+            *(int64_t *)(p[0] + i * s[0]) = (int64_t)cr_load_f64(p[1] + i * s[1], from);
+    } else if (from == CR_DT_I64 && !cr_dtype_is_float(to)) {
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = *(const int64_t *)(p[1] + i * s[1]);
+            if (to == CR_DT_I32) *(int32_t *)(p[0] + i * s[0]) = (int32_t)v;
+            else if (to == CR_DT_U8) *(uint8_t *)(p[0] + i * s[0]) = (uint8_t)v;
+            else *(uint8_t *)(p[0] + i * s[0]) = v != 0;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            cr_store_f64(p[0] + i * s[0], to, cr_load_f64(p[1] + i * s[1], from));
+    }
+}
+cr_status cr_cpu_cast(cr_call *c) { return cr_run_unary(c, loop_cast); }
+cr_status cr_op_to(cr_tensor **out, cr_tensor *t, cr_dtype dt) {
+    CR_CHECK_TENSOR("to", t, "self");
+    if ((unsigned)dt >= CR_DT_COUNT)
+        return cr_fail(CR_ERR_ARG, "to: invalid dtype %d; use one of f32, f64, f16, bf16, i64, "
+                       "i32, u8, bool", (int)dt);
+    if (t->dtype == dt) {
+        cr_tensor_retain(t);
+        *out = t;
+        return CR_OK;
+    }
+    return cr_unary_op(out, CR_OP_CAST, t, dt, NULL, 0, 0, 0);
+}
+/* The grad goes back to the source dtype (none for integer sources). */
+cr_status cr_grad_cast(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
+    return cr_op_to(&gin[0], gout[0], n->in_meta[0].dtype);
+}
+
+/* ---- in-place writes ---- */
+static cr_status inplace_check(const char *op, cr_tensor *dst, cr_tensor *src) {
+    CR_CHECK_TENSOR(op, dst, "self");
+    CR_CHECK_TENSOR(op, src, "src");
+    cr_status st = cr_check_same_device(op, dst, src);
+    if (st) return st;
+    int ndim;
+    int64_t shape[CR_MAX_DIMS];
+    if ((st = cr_broadcast_shapes(op, dst, src, &ndim, shape))) return st;
+    if (ndim != dst->ndim || memcmp(shape, dst->shape, sizeof(int64_t) * (size_t)ndim)) {
+        char a[160], b[160];
+        return cr_fail(CR_ERR_ARG, "%s: source of shape %s does not broadcast to the "
+                       "destination's shape %s", op, cr_shape_str(src, a, sizeof a),
+                       cr_shape_str(dst, b, sizeof b));
+    }
+    return cr_check_inplace(op, dst);
+}
+
+cr_status cr_cpu_copy_(cr_call *c) {
+    /* out[0] is the destination; in[0] the source cast to its dtype */
+    cr_call u = *c;
+    u.in = u.in_small;
+    u.in_small[0] = c->in[0];
+    return cr_run_unary(&u, loop_cast);
+}
+
+static cr_status run_inplace(cr_op op, cr_tensor *dst, cr_tensor *src, double alpha) {
+    cr_call c;
+    cr_status st = cr_call_init(&c, op, 1, 1);
+    c.in[0] = src;
+    c.out[0] = dst;
+    c.f[0] = alpha;
+    if ((st = cr_dispatch(&c))) return st;
+    cr_tensor_bump_version(dst);
+    return CR_OK;
+}
+
+cr_status cr_op_copy_(cr_tensor *dst, cr_tensor *src) {
+    cr_status st = inplace_check("copy_", dst, src);
+    if (st) return st;
+    if (dst->storage == src->storage && dst->offset == src->offset &&
+        !memcmp(dst->stride, src->stride, sizeof dst->stride) && cr_same_shape(dst, src) &&
+        dst->dtype == src->dtype)
+        return CR_OK;
+    cr_tensor *s = src;
+    if (dst->storage == src->storage) { /* overlapping views: copy through a temporary */
+        if ((st = cr_op_clone(&s, src))) return st;
+    } else {
+        cr_tensor_retain(s);
+    }
+    st = run_inplace(CR_OP_COPY_, dst, s, 0);
+    cr_tensor_free(s);
+    return st;
+}
+
+static void loop_axpy(char **p, const int64_t *s, int64_t n, const void *ctx) {
+    const cr_call *c = ctx;
+    double alpha = c->f[0];
+    cr_dtype dt = c->out[0]->dtype;
+    if (dt == CR_DT_F32) {
+        float a = (float)alpha;
+        for (int64_t i = 0; i < n; i++)
+            *(float *)(p[0] + i * s[0]) += a * *(const float *)(p[1] + i * s[1]);
+    } else if (dt == CR_DT_F64) {
+        for (int64_t i = 0; i < n; i++)
+            *(double *)(p[0] + i * s[0]) += alpha * *(const double *)(p[1] + i * s[1]);
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            cr_store_f64(p[0] + i * s[0], dt,
+                         cr_load_f64(p[0] + i * s[0], dt) + alpha * cr_load_f64(p[1] + i * s[1], dt));
+    }
+}
+static void loop_scale(char **p, const int64_t *s, int64_t n, const void *ctx) {
+    const cr_call *c = ctx;
+    cr_dtype dt = c->out[0]->dtype;
+    if (dt == CR_DT_F32) {
+        for (int64_t i = 0; i < n; i++)
+            *(float *)(p[0] + i * s[0]) *= *(const float *)(p[1] + i * s[1]);
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            cr_store_f64(p[0] + i * s[0], dt,
+                         cr_load_f64(p[0] + i * s[0], dt) * cr_load_f64(p[1] + i * s[1], dt));
+    }
+}
+cr_status cr_cpu_add_(cr_call *c) {
+    cr_call u = *c;
+    u.in = u.in_small;
+    return cr_run_unary(&u, loop_axpy);
+}
+cr_status cr_cpu_mul_(cr_call *c) {
+    cr_call u = *c;
+    u.in = u.in_small;
+    return cr_run_unary(&u, loop_scale);
+}
+
+static cr_status inplace_binary(cr_op op, const char *name, cr_tensor *dst, cr_tensor *src,
+                                double alpha) {
+    cr_status st = inplace_check(name, dst, src);
+    if (st) return st;
+    cr_tensor *s;
+    bool prev = cr_grad_set_enabled(false);
+    if (dst->storage == src->storage) st = cr_op_clone(&s, src);
+    else st = cr_cast_if_needed(&s, src, dst->dtype);
+    if (!st && s->dtype != dst->dtype) {
+        cr_tensor *t;
+        st = cr_op_to(&t, s, dst->dtype);
+        cr_tensor_free(s);
+        s = t;
+    }
+    cr_grad_set_enabled(prev);
+    if (st) return st;
+    st = run_inplace(op, dst, s, alpha);
+    cr_tensor_free(s);
+    return st;
+}
+cr_status cr_op_add_(cr_tensor *dst, cr_tensor *src, double alpha) {
+    return inplace_binary(CR_OP_ADD_, "add_", dst, src, alpha);
+}
+cr_status cr_op_mul_(cr_tensor *dst, cr_tensor *src) {
+    return inplace_binary(CR_OP_MUL_, "mul_", dst, src, 1.0);
+}
+cr_status cr_op_zero_(cr_tensor *t) { return cr_op_fill_(t, 0.0); }

@@ -1,0 +1,3 @@
+-- crescent.ops.linalg — the linalg op family's functions on cr and methods on Tensor.
+return function(cr, Tensor, W) -- luacheck: no unused args
+end

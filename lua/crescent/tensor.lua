@@ -1,0 +1,226 @@
+-- crescent.tensor — the Tensor metatype: properties (shape, dtype, grad…), operators,
+-- construction from Lua values, conversion back (item, totable) and the methods every
+-- op family installs (see crescent/ops/*.lua).
+local ffi = require 'ffi'
+local C = require('crescent.ffi').C
+local util = require 'crescent.util'
+
+local box, own, check, retry = util.box, util.own, util.check, util.retry
+
+local Tensor = {}          -- methods
+local props = {}           -- read-only properties: t.shape, t.dtype, ...
+local setters = {}         -- t.grad = g, t.requires_grad = true
+local mt = {}
+
+local tensor_ct = ffi.typeof('cr_tensor')
+local is_tensor = function(x) return type(x) == 'cdata' and ffi.istype('cr_tensor*', x) end
+
+mt.__index = function(t, k)
+  local m = Tensor[k]
+  if m ~= nil then return m end
+  local p = props[k]
+  if p then return p(t) end
+  return nil
+end
+mt.__newindex = function(t, k, v)
+  local s = setters[k]
+  if not s then error("tensor has no settable field '" .. tostring(k) .. "'", 2) end
+  s(t, v)
+end
+
+-- ---- scalars: a Lua number next to a tensor becomes a 0-dim tensor of a dtype that does
+-- not widen it (x_f16 * 2 stays f16), following PyTorch's promotion of python scalars.
+local DT_F32, DT_F64, DT_I64, DT_BOOL = C.CR_DT_F32, C.CR_DT_F64, C.CR_DT_I64, C.CR_DT_BOOL
+local function scalar_for(v, like)
+  local dt
+  if type(v) == 'boolean' then
+    v = v and 1 or 0
+    dt = DT_BOOL
+  else
+    local ldt = like and C.cr_tensor_dtype(like) or DT_F32
+    if C.cr_dtype_is_float(ldt) then dt = ldt
+    elseif v == math.floor(v) and ldt ~= DT_BOOL then dt = ldt
+    elseif v == math.floor(v) then dt = DT_I64
+    else dt = DT_F64 end
+  end
+  local st = C.cr_tensor_scalar(box, v, dt)
+  if st ~= 0 then util.raise(3) end
+  return own(box[0])
+end
+Tensor._scalar_for = scalar_for
+
+local function as_tensor(x, like, what)
+  if is_tensor(x) then return x end
+  local tx = type(x)
+  if tx == 'number' or tx == 'boolean' then return scalar_for(x, like) end
+  error((what or 'op') .. ': expected a tensor or a number, got ' .. tx, 3)
+end
+
+-- ---- wrappers the op families use -------------------------------------------------
+local W = {}
+Tensor._wrap = W
+W.is_tensor = is_tensor
+W.as_tensor = as_tensor
+
+-- f(out, a, b) with numbers promoted
+function W.binary(f, name)
+  return function(a, b)
+    if not is_tensor(a) then a = as_tensor(a, is_tensor(b) and b or nil, name) end
+    if not is_tensor(b) then b = as_tensor(b, a, name) end
+    local st = f(box, a, b)
+    if st ~= 0 then retry(st, f, box, a, b) end
+    return own(box[0])
+  end
+end
+
+function W.unary(f, name)
+  return function(a)
+    if not is_tensor(a) then error(name .. ': expected a tensor, got ' .. type(a), 2) end
+    local st = f(box, a)
+    if st ~= 0 then retry(st, f, box, a) end
+    return own(box[0])
+  end
+end
+
+-- f(out, self, ...) with any further C arguments
+function W.call(f, self, ...)
+  local st = f(box, self, ...)
+  if st ~= 0 then retry(st, f, box, self, ...) end
+  return own(box[0])
+end
+
+-- f(out1, out2, self, ...) returning two tensors
+local box2 = ffi.new('cr_tensor*[2]')
+function W.call2(f, self, ...)
+  local st = f(box2, box2 + 1, self, ...)
+  if st ~= 0 then retry(st, f, box2, box2 + 1, self, ...) end
+  return own(box2[0]), own(box2[1])
+end
+
+function W.check_tensor(x, what, argname)
+  if not is_tensor(x) then
+    error(string.format("%s: argument '%s' must be a tensor, got %s", what, argname or 'self', type(x)), 3)
+  end
+  return x
+end
+
+-- ---- properties ---------------------------------------------------------------------
+function props.ndim(t) return C.cr_tensor_ndim(t) end
+function props.shape(t)
+  local n, s = C.cr_tensor_ndim(t), {}
+  for i = 0, n - 1 do s[i + 1] = tonumber(C.cr_tensor_size(t, i)) end
+  return s
+end
+function props.dtype(t) return util.dtype_name(C.cr_tensor_dtype(t)) end
+function props.device(t) return C.cr_tensor_device(t) == C.CR_DEV_CPU and 'cpu' or ('cuda:' .. C.cr_tensor_device_index(t)) end
+function props.requires_grad(t) return C.cr_tensor_requires_grad(t) end
+function props.is_leaf(t) return C.cr_tensor_is_leaf(t) end
+function props.grad(t)
+  local g = C.cr_tensor_grad(t)
+  if g == nil then return nil end
+  return own(g)
+end
+function props.grad_fn(t)
+  local s = ffi.string(C.cr_tensor_grad_fn_name(t))
+  return s ~= '' and s or nil
+end
+function props.version(t) return tonumber(C.cr_tensor_version(t)) end
+
+function setters.grad(t, g)
+  if g ~= nil then W.check_tensor(g, 'set grad', 'grad') end
+  check(C.cr_tensor_set_grad(t, g))
+end
+function setters.requires_grad(t, flag) check(C.cr_tensor_set_requires_grad(t, flag and true or false)) end
+
+-- ---- metadata methods -------------------------------------------------------------------
+function Tensor.size(t, d)
+  if d == nil then return props.shape(t) end
+  local n = C.cr_tensor_ndim(t)
+  local dd = d < 0 and d + n or d
+  if dd < 0 or dd >= n then error(string.format('size: dim %d out of range for a %d-dim tensor', d, n), 2) end
+  return tonumber(C.cr_tensor_size(t, dd))
+end
+function Tensor.dim(t) return C.cr_tensor_ndim(t) end
+function Tensor.numel(t) return tonumber(C.cr_tensor_numel(t)) end
+function Tensor.stride(t, d)
+  if d ~= nil then return tonumber(C.cr_tensor_stride(t, d < 0 and d + C.cr_tensor_ndim(t) or d)) end
+  local s = {}
+  for i = 0, C.cr_tensor_ndim(t) - 1 do s[i + 1] = tonumber(C.cr_tensor_stride(t, i)) end
+  return s
+end
+function Tensor.is_contiguous(t) return C.cr_tensor_is_contiguous(t) end
+function Tensor.is_floating_point(t) return C.cr_dtype_is_float(C.cr_tensor_dtype(t)) end
+function Tensor.data_ptr(t) return C.cr_tensor_data(t) end
+function Tensor.same_storage(a, b) return C.cr_tensor_same_storage(a, b) end
+
+-- Releases the handle now instead of waiting for the GC.
+function Tensor.free(t)
+  ffi.gc(t, nil)
+  C.cr_tensor_free(t)
+end
+
+function Tensor.item(t)
+  if C.cr_tensor_numel(t) ~= 1 then
+    error(string.format('item: the tensor has %d elements; item() needs exactly one', tonumber(C.cr_tensor_numel(t))), 2)
+  end
+  local v = C.cr_tensor_get_flat(t, 0)
+  local dt = C.cr_tensor_dtype(t)
+  if dt == DT_BOOL then return v ~= 0 end
+  return v
+end
+
+-- Nested Lua tables, row-major; 0-dim tensors give a number.
+function Tensor.totable(t)
+  local n = tonumber(C.cr_tensor_numel(t))
+  local buf = ffi.new('double[?]', math.max(n, 1))
+  check(C.cr_tensor_read_f64(t, buf))
+  local shape = props.shape(t)
+  local isbool = C.cr_tensor_dtype(t) == DT_BOOL
+  local function conv(v) if isbool then return v ~= 0 end return v end
+  if #shape == 0 then return conv(buf[0]) end
+  local pos = 0
+  local function build(d)
+    local out = {}
+    if d == #shape then
+      for i = 1, shape[d] do out[i] = conv(buf[pos]); pos = pos + 1 end
+    else
+      for i = 1, shape[d] do out[i] = build(d + 1) end
+    end
+    return out
+  end
+  return build(1)
+end
+
+-- ---- autograd basics ------------------------------------------------------------------
+function Tensor.requires_grad_(t, flag)
+  if flag == nil then flag = true end
+  check(C.cr_tensor_set_requires_grad(t, flag and true or false))
+  return t
+end
+function Tensor.detach(t)
+  check(C.cr_tensor_detach(box, t))
+  return own(box[0])
+end
+function Tensor.retain_grad(t) check(C.cr_tensor_retain_grad(t)); return t end
+function Tensor.zero_grad(t) check(C.cr_tensor_set_grad(t, nil)) end
+
+-- ---- operators ----------------------------------------------------------------------------
+mt.__add = function(a, b) return Tensor.add(a, b) end
+mt.__sub = function(a, b) return Tensor.sub(a, b) end
+mt.__mul = function(a, b) return Tensor.mul(a, b) end
+mt.__div = function(a, b) return Tensor.div(a, b) end
+mt.__unm = function(a) return Tensor.neg(a) end
+mt.__pow = function(a, b)
+  if type(b) == 'number' and is_tensor(a) then return Tensor.pow_scalar(a, b) end
+  return Tensor.pow(a, b)
+end
+mt.__len = function(t) return C.cr_tensor_ndim(t) > 0 and tonumber(C.cr_tensor_size(t, 0)) or 0 end
+mt.__tostring = function(t) return require('crescent.format').tensor(t) end
+mt.__eq = nil -- cdata equality stays pointer identity; use t:eq(u) for elementwise
+
+Tensor._mt = mt
+Tensor._props = props
+Tensor._setters = setters
+ffi.metatype(tensor_ct, mt)
+
+return Tensor

@@ -1,0 +1,126 @@
+-- crescent.util — the glue every binding file uses: status checks that raise Lua errors
+-- with the C message, ownership of returned handles (ffi.gc, plus GC nudges because
+-- tensor bytes live outside the Lua heap), dtype names and shape arguments.
+local ffi = require 'ffi'
+local C = require('crescent.ffi').C
+
+local M = {}
+
+M.box = ffi.new('cr_tensor*[4]')      -- out-parameters of single calls
+local shape_buf = ffi.new('int64_t[8]')
+local shape_buf2 = ffi.new('int64_t[8]')
+
+local function raise(level)
+  error(ffi.string(C.cr_last_error()), level or 3)
+end
+M.raise = raise
+
+function M.check(st)
+  if st ~= 0 then raise(3) end
+end
+
+-- Tensor bytes are invisible to the Lua GC: every so often ask C whether enough bytes
+-- were allocated since the last collection that garbage should be collected now.
+local owned = 0
+local free_fn = C.cr_tensor_free
+function M.own(p)
+  owned = owned + 1
+  if owned >= 128 then
+    owned = 0
+    if C.cr_memory_gc_hint() ~= 0 then collectgarbage('collect') end
+  end
+  return ffi.gc(p, free_fn)
+end
+
+-- A failed allocation collects garbage and retries once before raising.
+function M.retry(st, f, ...)
+  if st == 2 then
+    collectgarbage('collect')
+    collectgarbage('collect')
+    st = f(...)
+  end
+  if st ~= 0 then raise(4) end
+end
+
+M.dtypes = {
+  f32 = C.CR_DT_F32, float32 = C.CR_DT_F32, float = C.CR_DT_F32,
+  f64 = C.CR_DT_F64, float64 = C.CR_DT_F64, double = C.CR_DT_F64,
+  f16 = C.CR_DT_F16, float16 = C.CR_DT_F16, half = C.CR_DT_F16,
+  bf16 = C.CR_DT_BF16, bfloat16 = C.CR_DT_BF16,
+  i64 = C.CR_DT_I64, int64 = C.CR_DT_I64, long = C.CR_DT_I64,
+  i32 = C.CR_DT_I32, int32 = C.CR_DT_I32, int = C.CR_DT_I32,
+  u8 = C.CR_DT_U8, uint8 = C.CR_DT_U8, byte = C.CR_DT_U8,
+  bool = C.CR_DT_BOOL,
+}
+
+function M.dtype(name, default)
+  if name == nil then return default or C.CR_DT_F32 end
+  if type(name) == 'number' then return name end
+  local dt = M.dtypes[name]
+  if not dt then
+    error("unknown dtype '" .. tostring(name) .. "'; use f32, f64, f16, bf16, i64, i32, u8 or bool", 3)
+  end
+  return dt
+end
+
+function M.dtype_name(dt)
+  return ffi.string(C.cr_dtype_name(dt))
+end
+
+-- Shapes come as a table {2, 3} or as numbers (2, 3). Returns ndim, int64_t[8].
+local function fill_shape(buf, what, ...)
+  local first = ...
+  local n, get
+  if type(first) == 'table' then
+    n = #first
+    get = function(i) return first[i] end
+  else
+    n = select('#', ...)
+    local args = { ... }
+    get = function(i) return args[i] end
+  end
+  if n > 8 then error(what .. ': at most 8 dims, got ' .. n, 4) end
+  for i = 1, n do
+    local v = get(i)
+    if type(v) ~= 'number' then
+      error(what .. ': size ' .. i .. ' is ' .. tostring(v) .. ', expected a number', 4)
+    end
+    if v ~= math.floor(v) then
+      error(what .. ': size ' .. i .. ' is ' .. v .. ', expected an integer', 4)
+    end
+    buf[i - 1] = v
+  end
+  return n, buf
+end
+function M.shape_arg(what, ...) return fill_shape(shape_buf, what, ...) end
+function M.shape_arg2(what, ...) return fill_shape(shape_buf2, what, ...) end
+
+-- Splits a trailing options table from shape varargs: zeros(2, 3, {dtype='f64'}).
+function M.split_opts(...)
+  local n = select('#', ...)
+  local last = select(n, ...)
+  if n >= 1 and type(last) == 'table' and (#last == 0 and next(last) ~= nil) then
+    return last, n - 1
+  end
+  return nil, n
+end
+
+-- Bitmask of dims for reductions: nil = all; a number or a table of numbers (0-based,
+-- negative from the end).
+function M.dims_mask(what, dims, ndim)
+  if dims == nil then return 0 end
+  if type(dims) == 'number' then dims = { dims } end
+  if type(dims) ~= 'table' then error(what .. ': dim must be a number or a table of numbers', 3) end
+  if ndim == 0 then return 0 end
+  local mask = 0
+  for _, d in ipairs(dims) do
+    local dd = d < 0 and d + ndim or d
+    if dd < 0 or dd >= math.max(ndim, 1) then
+      error(string.format('%s: dim %d out of range for a %d-dim tensor', what, d, ndim), 3)
+    end
+    mask = bit.bor(mask, bit.lshift(1, dd))
+  end
+  return mask
+end
+
+return M

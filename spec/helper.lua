@@ -1,0 +1,117 @@
+-- spec/helper.lua — shared by every spec: loads crescent from this checkout, and offers
+-- gradcheck (finite differences in f64), closeness assertions, and the GPU skip tag.
+package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
+local cr = require 'crescent'
+
+local H = {}
+_G.H = H
+H.cr = cr
+
+-- Largest absolute difference between two tensors (or a tensor and a nested table).
+function H.max_diff(a, b)
+  if not cr.is_tensor(b) then b = cr.tensor(b, { dtype = 'f64' }) end
+  local d = (a:double() - b:double())
+  local m = 0
+  for _, v in ipairs(H.flat(d)) do
+    if v ~= v then return math.huge end
+    m = math.max(m, math.abs(v))
+  end
+  return m
+end
+
+function H.flat(t)
+  local out, tab = {}, t:totable()
+  local function walk(x)
+    if type(x) == 'table' then for _, y in ipairs(x) do walk(y) end
+    elseif type(x) == 'boolean' then out[#out + 1] = x and 1 or 0
+    else out[#out + 1] = x end
+  end
+  walk(tab)
+  return out
+end
+
+-- assert that a and b have the same shape and agree within atol + rtol*|b|
+function H.assert_close(a, b, atol, rtol, msg)
+  atol, rtol = atol or 1e-5, rtol or 1e-5
+  if not cr.is_tensor(b) then b = cr.tensor(b, { dtype = 'f64' }) end
+  local sa, sb = table.concat(a.shape, 'x'), table.concat(b.shape, 'x')
+  assert(sa == sb, (msg or '') .. ' shape mismatch: ' .. sa .. ' vs ' .. sb)
+  local fa, fb = H.flat(a), H.flat(b)
+  for i = 1, #fa do
+    local x, y = fa[i], fb[i]
+    local ok = (x == y) or (x ~= x and y ~= y) or math.abs(x - y) <= atol + rtol * math.abs(y)
+    if not ok then
+      error(string.format('%s element %d: %.10g vs %.10g (atol %g, rtol %g)', msg or 'not close:', i, x, y, atol, rtol), 2)
+    end
+  end
+end
+
+-- Finite-difference gradcheck in f64. f takes the input tensors and returns a tensor;
+-- inputs are f64 leaves that require grad (non-tensors pass through). Compares the
+-- analytic grad of sum(f(...) * w), for a fixed random w, with central differences.
+function H.gradcheck(f, inputs, opts)
+  opts = opts or {}
+  local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-5, opts.rtol or 1e-4
+  local xs = {}
+  for i, x in ipairs(inputs) do
+    if cr.is_tensor(x) and x:is_floating_point() then
+      xs[i] = x:double():detach():requires_grad_(true)
+    else
+      xs[i] = x
+    end
+  end
+  local out = f(unpack(xs, 1, #inputs))
+  local w = cr.tensor(H.flat(out), { dtype = 'f64' }) -- placeholder shape, replaced below
+  do -- deterministic weights so that every output element matters differently
+    local n, vals = out:numel(), {}
+    for k = 1, n do vals[k] = 0.5 + ((k * 7919) % 97) / 97 end
+    w = cr.tensor(vals, { dtype = 'f64' }):view(out.shape)
+  end
+  local function scalar(...) return (f(...):double() * w):sum() end
+  local loss = scalar(unpack(xs, 1, #inputs))
+  loss:backward()
+  for i, x in ipairs(xs) do
+    if cr.is_tensor(x) and x.requires_grad and not (opts.skip and opts.skip[i]) then
+      local analytic = x.grad or cr.zeros_like(x)
+      local flat = H.flat(analytic)
+      local n = x:numel()
+      local base = x:detach():contiguous():view(-1)
+      for k = 0, n - 1 do
+        local orig = base:select(0, k):item()
+        local xk = x:detach():clone()
+        local v = xk:view(-1)
+        v:select(0, k):fill_(orig + eps)
+        local args = { unpack(xs, 1, #inputs) }
+        args[i] = xk
+        local fp = cr.no_grad(scalar, unpack(args, 1, #inputs)):item()
+        v:select(0, k):fill_(orig - eps)
+        local fm = cr.no_grad(scalar, unpack(args, 1, #inputs)):item()
+        local numeric = (fp - fm) / (2 * eps)
+        local a = flat[k + 1]
+        if math.abs(a - numeric) > atol + rtol * math.abs(numeric) then
+          error(string.format('gradcheck: input %d element %d: analytic %.8g vs numeric %.8g', i, k, a, numeric), 2)
+        end
+      end
+    end
+  end
+  return true
+end
+
+-- Asserts that f() raises an error whose message contains every given fragment.
+function H.assert_error(f, ...)
+  local ok, err = pcall(f)
+  assert(not ok, 'expected an error, but the call succeeded')
+  err = tostring(err)
+  for _, frag in ipairs { ... } do
+    assert(err:find(frag, 1, true), 'error message "' .. err .. '" does not mention "' .. frag .. '"')
+  end
+  return err
+end
+
+-- GPU specs: `H.gpu_it(name, fn)` runs only where a GPU is usable, otherwise one pending
+-- line says why.
+function H.gpu_available()
+  return cr.features():find('cuda=1', 1, true) ~= nil and os.getenv('CRESCENT_NO_GPU') == nil
+end
+
+return H

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs every busted spec under LuaJIT and ends with the line "N passed, N failed"
+# (", N skipped" when specs were pending, e.g. GPU specs on a machine without a GPU).
+set -u
+cd "$(dirname "$0")/.."
+log=$(mktemp)
+luajit /usr/bin/busted -o utfTerminal "$@" 2>&1 | tee "$log"
+summary=$(grep -E '[0-9]+ success(es)? / [0-9]+ failures? / [0-9]+ errors? / [0-9]+ pending' "$log" | tail -1)
+rm -f "$log"
+if [ -z "$summary" ]; then
+  echo "busted printed no summary: it crashed before finishing"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+read -r ok fail err pend < <(echo "$summary" | sed -E 's/^[^0-9]*([0-9]+) success(es)? \/ ([0-9]+) failures? \/ ([0-9]+) errors? \/ ([0-9]+) pending.*/\1 \3 \4 \5/')
+failed=$((fail + err))
+if [ "$pend" -gt 0 ]; then echo "$ok passed, $failed failed, $pend skipped"; else echo "$ok passed, $failed failed"; fi
+[ "$failed" -eq 0 ]

@@ -47,10 +47,12 @@ probes:
 
 $(BUILD)/obj/%.o: csrc/%.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	@echo "  CC $<"
+	@$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libcrescent.so: $(OBJS)
-	$(CC) -shared -o $@ $(OBJS) $(LDLIBS)
+	@echo "  LD $@"
+	@$(CC) -shared -o $@ $(OBJS) $(LDLIBS)
 
 # The FFI declarations are the public header itself, preprocessed.
 $(BUILD)/crescent_cdef.h: $(HDRS)

@@ -2,13 +2,14 @@
 #   make        build build/libcrescent.so (feature probes print ✓/✗)
 #   make deps   apt-get only the missing Debian packages
 #   make test   deps, build, every spec; last line "N passed, N failed"
+#   make run    the README tour (examples/tour.lua)
 #   make bench  benchmarks beside their PyTorch twins
 SHELL := /bin/bash
 BUILD := build
 CC ?= cc
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 -march=native -fPIC -fopenmp -g \
                -Wall -Wextra -Werror -Wno-unused-parameter -Icsrc/include -Icsrc/core -Icsrc/ops
-LDLIBS := -lm -fopenmp -Wl,-z,defs
+LDLIBS := -lm -fopenmp -Wl,-z,defs -Wl,-z,nodelete
 
 # Debian packages: what building and testing need, and what benchmarks add.
 DEPS_TEST := luajit lua-busted lua-check libdnnl-dev lua-cjson
@@ -34,7 +35,7 @@ SRCS := $(wildcard csrc/core/*.c csrc/ops/*.c csrc/autograd/*.c)
 OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(SRCS))
 HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/ops/*.h)
 
-.PHONY: all deps test bench clean probes lint
+.PHONY: all deps test bench clean probes lint run
 all: probes $(BUILD)/libcrescent.so $(BUILD)/crescent_cdef.h
 
 probes:
@@ -52,12 +53,13 @@ $(BUILD)/obj/%.o: csrc/%.c $(HDRS)
 
 $(BUILD)/libcrescent.so: $(OBJS)
 	@echo "  LD $@"
-	@$(CC) -shared -o $@ $(OBJS) $(LDLIBS)
+	@$(CC) -shared -o $@.tmp $(OBJS) $(LDLIBS) && mv -f $@.tmp $@  # rename: running processes keep the old file
 
+# -z nodelete: LuaJIT dlcloses the library at exit while OpenMP threads still run in it.
 # The FFI declarations are the public header itself, preprocessed.
 $(BUILD)/crescent_cdef.h: $(HDRS)
 	@mkdir -p $(BUILD)
-	$(CC) -E -P -DCR_CDEF -Icsrc/include csrc/include/crescent.h | grep -v '^\s*$$' > $@
+	@$(CC) -E -P -DCR_CDEF -Icsrc/include csrc/include/crescent.h | grep -v '^\s*$$' > $@.tmp && mv -f $@.tmp $@
 
 deps:
 	@missing=""; for p in $(DEPS_TEST) $(EXTRA_DEPS); do \
@@ -71,6 +73,10 @@ deps:
 
 test: deps all
 	@bash tools/run_specs.sh
+
+# The recipes (issue 4) take this over; until then `make run` is the README tour.
+run: deps all
+	@luajit examples/tour.lua
 
 bench: EXTRA_DEPS = $(DEPS_BENCH)
 bench: deps all

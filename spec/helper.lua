@@ -61,12 +61,10 @@ function H.gradcheck(f, inputs, opts)
     end
   end
   local out = f(unpack(xs, 1, #inputs))
-  local w = cr.tensor(H.flat(out), { dtype = 'f64' }) -- placeholder shape, replaced below
-  do -- deterministic weights so that every output element matters differently
-    local n, vals = out:numel(), {}
-    for k = 1, n do vals[k] = 0.5 + ((k * 7919) % 97) / 97 end
-    w = cr.tensor(vals, { dtype = 'f64' }):view(out.shape)
-  end
+  -- deterministic weights, so that every output element matters differently
+  local vals = {}
+  for k = 1, out:numel() do vals[k] = 0.5 + ((k * 7919) % 97) / 97 end
+  local w = cr.tensor(vals, { dtype = 'f64' }):view(out.shape)
   local function scalar(...) return (f(...):double() * w):sum() end
   local loss = scalar(unpack(xs, 1, #inputs))
   loss:backward()

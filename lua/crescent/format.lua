@@ -55,7 +55,8 @@ function M.tensor(t)
       count = count + 1
     end)
   end
-  local sci = isfloat and (maxabs >= 1e8 or (minabs < 1e-4 and minabs > 0) or (minabs ~= math.huge and maxabs / minabs > 1e6 and maxabs > 1e3))
+  local wide_range = minabs ~= math.huge and maxabs / minabs > 1e6 and maxabs > 1e3
+  local sci = isfloat and (maxabs >= 1e8 or (minabs < 1e-4 and minabs > 0) or wide_range)
   local prec = isfloat and (allint and not sci and 0 or 4) or 0
   local width = 1
   if n > 0 then

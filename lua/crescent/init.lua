@@ -3,7 +3,6 @@
 -- and as a Tensor method, autograd, RNG and thread control.
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
-local util = require 'crescent.util'
 local Tensor = require 'crescent.tensor'
 local autograd = require 'crescent.autograd'
 

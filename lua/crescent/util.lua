@@ -21,14 +21,10 @@ end
 
 -- Tensor bytes are invisible to the Lua GC: every so often ask C whether enough bytes
 -- were allocated since the last collection that garbage should be collected now.
-local owned = 0
-local free_fn = C.cr_tensor_free
+-- The hint is one relaxed atomic load in C, cheap enough to ask on every handle.
+local free_fn, gc_hint = C.cr_tensor_free, C.cr_memory_gc_hint
 function M.own(p)
-  owned = owned + 1
-  if owned >= 128 then
-    owned = 0
-    if C.cr_memory_gc_hint() ~= 0 then collectgarbage('collect') end
-  end
+  if gc_hint() ~= 0 then collectgarbage('collect') end
   return ffi.gc(p, free_fn)
 end
 

@@ -261,7 +261,8 @@ static cr_status finish_node(cr_engine *e, cr_node *n) {
 
 static cr_status run_rule(cr_engine *e, cr_node *n) {
     for (int k = 0; k < n->call.nout; k++) {
-        if (n->buf[k]) continue;
+        /* integer outputs (indices, masks) never carry grads: they stay NULL */
+        if (n->buf[k] || !cr_dtype_is_float(n->out_meta[k].dtype)) continue;
         cr_status st = zeros_for(&n->buf[k], &n->out_meta[k]);
         if (st) return st;
     }

@@ -224,10 +224,11 @@ cr_status cr_check_inplace(const char *op, cr_tensor *t) {
 }
 
 /* ---- tensor-side API ---- */
-bool cr_tensor_requires_grad(const cr_tensor *t) { return t->requires_grad; }
-bool cr_tensor_is_leaf(const cr_tensor *t) { return t->grad_fn == NULL; }
+bool cr_tensor_requires_grad(const cr_tensor *t) { return t && t->requires_grad; }
+bool cr_tensor_is_leaf(const cr_tensor *t) { return !t || t->grad_fn == NULL; }
 
 cr_status cr_tensor_set_requires_grad(cr_tensor *t, bool flag) {
+    CR_CHECK_TENSOR("requires_grad_", t, "self");
     if (t->grad_fn && !flag)
         return cr_fail(CR_ERR_AUTOGRAD, "requires_grad_: only leaves can stop requiring grad; "
                        "use :detach() for a non-leaf");
@@ -239,11 +240,13 @@ cr_status cr_tensor_set_requires_grad(cr_tensor *t, bool flag) {
 }
 
 cr_tensor *cr_tensor_grad(const cr_tensor *t) {
+    if (!t) return NULL;
     cr_tensor_retain(t->grad);
     return t->grad;
 }
 
 cr_status cr_tensor_set_grad(cr_tensor *t, cr_tensor *grad) {
+    CR_CHECK_TENSOR("set grad", t, "self");
     if (grad && !cr_same_shape(t, grad)) {
         char a[160], b[160];
         return cr_fail(CR_ERR_ARG, "set grad: grad shape %s does not match tensor shape %s",
@@ -259,7 +262,7 @@ cr_status cr_tensor_set_grad(cr_tensor *t, cr_tensor *grad) {
 }
 
 const char *cr_tensor_grad_fn_name(const cr_tensor *t) {
-    if (!t->grad_fn) return "";
+    if (!t || !t->grad_fn) return "";
     if (t->grad_fn->kind == CR_NODE_CUSTOM) return "LuaFunction";
     return cr_op_name(t->grad_fn->call.op);
 }
@@ -279,6 +282,7 @@ static cr_status push_id(int **list, int *n, int id) {
 }
 
 cr_status cr_tensor_add_hook(cr_tensor *t, int hook_id) {
+    CR_CHECK_TENSOR("register_hook", t, "self");
     if (!t->requires_grad)
         return cr_fail(CR_ERR_AUTOGRAD, "register_hook: the tensor does not require grad, so "
                        "no gradient will reach the hook");
@@ -288,6 +292,7 @@ cr_status cr_tensor_add_hook(cr_tensor *t, int hook_id) {
 }
 
 cr_status cr_tensor_add_post_accumulate_hook(cr_tensor *t, int hook_id) {
+    CR_CHECK_TENSOR("register_post_accumulate_grad_hook", t, "self");
     if (!t->requires_grad || t->grad_fn)
         return cr_fail(CR_ERR_AUTOGRAD, "register_post_accumulate_grad_hook: only leaves that "
                        "require grad accumulate a .grad");
@@ -305,6 +310,7 @@ static bool remove_id(int *list, int *n, int id) {
 }
 
 cr_status cr_tensor_remove_hook(cr_tensor *t, int hook_id) {
+    CR_CHECK_TENSOR("remove_hook", t, "self");
     if (remove_id(t->hooks, &t->nhooks, hook_id)) return CR_OK;
     if (remove_id(t->post_hooks, &t->npost_hooks, hook_id)) return CR_OK;
     if (t->grad_fn && remove_id(t->grad_fn->hooks[t->output_nr],
@@ -314,6 +320,7 @@ cr_status cr_tensor_remove_hook(cr_tensor *t, int hook_id) {
 }
 
 cr_status cr_tensor_retain_grad(cr_tensor *t) {
+    CR_CHECK_TENSOR("retain_grad", t, "self");
     if (!t->requires_grad)
         return cr_fail(CR_ERR_AUTOGRAD, "retain_grad: the tensor does not require grad");
     if (!t->grad_fn) return CR_OK; /* leaves keep their grad anyway */
@@ -327,6 +334,9 @@ cr_status cr_autograd_custom(cr_tensor **outs, int nout, cr_tensor **ins, int ni
     if (nout < 1 || nout > CR_CALL_MAX_OUT)
         return cr_fail(CR_ERR_ARG, "Function: %d outputs; between 1 and %d are supported", nout,
                        CR_CALL_MAX_OUT);
+    if (!outs || (nin > 0 && !ins)) return cr_fail(CR_ERR_ARG, "Function: nil output or input list");
+    for (int k = 0; k < nout; k++)
+        if (!outs[k]) return cr_fail(CR_ERR_ARG, "Function: output %d is nil", k + 1);
     bool any = false;
     for (int i = 0; i < nin; i++) any = any || (ins[i] && ins[i]->requires_grad);
     if (!grad_enabled || !any) return CR_OK;

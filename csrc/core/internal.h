@@ -159,7 +159,8 @@ typedef struct cr_node {
     cr_tensor *buf[CR_CALL_MAX_OUT];
 } cr_node;
 
-/* Derivative rule: given grads of the outputs (never NULL: missing ones are zeros),
+/* Derivative rule: given grads of the outputs (never NULL for float outputs: missing
+ * ones are zeros; always NULL for integer outputs such as indices or masks),
  * writes new references into gin[i] for each input i with n->edges[i].node != NULL.
  * Runs with grad recording off. */
 typedef cr_status (*cr_grad_fn)(cr_node *n, cr_tensor **gout, cr_tensor **gin);

@@ -213,27 +213,28 @@ void cr_tensor_free(cr_tensor *t) {
 }
 
 /* ---- accessors ---- */
-int cr_tensor_ndim(const cr_tensor *t) { return t->ndim; }
+int cr_tensor_ndim(const cr_tensor *t) { return t ? t->ndim : 0; }
 int64_t cr_tensor_size(const cr_tensor *t, int dim) {
-    return dim >= 0 && dim < t->ndim ? t->shape[dim] : -1;
+    return t && dim >= 0 && dim < t->ndim ? t->shape[dim] : -1;
 }
 int64_t cr_tensor_stride(const cr_tensor *t, int dim) {
-    return dim >= 0 && dim < t->ndim ? t->stride[dim] : 0;
+    return t && dim >= 0 && dim < t->ndim ? t->stride[dim] : 0;
 }
-int64_t cr_tensor_offset(const cr_tensor *t) { return t->offset; }
-int64_t cr_tensor_numel(const cr_tensor *t) { return t->numel; }
-cr_dtype cr_tensor_dtype(const cr_tensor *t) { return t->dtype; }
-cr_devtype cr_tensor_device(const cr_tensor *t) { return t->storage->device; }
-int cr_tensor_device_index(const cr_tensor *t) { return t->storage->device_index; }
-uint64_t cr_tensor_version(const cr_tensor *t) { return t->storage->version; }
+int64_t cr_tensor_offset(const cr_tensor *t) { return t ? t->offset : 0; }
+int64_t cr_tensor_numel(const cr_tensor *t) { return t ? t->numel : 0; }
+cr_dtype cr_tensor_dtype(const cr_tensor *t) { return t ? t->dtype : CR_DT_F32; }
+cr_devtype cr_tensor_device(const cr_tensor *t) { return t ? t->storage->device : CR_DEV_CPU; }
+int cr_tensor_device_index(const cr_tensor *t) { return t ? t->storage->device_index : 0; }
+uint64_t cr_tensor_version(const cr_tensor *t) { return t ? t->storage->version : 0; }
 bool cr_tensor_same_storage(const cr_tensor *a, const cr_tensor *b) {
-    return a->storage == b->storage;
+    return a && b && a->storage == b->storage;
 }
 void *cr_tensor_data(const cr_tensor *t) {
-    return t->storage->device == CR_DEV_CPU ? cr_tensor_ptr(t) : NULL;
+    return t && t->storage->device == CR_DEV_CPU ? cr_tensor_ptr(t) : NULL;
 }
 
 bool cr_tensor_is_contiguous(const cr_tensor *t) {
+    if (!t) return false;
     int64_t expect = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
         if (t->shape[d] == 1) continue;
@@ -261,12 +262,13 @@ int64_t cr_flat_offset(const cr_tensor *t, int64_t i) {
 }
 
 double cr_tensor_get_flat(const cr_tensor *t, int64_t i) {
-    if (i < 0 || i >= t->numel || t->storage->device != CR_DEV_CPU) return NAN;
+    if (!t || i < 0 || i >= t->numel || t->storage->device != CR_DEV_CPU) return NAN;
     size_t es = cr_dtype_size(t->dtype);
     return cr_load_f64((char *)t->storage->data + cr_flat_offset(t, i) * (int64_t)es, t->dtype);
 }
 
 cr_status cr_tensor_read_f64(const cr_tensor *t, double *out) {
+    if (!t || !out) return cr_fail(CR_ERR_ARG, "read: nil tensor or buffer");
     if (t->storage->device != CR_DEV_CPU)
         return cr_fail(CR_ERR_DEVICE, "read: tensor is on cuda; copy it to cpu first");
     size_t es = cr_dtype_size(t->dtype);
@@ -277,6 +279,7 @@ cr_status cr_tensor_read_f64(const cr_tensor *t, double *out) {
 }
 
 cr_status cr_tensor_read_i64(const cr_tensor *t, int64_t *out) {
+    if (!t || !out) return cr_fail(CR_ERR_ARG, "read: nil tensor or buffer");
     if (t->storage->device != CR_DEV_CPU)
         return cr_fail(CR_ERR_DEVICE, "read: tensor is on cuda; copy it to cpu first");
     size_t es = cr_dtype_size(t->dtype);

@@ -1,0 +1,386 @@
+/* batch_norm.c — batch normalisation over [N, C, ...] (statistics per channel over N and
+ * the spatial dims): the op entry, the reference kernels (OpenMP over channels, f64
+ * accumulation) and the derivative rule. f32 goes through oneDNN (batch_norm_dnnl.c)
+ * when fast paths are on; oneDNN keeps no running statistics, so their update is done
+ * here for both paths.
+ *
+ * The forward has three outputs: y, and the mean and invstd it normalised with (batch
+ * statistics in training, running ones in eval), kept for the backward, which is the op
+ * BATCH_NORM_BACKWARD so that a GPU can bring its own fused kernel. */
+#include <math.h>
+#include <omp.h>
+
+#include "batch_norm_impl.h"
+#include "elementwise_impl.h"
+
+/* Spatial size: the product of the dims after N and C. */
+static int64_t spatial_size(const cr_tensor *x) {
+    int64_t S = 1;
+    for (int d = 2; d < x->ndim; d++) S *= x->shape[d];
+    return S;
+}
+
+/* Element c of a [C] vector of any float dtype and any stride. */
+static double vec_get(const cr_tensor *v, int64_t c) {
+    return cr_load_f64(cr_tensor_ptr(v) + c * v->stride[0] * (int64_t)cr_dtype_size(v->dtype),
+                       v->dtype);
+}
+static void vec_set(cr_tensor *v, int64_t c, double val) {
+    cr_store_f64(cr_tensor_ptr(v) + c * v->stride[0] * (int64_t)cr_dtype_size(v->dtype),
+                 v->dtype, val);
+}
+
+/* ---- forward ---------------------------------------------------------------------- */
+
+/* Reference: per channel, two passes (mean, then centred squares) in f64, then y. */
+static void bn_forward_ref(cr_call *c, bool use_batch, double *mean, double *var) {
+    cr_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *rm = c->in[3], *rv = c->in[4];
+    const int64_t N = x->shape[0], C = x->shape[1], S = spatial_size(x), M = N * S;
+    const double eps = c->f[1];
+    const bool f32 = x->dtype == CR_DT_F32;
+    const char *xp = cr_tensor_ptr(x);
+    char *yp = cr_tensor_ptr(c->out[0]);
+    bool par = x->numel >= CR_PAR_GRAIN && C > 1;
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t ch = 0; ch < C; ch++) {
+        double m, v;
+        if (use_batch) {
+            double s = 0, sq = 0;
+            for (int64_t n = 0; n < N; n++) {
+                int64_t base = (n * C + ch) * S;
+                for (int64_t k = 0; k < S; k++)
+                    s += f32 ? ((const float *)xp)[base + k] : ((const double *)xp)[base + k];
+            }
+            m = s / (double)M;
+            for (int64_t n = 0; n < N; n++) {
+                int64_t base = (n * C + ch) * S;
+                for (int64_t k = 0; k < S; k++) {
+                    double d = (f32 ? ((const float *)xp)[base + k]
+                                    : ((const double *)xp)[base + k]) - m;
+                    sq += d * d;
+                }
+            }
+            v = sq / (double)M;
+        } else {
+            m = vec_get(rm, ch);
+            v = vec_get(rv, ch);
+        }
+        mean[ch] = m;
+        var[ch] = v;
+        double invstd = 1.0 / sqrt(v + eps);
+        double wc = w ? vec_get(w, ch) : 1.0, bc = b ? vec_get(b, ch) : 0.0;
+        for (int64_t n = 0; n < N; n++) {
+            int64_t base = (n * C + ch) * S;
+            if (f32) {
+                const float *xs = (const float *)xp + base;
+                float *ys = (float *)yp + base;
+                for (int64_t k = 0; k < S; k++) ys[k] = (float)((xs[k] - m) * invstd * wc + bc);
+            } else {
+                const double *xs = (const double *)xp + base;
+                double *ys = (double *)yp + base;
+                for (int64_t k = 0; k < S; k++) ys[k] = (xs[k] - m) * invstd * wc + bc;
+            }
+        }
+    }
+}
+
+#ifdef CR_HAVE_DNNL
+/* oneDNN forward; false when it refused the shape. */
+static bool bn_forward_dnnl(cr_call *c, bool use_batch, double *mean, double *var) {
+    cr_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *rm = c->in[3], *rv = c->in[4];
+    const int64_t N = x->shape[0], C = x->shape[1], S = spatial_size(x);
+    float *buf = malloc(sizeof(float) * (size_t)(4 * C));
+    if (!buf) return false;
+    float *mf = buf, *vf = buf + C, *wf = buf + 2 * C, *bf = buf + 3 * C;
+    for (int64_t ch = 0; ch < C; ch++) {
+        if (w) wf[ch] = (float)vec_get(w, ch);
+        if (b) bf[ch] = (float)vec_get(b, ch);
+        if (!use_batch) {
+            mf[ch] = (float)vec_get(rm, ch);
+            vf[ch] = (float)vec_get(rv, ch);
+        }
+    }
+    bool ok = cr_dnnl_batch_norm_forward((float *)cr_tensor_ptr(c->out[0]),
+                                         (const float *)cr_tensor_ptr(x), w ? wf : NULL,
+                                         b ? bf : NULL, mf, vf, N, C, S, !use_batch, c->f[1]);
+    if (ok) {
+        for (int64_t ch = 0; ch < C; ch++) {
+            mean[ch] = use_batch ? mf[ch] : vec_get(rm, ch);
+            var[ch] = use_batch ? vf[ch] : vec_get(rv, ch);
+        }
+    }
+    free(buf);
+    return ok;
+}
+#endif
+
+/* in: x, weight?, bias?, running_mean?, running_var?; out: y, save_mean, save_invstd;
+ * i[0] training, i[3] use batch statistics; f[0] momentum, f[1] eps. */
+cr_status cr_cpu_batch_norm(cr_call *c) {
+    cr_tensor *x = c->in[0], *rm = c->in[3], *rv = c->in[4];
+    const int64_t N = x->shape[0], C = x->shape[1], M = N * spatial_size(x);
+    const bool training = c->i[0], use_batch = c->i[3];
+    const double momentum = c->f[0], eps = c->f[1];
+    double *mean = malloc(sizeof(double) * (size_t)(2 * C + 1)), *var = mean + C;
+    if (!mean) return cr_fail(CR_ERR_OOM, "batch_norm: out of memory for %lld channels",
+                              (long long)C);
+    bool done = false;
+#ifdef CR_HAVE_DNNL
+    if (x->dtype == CR_DT_F32 && cr_fast_paths_enabled() && x->numel > 0)
+        done = bn_forward_dnnl(c, use_batch, mean, var);
+#endif
+    if (!done) bn_forward_ref(c, use_batch, mean, var);
+    for (int64_t ch = 0; ch < C; ch++) {
+        vec_set(c->out[1], ch, mean[ch]);
+        vec_set(c->out[2], ch, 1.0 / sqrt(var[ch] + eps));
+    }
+    if (training && rm) { /* the running variance is the unbiased one, as in PyTorch */
+        double unbias = M > 1 ? (double)M / (double)(M - 1) : 1.0;
+        for (int64_t ch = 0; ch < C; ch++) {
+            vec_set(rm, ch, (1 - momentum) * vec_get(rm, ch) + momentum * mean[ch]);
+            vec_set(rv, ch, (1 - momentum) * vec_get(rv, ch) + momentum * var[ch] * unbias);
+        }
+    }
+    free(mean);
+    return CR_OK;
+}
+
+static cr_status check_channel_vec(const cr_tensor *x, const cr_tensor *v, const char *name) {
+    cr_status st = cr_check_same_device("batch_norm", x, v);
+    if (st) return st;
+    if ((st = cr_check_float("batch_norm", v, name))) return st;
+    if (v->ndim != 1 || v->shape[0] != x->shape[1]) {
+        char a[160], b[160];
+        return cr_fail(CR_ERR_ARG, "batch_norm: '%s' has shape %s but the input %s has %lld "
+                       "channels (dim 1); pass a 1-D tensor of %lld elements", name,
+                       cr_shape_str(v, a, sizeof a), cr_shape_str(x, b, sizeof b),
+                       (long long)x->shape[1], (long long)x->shape[1]);
+    }
+    return CR_OK;
+}
+
+cr_status cr_op_batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr_tensor *bias,
+                           cr_tensor *running_mean, cr_tensor *running_var, bool training,
+                           double momentum, double eps) {
+    *out = NULL;
+    CR_CHECK_TENSOR("batch_norm", x, "input");
+    cr_status st = cr_check_float("batch_norm", x, "input");
+    if (st) return st;
+    char a[160];
+    if (x->ndim < 2)
+        return cr_fail(CR_ERR_ARG, "batch_norm: input of shape %s has %d dims; batch norm needs "
+                       "[N, C, ...] (at least 2 dims)", cr_shape_str(x, a, sizeof a), x->ndim);
+    if ((running_mean == NULL) != (running_var == NULL))
+        return cr_fail(CR_ERR_ARG, "batch_norm: running_mean and running_var go together; pass "
+                       "both or neither");
+    struct { cr_tensor *t; const char *name; } vecs[4] = {
+        {weight, "weight"}, {bias, "bias"}, {running_mean, "running_mean"},
+        {running_var, "running_var"}};
+    for (int k = 0; k < 4; k++)
+        if (vecs[k].t && (st = check_channel_vec(x, vecs[k].t, vecs[k].name))) return st;
+    if (!(eps >= 0) || !isfinite(eps))
+        return cr_fail(CR_ERR_ARG, "batch_norm: eps = %g; pass a finite eps >= 0 (default 1e-5)",
+                       eps);
+    if (!isfinite(momentum))
+        return cr_fail(CR_ERR_ARG, "batch_norm: momentum = %g; pass a finite number (default "
+                       "0.1)", momentum);
+    const int64_t C = x->shape[1], M = C ? x->numel / C : 0;
+    const bool use_batch = training || !running_mean;
+    if (training && M <= 1)
+        return cr_fail(CR_ERR_ARG, "batch_norm: expected more than 1 value per channel when "
+                       "training, got input of shape %s; use a larger batch or eval mode",
+                       cr_shape_str(x, a, sizeof a));
+    if (use_batch && M == 0 && C > 0)
+        return cr_fail(CR_ERR_ARG, "batch_norm: input of shape %s is empty, so there are no "
+                       "batch statistics", cr_shape_str(x, a, sizeof a));
+    if (training && running_mean) {
+        if ((st = cr_check_inplace("batch_norm", running_mean)) ||
+            (st = cr_check_inplace("batch_norm", running_var)))
+            return st;
+    }
+
+    /* halves compute in f32; weight and bias follow the input's dtype */
+    cr_dtype dt = x->dtype == CR_DT_F64 ? CR_DT_F64 : CR_DT_F32;
+    cr_tensor *xc = NULL, *xt = NULL, *wc = NULL, *bc = NULL;
+    cr_call c;
+    memset(&c, 0, sizeof c);
+    if ((st = cr_cast_if_needed(&xt, x, dt))) goto done;
+    if ((st = cr_op_contiguous(&xc, xt))) goto done;
+    if (weight && (st = cr_cast_if_needed(&wc, weight, dt))) goto done;
+    if (bias && (st = cr_cast_if_needed(&bc, bias, dt))) goto done;
+    if ((st = cr_call_init(&c, CR_OP_BATCH_NORM, 5, 3))) goto done;
+    c.in[0] = xc;
+    c.in[1] = wc;
+    c.in[2] = bc;
+    c.in[3] = running_mean;
+    c.in[4] = running_var;
+    c.i[0] = training;
+    c.i[1] = weight != NULL;
+    c.i[2] = bias != NULL;
+    c.i[3] = use_batch;
+    c.f[0] = momentum;
+    c.f[1] = eps;
+    if ((st = cr_tensor_alloc(&c.out[0], xc->ndim, xc->shape, dt, xc->storage->device)) ||
+        (st = cr_tensor_alloc(&c.out[1], 1, &C, dt, xc->storage->device)) ||
+        (st = cr_tensor_alloc(&c.out[2], 1, &C, dt, xc->storage->device)))
+        goto done;
+    if ((st = cr_dispatch(&c))) goto done;
+    if (training && running_mean) {
+        cr_tensor_bump_version(running_mean);
+        cr_tensor_bump_version(running_var);
+    }
+    /* x and weight for the grads; the statistics are outputs 1 and 2 */
+    st = cr_autograd_record(&c, 1u | 2u, 2u | 4u);
+done:
+    cr_call_release_ins(&c);
+    cr_tensor_free(xt);
+    cr_tensor_free(xc);
+    cr_tensor_free(wc);
+    cr_tensor_free(bc);
+    if (st) {
+        cr_call_drop_outs(&c);
+        return st;
+    }
+    cr_tensor_free(c.out[1]);
+    cr_tensor_free(c.out[2]);
+    if (x->dtype != dt) { /* back to the input's half dtype, recorded */
+        st = cr_op_to(out, c.out[0], x->dtype);
+        cr_tensor_free(c.out[0]);
+        return st;
+    }
+    *out = c.out[0];
+    return CR_OK;
+}
+
+/* ---- backward --------------------------------------------------------------------- */
+
+/* Reference: per channel, sums of g and g*(x-mean), then
+ *   batch stats: gx = w*invstd*(g - mean(g) - (x-mean)*invstd^2*mean(g*(x-mean)))
+ *   fixed stats: gx = w*invstd*g
+ * and gw = invstd*sum(g*(x-mean)), gb = sum(g). */
+static void bn_backward_ref(cr_call *c) {
+    cr_tensor *g = c->in[0], *x = c->in[1], *w = c->in[2], *mean = c->in[3], *inv = c->in[4];
+    cr_tensor *gx = c->out[0], *gw = c->out[1], *gb = c->out[2];
+    const int64_t N = x->shape[0], C = x->shape[1], S = spatial_size(x), M = N * S;
+    const bool use_batch = c->i[0], f32 = x->dtype == CR_DT_F32;
+    const char *gp = cr_tensor_ptr(g), *xp = cr_tensor_ptr(x);
+    char *gxp = gx ? cr_tensor_ptr(gx) : NULL;
+    bool par = x->numel >= CR_PAR_GRAIN && C > 1;
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t ch = 0; ch < C; ch++) {
+        const double m = vec_get(mean, ch), is = vec_get(inv, ch);
+        const double wc = w ? vec_get(w, ch) : 1.0;
+        double sg = 0, sgx = 0;
+        for (int64_t n = 0; n < N; n++) {
+            int64_t base = (n * C + ch) * S;
+            for (int64_t k = 0; k < S; k++) {
+                double gv = f32 ? ((const float *)gp)[base + k] : ((const double *)gp)[base + k];
+                double xv = f32 ? ((const float *)xp)[base + k] : ((const double *)xp)[base + k];
+                sg += gv;
+                sgx += gv * (xv - m);
+            }
+        }
+        if (gb) vec_set(gb, ch, sg);
+        if (gw) vec_set(gw, ch, sgx * is);
+        if (!gx) continue;
+        const double gmean = use_batch ? sg / (double)M : 0.0;
+        const double proj = use_batch ? sgx / (double)M * is * is : 0.0;
+        for (int64_t n = 0; n < N; n++) {
+            int64_t base = (n * C + ch) * S;
+            for (int64_t k = 0; k < S; k++) {
+                double gv = f32 ? ((const float *)gp)[base + k] : ((const double *)gp)[base + k];
+                double xv = f32 ? ((const float *)xp)[base + k] : ((const double *)xp)[base + k];
+                double r = wc * is * (gv - gmean - (xv - m) * proj);
+                if (f32) ((float *)gxp)[base + k] = (float)r;
+                else ((double *)gxp)[base + k] = r;
+            }
+        }
+    }
+}
+
+#ifdef CR_HAVE_DNNL
+/* oneDNN wants the variance; it is recovered from the saved invstd. */
+static bool bn_backward_dnnl(cr_call *c) {
+    cr_tensor *g = c->in[0], *x = c->in[1], *w = c->in[2], *mean = c->in[3], *inv = c->in[4];
+    cr_tensor *gx = c->out[0], *gw = c->out[1], *gb = c->out[2];
+    const int64_t N = x->shape[0], C = x->shape[1], S = spatial_size(x);
+    const double eps = c->f[0];
+    float *buf = malloc(sizeof(float) * (size_t)(5 * C));
+    float *scratch = gx ? NULL : malloc(sizeof(float) * (size_t)x->numel);
+    if (!buf || (!gx && !scratch)) {
+        free(buf);
+        free(scratch);
+        return false;
+    }
+    float *mf = buf, *vf = buf + C, *wf = buf + 2 * C, *gwf = buf + 3 * C, *gbf = buf + 4 * C;
+    for (int64_t ch = 0; ch < C; ch++) {
+        double is = vec_get(inv, ch);
+        mf[ch] = (float)vec_get(mean, ch);
+        vf[ch] = (float)(1.0 / (is * is) - eps);
+        if (w) wf[ch] = (float)vec_get(w, ch);
+    }
+    bool ok = cr_dnnl_batch_norm_backward(
+        gx ? (float *)cr_tensor_ptr(gx) : scratch, gw ? gwf : NULL, gb ? gbf : NULL,
+        (const float *)cr_tensor_ptr(g), (const float *)cr_tensor_ptr(x), w ? wf : NULL, mf, vf,
+        N, C, S, !c->i[0], eps);
+    if (ok) {
+        for (int64_t ch = 0; ch < C; ch++) {
+            if (gw) vec_set(gw, ch, gwf[ch]);
+            if (gb) vec_set(gb, ch, gbf[ch]);
+        }
+    }
+    free(buf);
+    free(scratch);
+    return ok;
+}
+#endif
+
+/* in: g, x, weight?, save_mean, save_invstd (g and x contiguous, one float dtype);
+ * out: gx?, gw?, gb?; i[0] batch statistics were used; f[0] eps. */
+cr_status cr_cpu_batch_norm_backward(cr_call *c) {
+#ifdef CR_HAVE_DNNL
+    const cr_tensor *x = c->in[1];
+    if (x->dtype == CR_DT_F32 && cr_fast_paths_enabled() && x->numel > 0 && bn_backward_dnnl(c))
+        return CR_OK;
+#endif
+    bn_backward_ref(c);
+    return CR_OK;
+}
+
+cr_status cr_grad_batch_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
+    const bool has_w = n->call.i[1], has_b = n->call.i[2];
+    const bool need_x = n->edges[0].node, need_w = has_w && n->edges[1].node,
+               need_b = has_b && n->edges[2].node;
+    if (!need_x && !need_w && !need_b) return CR_OK;
+    cr_tensor *x, *w = NULL, *mean, *inv, *g = NULL;
+    cr_status st;
+    if ((st = cr_saved_in(n, 0, &x)) || (has_w && (st = cr_saved_in(n, 1, &w))) ||
+        (st = cr_saved_out(n, 1, &mean)) || (st = cr_saved_out(n, 2, &inv)))
+        return st;
+    if ((st = cr_op_contiguous(&g, gout[0]))) return st;
+    cr_call c;
+    if ((st = cr_call_init(&c, CR_OP_BATCH_NORM_BACKWARD, 5, 3))) goto done;
+    c.in[0] = g;
+    c.in[1] = x;
+    c.in[2] = w;
+    c.in[3] = mean;
+    c.in[4] = inv;
+    c.i[0] = n->call.i[3];
+    c.f[0] = n->call.f[1];
+    const int64_t C = x->shape[1];
+    if ((need_x && (st = cr_tensor_alloc(&c.out[0], x->ndim, x->shape, x->dtype,
+                                         x->storage->device))) ||
+        (need_w && (st = cr_tensor_alloc(&c.out[1], 1, &C, x->dtype, x->storage->device))) ||
+        (need_b && (st = cr_tensor_alloc(&c.out[2], 1, &C, x->dtype, x->storage->device))))
+        goto done;
+    if ((st = cr_dispatch(&c))) goto done;
+    for (int k = 0; k < 3; k++) {
+        gin[k] = c.out[k];
+        c.out[k] = NULL;
+    }
+done:
+    cr_call_drop_outs(&c);
+    cr_call_release_ins(&c);
+    cr_tensor_free(g);
+    return st;
+}

@@ -1,0 +1,319 @@
+/* conv_dnnl.c — the oneDNN fast path of conv2d (f32): forward, backward data and
+ * backward weights (+ bias) through the C API.
+ *
+ * oneDNN picks its preferred (blocked) layouts (format_tag any); we reorder from and to
+ * plain NCHW / OIHW at the op boundary. Keeping activations blocked between layers would
+ * save those reorders, but every other op here reads plain strided tensors, so that waits
+ * for a layout-aware tensor. Primitive creation costs far more than a small convolution,
+ * so primitives (and their reorders) are cached per shape and params in a small LRU. One
+ * global CPU engine and stream serve every call; a mutex makes the cache safe to share. */
+#include "conv_impl.h"
+
+#ifndef CR_HAVE_DNNL
+
+cr_status cr_conv2d_dnnl_forward(const cr_conv_geom *g, const float *x, const float *w,
+                                 const float *b, float *y) {
+    return CR_ERR_UNSUPPORTED;
+}
+cr_status cr_conv2d_dnnl_backward_data(const cr_conv_geom *g, const float *gy, const float *w,
+                                       float *gx) {
+    return CR_ERR_UNSUPPORTED;
+}
+cr_status cr_conv2d_dnnl_backward_weights(const cr_conv_geom *g, const float *x,
+                                          const float *gy, float *gw, float *gb) {
+    return CR_ERR_UNSUPPORTED;
+}
+int64_t cr_conv2d_dnnl_runs(void) { return 0; }
+
+#else
+
+#include <pthread.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+enum { KIND_FWD, KIND_BWD_DATA, KIND_BWD_WEIGHTS };
+enum { CACHE_SLOTS = 24, MAX_ARGS = 4 };
+
+typedef struct {
+    int64_t kind, has_bias; /* int64 so the key has no padding bytes for memcmp */
+    cr_conv_geom g;
+} conv_key;
+
+/* One argument of a primitive: the caller's plain layout, the primitive's layout, and
+ * the reorder between them (user -> op for inputs, op -> user for outputs). */
+typedef struct {
+    int arg; /* DNNL_ARG_* */
+    bool is_out;
+    dnnl_memory_desc_t user, op;
+    dnnl_primitive_t reorder; /* NULL when the layouts agree */
+    size_t op_bytes;
+} conv_arg;
+
+typedef struct {
+    bool used;
+    uint64_t stamp; /* last use, for LRU eviction */
+    conv_key key;
+    dnnl_primitive_desc_t fwd_pd; /* backward pds keep a pointer to their forward hint */
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    int nargs;
+    conv_arg args[MAX_ARGS];
+} conv_entry;
+
+static conv_entry cache[CACHE_SLOTS];
+static uint64_t cache_clock;
+static dnnl_engine_t engine;
+static dnnl_stream_t stream;
+static bool engine_failed;
+static int64_t runs;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+int64_t cr_conv2d_dnnl_runs(void) { return __atomic_load_n(&runs, __ATOMIC_RELAXED); }
+
+static bool engine_ready(void) {
+    if (engine) return true;
+    if (engine_failed) return false;
+    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
+        dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+        engine_failed = true;
+        return false;
+    }
+    return true;
+}
+
+static void entry_clear(conv_entry *e) {
+    for (int i = 0; i < e->nargs; i++)
+        if (e->args[i].reorder) dnnl_primitive_destroy(e->args[i].reorder);
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    if (e->pd && e->pd != e->fwd_pd) dnnl_primitive_desc_destroy(e->pd);
+    if (e->fwd_pd) dnnl_primitive_desc_destroy(e->fwd_pd);
+    memset(e, 0, sizeof *e);
+}
+
+/* ---- descriptors ---- */
+static bool md_init(dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_tag_t tag) {
+    dnnl_dims_t d;
+    for (int i = 0; i < nd; i++) d[i] = dims[i];
+    return dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, tag) == dnnl_success;
+}
+
+typedef struct {
+    dnnl_memory_desc_t src, wei, bias, dst;          /* format any: the primitive chooses */
+    dnnl_memory_desc_t src_u, wei_u, bias_u, dst_u;  /* the caller's plain layouts */
+    dnnl_dims_t strides, dilates, pad_l, pad_r;
+} conv_mds;
+
+static bool conv_mds_init(conv_mds *m, const cr_conv_geom *g) {
+    const int64_t src[4] = {g->n, g->c, g->h, g->w}, dst[4] = {g->n, g->o, g->oh, g->ow};
+    const int64_t wei4[4] = {g->o, g->c / g->groups, g->kh, g->kw};
+    const int64_t wei5[5] = {g->groups, g->o / g->groups, g->c / g->groups, g->kh, g->kw};
+    const int64_t bias[1] = {g->o};
+    bool grouped = g->groups > 1;
+    bool ok = md_init(&m->src, 4, src, dnnl_format_tag_any) &&
+              md_init(&m->src_u, 4, src, dnnl_nchw) &&
+              md_init(&m->dst, 4, dst, dnnl_format_tag_any) &&
+              md_init(&m->dst_u, 4, dst, dnnl_nchw) &&
+              md_init(&m->bias, 1, bias, dnnl_a) && md_init(&m->bias_u, 1, bias, dnnl_a);
+    /* PyTorch's [O, C/g, kh, kw] is, byte for byte, oneDNN's [g, O/g, C/g, kh, kw] */
+    if (grouped)
+        ok = ok && md_init(&m->wei, 5, wei5, dnnl_format_tag_any) &&
+             md_init(&m->wei_u, 5, wei5, dnnl_goihw);
+    else
+        ok = ok && md_init(&m->wei, 4, wei4, dnnl_format_tag_any) &&
+             md_init(&m->wei_u, 4, wei4, dnnl_oihw);
+    /* oneDNN counts dilation from 0 and wants the right padding that makes its output
+     * size formula land exactly on ours (it may be negative when the stride drops rows) */
+    const int64_t in[2] = {g->h, g->w}, out[2] = {g->oh, g->ow}, k[2] = {g->kh, g->kw};
+    const int64_t s[2] = {g->sh, g->sw}, p[2] = {g->ph, g->pw}, d[2] = {g->dh, g->dw};
+    for (int i = 0; i < 2; i++) {
+        m->strides[i] = s[i];
+        m->dilates[i] = d[i] - 1;
+        m->pad_l[i] = p[i];
+        m->pad_r[i] = (out[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in[i] - p[i];
+    }
+    return ok;
+}
+
+/* `what`/`index` name the primitive's descriptor for the argument (a bias is weights #1). */
+static bool add_arg(conv_entry *e, int arg, bool is_out, const dnnl_memory_desc_t *user,
+                    dnnl_query_t what, int index) {
+    const dnnl_memory_desc_t *op = dnnl_primitive_desc_query_md(e->pd, what, index);
+    if (!op) return false;
+    conv_arg *a = &e->args[e->nargs++];
+    a->arg = arg;
+    a->is_out = is_out;
+    a->user = *user;
+    a->op = *op;
+    a->op_bytes = dnnl_memory_desc_get_size(op);
+    if (dnnl_memory_desc_equal(user, op)) return true;
+    dnnl_primitive_desc_t rpd;
+    const dnnl_memory_desc_t *from = is_out ? op : user, *to = is_out ? user : op;
+    if (dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine, NULL) != dnnl_success)
+        return false;
+    bool ok = dnnl_primitive_create(&a->reorder, rpd) == dnnl_success;
+    dnnl_primitive_desc_destroy(rpd);
+    return ok;
+}
+
+static bool entry_build(conv_entry *e, const conv_key *k) {
+    conv_mds m;
+    if (!conv_mds_init(&m, &k->g)) return false;
+    dnnl_convolution_desc_t fd, bd;
+    if (dnnl_dilated_convolution_forward_desc_init(
+            &fd, dnnl_forward_training, dnnl_convolution_direct, &m.src, &m.wei,
+            k->has_bias ? &m.bias : NULL, &m.dst, m.strides, m.dilates, m.pad_l,
+            m.pad_r) != dnnl_success ||
+        dnnl_primitive_desc_create(&e->fwd_pd, &fd, NULL, engine, NULL) != dnnl_success)
+        return false;
+    if (k->kind == KIND_FWD) {
+        e->pd = e->fwd_pd;
+    } else if (k->kind == KIND_BWD_DATA) {
+        if (dnnl_dilated_convolution_backward_data_desc_init(
+                &bd, dnnl_convolution_direct, &m.src, &m.wei, &m.dst, m.strides, m.dilates,
+                m.pad_l, m.pad_r) != dnnl_success ||
+            dnnl_primitive_desc_create(&e->pd, &bd, NULL, engine, e->fwd_pd) != dnnl_success)
+            return false;
+    } else {
+        if (dnnl_dilated_convolution_backward_weights_desc_init(
+                &bd, dnnl_convolution_direct, &m.src, &m.wei, k->has_bias ? &m.bias : NULL,
+                &m.dst, m.strides, m.dilates, m.pad_l, m.pad_r) != dnnl_success ||
+            dnnl_primitive_desc_create(&e->pd, &bd, NULL, engine, e->fwd_pd) != dnnl_success)
+            return false;
+    }
+    if (dnnl_primitive_create(&e->prim, e->pd) != dnnl_success) return false;
+    /* argument order is the order of the pointers entry_run receives */
+    switch (k->kind) {
+    case KIND_FWD:
+        return add_arg(e, DNNL_ARG_SRC, false, &m.src_u, dnnl_query_src_md, 0) &&
+               add_arg(e, DNNL_ARG_WEIGHTS, false, &m.wei_u, dnnl_query_weights_md, 0) &&
+               add_arg(e, DNNL_ARG_DST, true, &m.dst_u, dnnl_query_dst_md, 0) &&
+               (!k->has_bias ||
+                add_arg(e, DNNL_ARG_BIAS, false, &m.bias_u, dnnl_query_weights_md, 1));
+    case KIND_BWD_DATA:
+        return add_arg(e, DNNL_ARG_DIFF_DST, false, &m.dst_u, dnnl_query_diff_dst_md, 0) &&
+               add_arg(e, DNNL_ARG_WEIGHTS, false, &m.wei_u, dnnl_query_weights_md, 0) &&
+               add_arg(e, DNNL_ARG_DIFF_SRC, true, &m.src_u, dnnl_query_diff_src_md, 0);
+    default:
+        return add_arg(e, DNNL_ARG_SRC, false, &m.src_u, dnnl_query_src_md, 0) &&
+               add_arg(e, DNNL_ARG_DIFF_DST, false, &m.dst_u, dnnl_query_diff_dst_md, 0) &&
+               add_arg(e, DNNL_ARG_DIFF_WEIGHTS, true, &m.wei_u, dnnl_query_diff_weights_md, 0) &&
+               (!k->has_bias ||
+                add_arg(e, DNNL_ARG_DIFF_BIAS, true, &m.bias_u, dnnl_query_diff_weights_md, 1));
+    }
+}
+
+/* The cached entry for k, built on a miss (evicting the least recently used). */
+static conv_entry *entry_get(const conv_key *k) {
+    conv_entry *victim = &cache[0];
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        conv_entry *e = &cache[i];
+        if (e->used && !memcmp(&e->key, k, sizeof *k)) {
+            e->stamp = ++cache_clock;
+            return e;
+        }
+        if (!e->used) {
+            if (victim->used) victim = e;
+        } else if (victim->used && e->stamp < victim->stamp) {
+            victim = e;
+        }
+    }
+    entry_clear(victim);
+    victim->key = *k;
+    if (!entry_build(victim, k)) {
+        entry_clear(victim);
+        return NULL;
+    }
+    victim->used = true;
+    victim->stamp = ++cache_clock;
+    return victim;
+}
+
+/* Blocked copies of the arguments live in one buffer per argument slot, kept and grown
+ * across calls (under the lock): fresh multi-megabyte buffers each call cost more in page
+ * faults than the reorders themselves. They hold at most the largest blocked activation
+ * seen per slot, so memory stays flat from step to step. */
+static void *ws_buf[MAX_ARGS];
+static size_t ws_cap[MAX_ARGS];
+
+static void *workspace(int slot, size_t bytes) {
+    bytes = (bytes + 63) / 64 * 64;
+    if (bytes == 0) bytes = 64;
+    if (ws_cap[slot] < bytes) {
+        free(ws_buf[slot]);
+        ws_buf[slot] = aligned_alloc(64, bytes);
+        ws_cap[slot] = ws_buf[slot] ? bytes : 0;
+    }
+    return ws_buf[slot];
+}
+
+/* Runs e on the caller's buffers (ptrs in argument order), reordering through the
+ * workspace where oneDNN's layout differs from the plain one. */
+static cr_status entry_run(conv_entry *e, void *const *ptrs) {
+    dnnl_memory_t um[MAX_ARGS] = {0}, om[MAX_ARGS] = {0};
+    dnnl_exec_arg_t args[MAX_ARGS];
+    bool ok = true;
+    for (int i = 0; i < e->nargs && ok; i++) {
+        conv_arg *a = &e->args[i];
+        ok = dnnl_memory_create(&um[i], &a->user, engine, ptrs[i]) == dnnl_success;
+        if (ok && a->reorder) {
+            void *buf = workspace(i, a->op_bytes);
+            ok = buf && dnnl_memory_create(&om[i], &a->op, engine, buf) == dnnl_success;
+            if (ok && !a->is_out) {
+                dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, um[i]}, {DNNL_ARG_TO, om[i]}};
+                ok = dnnl_primitive_execute(a->reorder, stream, 2, r) == dnnl_success;
+            }
+        }
+        args[i].arg = a->arg;
+        args[i].memory = om[i] ? om[i] : um[i];
+    }
+    if (ok) ok = dnnl_primitive_execute(e->prim, stream, e->nargs, args) == dnnl_success;
+    for (int i = 0; i < e->nargs && ok; i++) {
+        conv_arg *a = &e->args[i];
+        if (!a->is_out || !a->reorder) continue;
+        dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, om[i]}, {DNNL_ARG_TO, um[i]}};
+        ok = dnnl_primitive_execute(a->reorder, stream, 2, r) == dnnl_success;
+    }
+    if (ok) ok = dnnl_stream_wait(stream) == dnnl_success;
+    for (int i = 0; i < e->nargs; i++) {
+        if (om[i]) dnnl_memory_destroy(om[i]);
+        if (um[i]) dnnl_memory_destroy(um[i]);
+    }
+    if (ok) __atomic_add_fetch(&runs, 1, __ATOMIC_RELAXED);
+    return ok ? CR_OK : CR_ERR_UNSUPPORTED;
+}
+
+static cr_status run(int kind, const cr_conv_geom *g, bool has_bias, void *const *ptrs) {
+    conv_key k;
+    memset(&k, 0, sizeof k);
+    k.kind = kind;
+    k.has_bias = has_bias;
+    k.g = *g;
+    pthread_mutex_lock(&lock);
+    cr_status st = CR_ERR_UNSUPPORTED;
+    if (engine_ready()) {
+        conv_entry *e = entry_get(&k);
+        if (e) st = entry_run(e, ptrs);
+    }
+    pthread_mutex_unlock(&lock);
+    return st;
+}
+
+cr_status cr_conv2d_dnnl_forward(const cr_conv_geom *g, const float *x, const float *w,
+                                 const float *b, float *y) {
+    void *const ptrs[4] = {(void *)x, (void *)w, y, (void *)b};
+    return run(KIND_FWD, g, b != NULL, ptrs);
+}
+
+cr_status cr_conv2d_dnnl_backward_data(const cr_conv_geom *g, const float *gy, const float *w,
+                                       float *gx) {
+    void *const ptrs[3] = {(void *)gy, (void *)w, gx};
+    return run(KIND_BWD_DATA, g, false, ptrs);
+}
+
+cr_status cr_conv2d_dnnl_backward_weights(const cr_conv_geom *g, const float *x,
+                                          const float *gy, float *gw, float *gb) {
+    void *const ptrs[4] = {(void *)x, (void *)gy, gw, gb};
+    return run(KIND_BWD_WEIGHTS, g, gb != NULL, ptrs);
+}
+
+#endif

@@ -9,33 +9,37 @@
     X(SUB, "sub", cr_cpu_sub, cr_grad_sub)                                           \
     X(MUL, "mul", cr_cpu_mul, cr_grad_mul)                                           \
     X(DIV, "div", cr_cpu_div, cr_grad_div)                                           \
-    /* X(POW, "pow", cr_cpu_pow, cr_grad_pow) */ \
-    /* X(MAXIMUM, "maximum", cr_cpu_maximum, cr_grad_maximum) */ \
-    /* X(MINIMUM, "minimum", cr_cpu_minimum, cr_grad_minimum) */ \
-    /* X(EQ, "eq", cr_cpu_eq, cr_grad_none) */ \
-    /* X(NE, "ne", cr_cpu_ne, cr_grad_none) */ \
-    /* X(LT, "lt", cr_cpu_lt, cr_grad_none) */ \
-    /* X(LE, "le", cr_cpu_le, cr_grad_none) */ \
-    /* X(GT, "gt", cr_cpu_gt, cr_grad_none) */ \
-    /* X(GE, "ge", cr_cpu_ge, cr_grad_none) */ \
-    /* X(LOGICAL_AND, "logical_and", cr_cpu_logical_and, cr_grad_none) */ \
-    /* X(LOGICAL_OR, "logical_or", cr_cpu_logical_or, cr_grad_none) */ \
-    /* X(LOGICAL_NOT, "logical_not", cr_cpu_logical_not, cr_grad_none) */ \
+    X(POW, "pow", cr_cpu_pow, cr_grad_pow)                                           \
+    X(MAXIMUM, "maximum", cr_cpu_maximum, cr_grad_maximum)                           \
+    X(MINIMUM, "minimum", cr_cpu_minimum, cr_grad_minimum)                           \
+    X(EQ, "eq", cr_cpu_eq, cr_grad_none)                                             \
+    X(NE, "ne", cr_cpu_ne, cr_grad_none)                                             \
+    X(LT, "lt", cr_cpu_lt, cr_grad_none)                                             \
+    X(LE, "le", cr_cpu_le, cr_grad_none)                                             \
+    X(GT, "gt", cr_cpu_gt, cr_grad_none)                                             \
+    X(GE, "ge", cr_cpu_ge, cr_grad_none)                                             \
+    X(LOGICAL_AND, "logical_and", cr_cpu_logical_and, cr_grad_none)                  \
+    X(LOGICAL_OR, "logical_or", cr_cpu_logical_or, cr_grad_none)                     \
+    X(LOGICAL_NOT, "logical_not", cr_cpu_logical_not, cr_grad_none)                  \
     X(NEG, "neg", cr_cpu_neg, cr_grad_neg)                                           \
-    /* X(ABS, "abs", cr_cpu_abs, cr_grad_abs) */ \
-    /* X(SIGN, "sign", cr_cpu_sign, cr_grad_sign) */ \
-    /* X(EXP, "exp", cr_cpu_exp, cr_grad_exp) */ \
-    /* X(LOG, "log", cr_cpu_log, cr_grad_log) */ \
-    /* X(SQRT, "sqrt", cr_cpu_sqrt, cr_grad_sqrt) */ \
-    /* X(RSQRT, "rsqrt", cr_cpu_rsqrt, cr_grad_rsqrt) */ \
-    /* X(SIGMOID, "sigmoid", cr_cpu_sigmoid, cr_grad_sigmoid) */ \
-    /* X(TANH, "tanh", cr_cpu_tanh, cr_grad_tanh) */ \
-    /* X(RELU, "relu", cr_cpu_relu, cr_grad_relu) */ \
-    /* X(GELU, "gelu", cr_cpu_gelu, cr_grad_gelu) */ \
-    /* X(POW_SCALAR, "pow_scalar", cr_cpu_pow_scalar, cr_grad_pow_scalar) */ \
-    /* X(CLAMP, "clamp", cr_cpu_clamp, cr_grad_clamp) */ \
-    /* X(WHERE, "where", cr_cpu_where, cr_grad_where) */ \
-    /* X(MASKED_FILL, "masked_fill", cr_cpu_masked_fill, cr_grad_masked_fill) */ \
+    X(ABS, "abs", cr_cpu_abs, cr_grad_abs)                                           \
+    X(SIGN, "sign", cr_cpu_sign, cr_grad_sign)                                       \
+    X(EXP, "exp", cr_cpu_exp, cr_grad_exp)                                           \
+    X(LOG, "log", cr_cpu_log, cr_grad_log)                                           \
+    X(SQRT, "sqrt", cr_cpu_sqrt, cr_grad_sqrt)                                       \
+    X(RSQRT, "rsqrt", cr_cpu_rsqrt, cr_grad_rsqrt)                                   \
+    X(SIGMOID, "sigmoid", cr_cpu_sigmoid, cr_grad_sigmoid)                           \
+    X(TANH, "tanh", cr_cpu_tanh, cr_grad_tanh)                                       \
+    X(RELU, "relu", cr_cpu_relu, cr_grad_relu)                                       \
+    X(GELU, "gelu", cr_cpu_gelu, cr_grad_gelu)                                       \
+    X(POW_SCALAR, "pow_scalar", cr_cpu_pow_scalar, cr_grad_pow_scalar)               \
+    X(CLAMP, "clamp", cr_cpu_clamp, cr_grad_clamp)                                   \
+    X(WHERE, "where", cr_cpu_where, cr_grad_where)                                   \
+    X(MASKED_FILL, "masked_fill", cr_cpu_masked_fill, cr_grad_masked_fill)           \
+    X(RELU_BACKWARD, "relu_backward", cr_cpu_relu_backward, cr_grad_none)            \
+    X(SIGMOID_BACKWARD, "sigmoid_backward", cr_cpu_sigmoid_backward, cr_grad_none)   \
+    X(TANH_BACKWARD, "tanh_backward", cr_cpu_tanh_backward, cr_grad_none)            \
+    X(GELU_BACKWARD, "gelu_backward", cr_cpu_gelu_backward, cr_grad_none)            \
     X(CAST, "to", cr_cpu_cast, cr_grad_cast)                                         \
     X(COPY_, "copy_", cr_cpu_copy_, cr_grad_none)                                    \
     X(ADD_, "add_", cr_cpu_add_, cr_grad_none)                                       \
@@ -77,6 +81,13 @@ cr_status cr_op_clamp(cr_tensor **out, cr_tensor *t, bool has_lo, double lo, boo
 cr_status cr_op_where(cr_tensor **out, cr_tensor *cond, cr_tensor *a, cr_tensor *b);
 /* t with value wherever mask (bool, broadcastable to t) is true. */
 cr_status cr_op_masked_fill(cr_tensor **out, cr_tensor *t, cr_tensor *mask, double value);
+/* Fused backward kernels of the activations (their derivative rules use them; loss and
+ * norm kernels may too): grad * f'(x), from the saved output y for relu, sigmoid and tanh
+ * and from the input x for gelu. grad and the saved tensor have the same shape. */
+cr_status cr_op_relu_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *y);
+cr_status cr_op_sigmoid_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *y);
+cr_status cr_op_tanh_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *y);
+cr_status cr_op_gelu_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *x);
 /* dtype conversion; returns a new reference to t itself when dt is already t's dtype. */
 cr_status cr_op_to(cr_tensor **out, cr_tensor *t, cr_dtype dt);
 /* In place, with dst's version bumped: dst = src (broadcast to dst, converted). */

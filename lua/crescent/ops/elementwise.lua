@@ -1,14 +1,89 @@
--- crescent.ops.elementwise — arithmetic, comparisons and unary math as cr functions and
--- Tensor methods; numbers mix with tensors (x * 2, 1 - x).
+-- crescent.ops.elementwise — arithmetic, comparisons, logical ops, unary math and
+-- selection (where, masked_fill) as cr functions and Tensor methods; numbers mix with
+-- tensors (x * 2, 1 - x, x:lt(0), cr.where(m, x, 0)).
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
 
 return function(cr, Tensor, W)
-  for _, name in ipairs { 'add', 'sub', 'mul', 'div' } do
+  local binary = { 'add', 'sub', 'mul', 'div', 'maximum', 'minimum', 'eq', 'ne', 'lt', 'le', 'gt',
+                   'ge', 'logical_and', 'logical_or' }
+  for _, name in ipairs(binary) do
     Tensor[name] = W.binary(C['cr_op_' .. name], name)
   end
-  for _, name in ipairs { 'neg' } do
+  local unary = { 'neg', 'logical_not', 'abs', 'sign', 'exp', 'log', 'sqrt', 'rsqrt', 'sigmoid',
+                  'tanh', 'relu', 'gelu' }
+  for _, name in ipairs(unary) do
     Tensor[name] = W.unary(C['cr_op_' .. name], name)
+  end
+
+  -- t:pow(2) and t ^ 2 take the scalar kernel; t:pow(u) and 2 ^ t the tensor one.
+  local pow_tensor = W.binary(C.cr_op_pow, 'pow')
+  function Tensor.pow_scalar(t, exponent)
+    W.check_tensor(t, 'pow')
+    if type(exponent) ~= 'number' then
+      error('pow: exponent must be a number, got ' .. type(exponent), 2)
+    end
+    return W.call(C.cr_op_pow_scalar, t, exponent)
+  end
+  function Tensor.pow(a, b)
+    if W.is_tensor(a) and type(b) == 'number' then return Tensor.pow_scalar(a, b) end
+    if not W.is_tensor(a) and not W.is_tensor(b) then
+      error('pow: expected a tensor and a tensor or number, got ' .. type(a) .. ' and ' .. type(b), 2)
+    end
+    return pow_tensor(a, b)
+  end
+
+  -- t:clamp(lo, hi): either bound may be nil (not both); numbers or tensors (tensor
+  -- bounds broadcast, through maximum/minimum).
+  local function bound(v, what)
+    if v == nil or type(v) == 'number' or W.is_tensor(v) then return v end
+    error('clamp: ' .. what .. ' must be a number, a tensor or nil, got ' .. type(v), 3)
+  end
+  function Tensor.clamp(t, lo, hi)
+    W.check_tensor(t, 'clamp')
+    lo, hi = bound(lo, 'lo'), bound(hi, 'hi')
+    if W.is_tensor(lo) or W.is_tensor(hi) then
+      if lo == nil and hi == nil then error('clamp: neither lo nor hi was given', 2) end
+      local out = t
+      if lo ~= nil then out = Tensor.maximum(out, lo) end
+      if hi ~= nil then out = Tensor.minimum(out, hi) end
+      return out
+    end
+    return W.call(C.cr_op_clamp, t, lo ~= nil, lo or 0, hi ~= nil, hi or 0)
+  end
+  function Tensor.clamp_min(t, lo) return Tensor.clamp(t, lo, nil) end
+  function Tensor.clamp_max(t, hi) return Tensor.clamp(t, nil, hi) end
+
+  -- cr.where(cond, a, b): a and b may be numbers (that do not widen the other operand).
+  function cr.where(cond, a, b)
+    W.check_tensor(cond, 'where', 'condition')
+    if not W.is_tensor(a) and not W.is_tensor(b) then
+      -- two plain values: i64 for integers, bool for booleans, else f32 (as PyTorch)
+      local ta, tb = type(a), type(b)
+      if (ta ~= 'number' and ta ~= 'boolean') or (tb ~= 'number' and tb ~= 'boolean') then
+        error('where: a and b must be tensors or numbers, got ' .. ta .. ' and ' .. tb, 2)
+      end
+      local dt = 'f32'
+      if ta == 'boolean' and tb == 'boolean' then dt = 'bool'
+      elseif ta == 'number' and tb == 'number' and a == math.floor(a) and b == math.floor(b) then dt = 'i64' end
+      a = cr.full({}, a, { dtype = dt })
+    end
+    if not W.is_tensor(a) then a = W.as_tensor(a, b, 'where') end
+    if not W.is_tensor(b) then b = W.as_tensor(b, a, 'where') end
+    return W.call(C.cr_op_where, cond, a, b)
+  end
+  function Tensor.where(t, cond, other) return cr.where(cond, t, other) end
+
+  -- t:masked_fill(mask, value): value a number, a boolean or a one-element tensor.
+  function Tensor.masked_fill(t, mask, value)
+    W.check_tensor(t, 'masked_fill')
+    W.check_tensor(mask, 'masked_fill', 'mask')
+    if W.is_tensor(value) then value = value:item() end
+    if type(value) == 'boolean' then value = value and 1 or 0 end
+    if type(value) ~= 'number' then
+      error('masked_fill: value must be a number, got ' .. type(value), 2)
+    end
+    return W.call(C.cr_op_masked_fill, t, mask, value)
   end
 
   -- t:to(dtype) converts; t:float(), t:double(), t:long(), ...
@@ -39,5 +114,9 @@ return function(cr, Tensor, W)
     return t
   end
 
-  for _, name in ipairs { 'add', 'sub', 'mul', 'div', 'neg' } do cr[name] = Tensor[name] end
+  for _, name in ipairs(binary) do cr[name] = Tensor[name] end
+  for _, name in ipairs(unary) do cr[name] = Tensor[name] end
+  for _, name in ipairs { 'pow', 'pow_scalar', 'clamp', 'clamp_min', 'clamp_max', 'masked_fill' } do
+    cr[name] = Tensor[name]
+  end
 end

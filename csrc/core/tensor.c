@@ -11,6 +11,9 @@ static int64_t stat_live_bytes, stat_peak_bytes, stat_live_tensors, stat_live_st
 /* Larger than any machine we run on: a size past this is a mistake, not a request. */
 static const int64_t CR_MAX_BYTES = (int64_t)1 << 46;
 
+/* Storages of at most this many bytes share one allocation with their header. */
+enum { CR_SMALL_STORAGE = 256 };
+
 static void stats_add_bytes(int64_t n) {
     int64_t live = __atomic_add_fetch(&stat_live_bytes, n, __ATOMIC_RELAXED);
     if (n > 0) {
@@ -48,10 +51,21 @@ static cr_status storage_new(cr_storage **out, size_t nbytes, cr_devtype dev) {
     if (dev != CR_DEV_CPU)
         return cr_fail(CR_ERR_DEVICE, "device cuda: this build has no CUDA backend yet; "
                                       "use device 'cpu'");
-    cr_storage *s = calloc(1, sizeof *s);
+    cr_storage *s = NULL;
     void *data = NULL;
     size_t alloc = nbytes ? (nbytes + 63) & ~(size_t)63 : 64;
-    if (!s || posix_memalign(&data, 64, alloc) != 0) {
+    if (alloc <= CR_SMALL_STORAGE) {
+        /* one plain malloc for header and data: for small tensors the allocator is most
+         * of the cost of an op, and posix_memalign's splitting churns the heap */
+        s = malloc(sizeof *s + alloc + 63);
+        if (s) {
+            memset(s, 0, sizeof *s);
+            data = (void *)(((uintptr_t)(s + 1) + 63) & ~(uintptr_t)63);
+        }
+    } else if ((s = calloc(1, sizeof *s)) && posix_memalign(&data, 64, alloc) != 0) {
+        data = NULL;
+    }
+    if (!s || !data) {
         free(s);
         cr_memstats st;
         cr_memory_stats(&st);
@@ -75,7 +89,7 @@ static void storage_release(cr_storage *s) {
     if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
     stats_add_bytes(-(int64_t)s->nbytes);
     __atomic_sub_fetch(&stat_live_storages, 1, __ATOMIC_RELAXED);
-    free(s->data);
+    if (s->nbytes > CR_SMALL_STORAGE) free(s->data); /* small ones live inside s */
     free(s);
 }
 

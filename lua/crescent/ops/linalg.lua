@@ -1,3 +1,47 @@
--- crescent.ops.linalg — the linalg op family's functions on cr and methods on Tensor.
-return function(cr, Tensor, W) -- luacheck: no unused args
+-- crescent.ops.linalg — matrix products: cr.mm, cr.bmm, cr.addmm, cr.matmul, cr.linear
+-- and the Tensor methods t:mm, t:bmm, t:addmm, t:matmul.
+local C = require('crescent.ffi').C
+
+return function(cr, Tensor, W)
+  local call, is_tensor = W.call, W.is_tensor
+
+  -- nil goes through to C, which names the missing argument; other non-tensors stop here
+  local function arg(x, what, name)
+    if x ~= nil and not is_tensor(x) then
+      error(string.format("%s: argument '%s' must be a tensor, got %s", what, name, type(x)), 3)
+    end
+    return x
+  end
+
+  local function opt_number(opts, key, default, what)
+    if opts == nil then return default end
+    if type(opts) ~= 'table' then error(what .. ': options must be a table, e.g. {beta = 1, alpha = 1}', 3) end
+    local v = opts[key]
+    if v == nil then return default end
+    if type(v) ~= 'number' then error(string.format('%s: %s must be a number, got %s', what, key, type(v)), 3) end
+    return v
+  end
+
+  function cr.mm(a, b) return call(C.cr_op_mm, arg(a, 'mm', 'self'), arg(b, 'mm', 'mat2')) end
+  function cr.bmm(a, b) return call(C.cr_op_bmm, arg(a, 'bmm', 'self'), arg(b, 'bmm', 'mat2')) end
+  function cr.matmul(a, b) return call(C.cr_op_matmul, arg(a, 'matmul', 'self'), arg(b, 'matmul', 'other')) end
+
+  -- cr.addmm(bias, a, b, {beta = 1, alpha = 1}) = beta * bias + alpha * (a @ b)
+  function cr.addmm(bias, a, b, opts)
+    local beta = opt_number(opts, 'beta', 1, 'addmm')
+    local alpha = opt_number(opts, 'alpha', 1, 'addmm')
+    return call(C.cr_op_addmm, arg(bias, 'addmm', 'self'), arg(a, 'addmm', 'mat1'),
+                arg(b, 'addmm', 'mat2'), beta, alpha)
+  end
+
+  -- cr.linear(x, w, b): x [..., in] @ w[out, in]^T + b[out]; b may be nil
+  function cr.linear(x, w, b)
+    return call(C.cr_op_linear, arg(x, 'linear', 'input'), arg(w, 'linear', 'weight'),
+                arg(b, 'linear', 'bias'))
+  end
+
+  Tensor.mm = cr.mm
+  Tensor.bmm = cr.bmm
+  Tensor.matmul = cr.matmul
+  Tensor.addmm = cr.addmm
 end

@@ -1,0 +1,157 @@
+-- bench/ops.lua — op benchmarks beside PyTorch (bench/ops_torch.py, run from here so one
+-- run gives both figures on the same machine and thread count):
+--   * per-op overhead of add on 1-element tensors, without and with grad recording;
+--   * 1024x1024 f32 matmul throughput;
+--   * conv2d forward+backward on three ResNet-shaped layers.
+-- Figures are medians of several repeats. One JSON line per measurement
+-- {"bench", "crescent", "torch", "unit", "ratio"} (ratio > 1: crescent is better), then
+-- a summary line {"bench": "ops", ...} holding them all.
+-- Threads: env CRESCENT_THREADS, default the machine's core count, for both libraries.
+-- Run from the repository root: luajit bench/ops.lua
+package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
+local ffi = require 'ffi'
+local cjson = require 'cjson'
+local cr = require 'crescent'
+
+ffi.cdef [[
+typedef struct { long tv_sec; long tv_nsec; } cr_bench_timespec;
+int clock_gettime(int clk, cr_bench_timespec *ts);
+]]
+local ts = ffi.new('cr_bench_timespec')
+local function now()
+  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
+  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
+
+local REPEATS = 7
+local CONV_LAYERS = { -- name, input shape, out channels, kernel, padding (as in ops_torch.py)
+  { 'conv_64x56x56_3x3', { 8, 64, 56, 56 }, 64, 3, 1 },
+  { 'conv_128x28x28_3x3', { 8, 128, 28, 28 }, 128, 3, 1 },
+  { 'conv_256x14x14_1x1_to_1024', { 8, 256, 14, 14 }, 1024, 1, 0 },
+}
+
+local function median(xs)
+  table.sort(xs)
+  local n = #xs
+  if n % 2 == 1 then return xs[(n + 1) / 2] end
+  return (xs[n / 2] + xs[n / 2 + 1]) / 2
+end
+
+local function median_time(fn, repeats)
+  fn() -- warm up (JIT traces, oneDNN primitives, allocator)
+  local times = {}
+  for i = 1, repeats or REPEATS do
+    local t0 = now()
+    fn()
+    times[i] = now() - t0
+  end
+  return median(times)
+end
+
+local function core_count()
+  local p = io.popen('nproc 2>/dev/null')
+  local n = p and tonumber(p:read('*l'))
+  if p then p:close() end
+  return n or cr.get_num_threads()
+end
+
+-- Values do not matter for timing; random ones where the creation family provides them.
+local function filled(shape)
+  if cr.randn then return cr.randn(shape) end
+  return cr.full(shape, 0.1)
+end
+
+local function bench_add(requires_grad, n)
+  n = n or 100000
+  local a = cr.tensor({ 1.5 }):requires_grad_(requires_grad)
+  local b = cr.tensor({ 2.5 })
+  local function loop()
+    for _ = 1, n do local _ = a + b end
+  end
+  collectgarbage()
+  return median_time(loop) / n * 1e6
+end
+
+local function bench_matmul(size)
+  size = size or 1024
+  local a, b = filled({ size, size }), filled({ size, size })
+  local t = median_time(function() return cr.mm(a, b) end, 11)
+  return 2 * size ^ 3 / t / 1e9
+end
+
+local function bench_conv(shape, cout, k, pad)
+  local x = filled(shape):requires_grad_(true)
+  local w = filled({ cout, shape[2], k, k }):requires_grad_(true)
+  local opts = { padding = pad }
+  local gy = filled(cr.conv2d(x, w, nil, opts).shape)
+  local function step()
+    x.grad = nil
+    w.grad = nil
+    cr.conv2d(x, w, nil, opts):backward(gy)
+  end
+  return median_time(step, 5) * 1e3
+end
+
+local function run_torch(threads)
+  local cmd = string.format('CRESCENT_THREADS=%d /usr/bin/python3 bench/ops_torch.py 2>&1', threads)
+  local p = io.popen(cmd)
+  local figures, raw = {}, {}
+  for line in p:lines() do
+    raw[#raw + 1] = line
+    local ok, obj = pcall(cjson.decode, line)
+    if ok and type(obj) == 'table' and obj.value ~= nil then figures[obj.bench] = obj.value end
+  end
+  p:close()
+  if next(figures) == nil then
+    print('torch twin gave no figures (is python3-torch installed?): ' .. table.concat(raw, ' | '))
+  end
+  return figures
+end
+
+local function main()
+  local threads = tonumber(os.getenv('CRESCENT_THREADS')) or core_count()
+  cr.set_num_threads(threads)
+  print(string.format('crescent %s vs PyTorch, %d threads (features: %s)', cr.version, threads, cr.features()))
+  local torch = run_torch(threads)
+
+  -- the summary keeps DESIGN's keys: crescent/torch/unit map each measurement, ratio is
+  -- the geometric mean of the per-measurement ratios (ratios has each one)
+  local summary = { bench = 'ops', threads = threads, crescent = {}, torch = {}, unit = {}, ratios = {} }
+  -- higher: true when a larger figure is better (throughput), false for times
+  local function report(name, value, unit, higher)
+    local t = torch[name]
+    local ratio = cjson.null
+    if t and value and value > 0 and t > 0 then ratio = higher and value / t or t / value end
+    local line = { bench = name, crescent = value, torch = t or cjson.null, unit = unit, ratio = ratio }
+    summary.crescent[name], summary.torch[name], summary.unit[name] = value, line.torch, unit
+    summary.ratios[name] = ratio
+    print(string.format('%-28s crescent %10.3f  torch %10s  %-8s ratio %s', name, value,
+                        t and string.format('%.3f', t) or '-', unit,
+                        ratio ~= cjson.null and string.format('%.2f', ratio) or '-'))
+    print(cjson.encode(line))
+  end
+
+  report('add_overhead_nograd', bench_add(false), 'us/op', false)
+  report('add_overhead_grad', bench_add(true), 'us/op', false)
+  report('matmul_1024_f32', bench_matmul(1024), 'GFLOP/s', true)
+  if cr.conv2d then
+    for _, l in ipairs(CONV_LAYERS) do
+      local ok, ms = pcall(bench_conv, l[2], l[3], l[4], l[5])
+      if ok then
+        report(l[1], ms, 'ms/iter', false)
+      else
+        print(string.format('%s: skipped, conv2d failed: %s', l[1], tostring(ms)))
+      end
+    end
+  else
+    print('conv2d: skipped, cr.conv2d is not available in this build yet')
+  end
+  local logsum, n = 0, 0
+  for _, r in pairs(summary.ratios) do
+    if r ~= cjson.null then logsum, n = logsum + math.log(r), n + 1 end
+  end
+  summary.ratio = n > 0 and math.exp(logsum / n) or cjson.null
+  print(cjson.encode(summary))
+end
+
+main()

@@ -1,0 +1,86 @@
+#!/usr/bin/python3
+"""ops_torch.py — the PyTorch twin of bench/ops.lua: the same op benchmarks (per-op
+overhead of add on 1-element tensors, 1024x1024 f32 matmul, conv2d forward+backward on
+ResNet-shaped layers), the same repeats, medians and thread count (env CRESCENT_THREADS,
+default the machine's core count). Prints one JSON line per measurement,
+{"bench": name, "value": x, "unit": u}, then a summary line {"bench": "ops_torch", ...}.
+bench/ops.lua runs this script itself; it also runs alone."""
+import json
+import os
+import statistics
+import time
+
+import torch
+
+REPEATS = 7
+CONV_LAYERS = [  # name, input shape, out channels, kernel, padding (same as ops.lua)
+    ("conv_64x56x56_3x3", (8, 64, 56, 56), 64, 3, 1),
+    ("conv_128x28x28_3x3", (8, 128, 28, 28), 128, 3, 1),
+    ("conv_256x14x14_1x1_to_1024", (8, 256, 14, 14), 1024, 1, 0),
+]
+
+
+def median_time(fn, repeats=REPEATS):
+    fn()  # warm up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_add(requires_grad, n=100000):
+    a = torch.tensor([1.5], requires_grad=requires_grad)
+    b = torch.tensor([2.5])
+
+    def loop():
+        for _ in range(n):
+            a + b
+
+    return median_time(loop) / n * 1e6
+
+
+def bench_matmul(size=1024):
+    a = torch.randn(size, size)
+    b = torch.randn(size, size)
+    t = median_time(lambda: torch.mm(a, b), repeats=11)
+    return 2.0 * size ** 3 / t / 1e9
+
+
+def bench_conv(shape, cout, k, pad):
+    x = torch.randn(*shape, requires_grad=True)
+    w = torch.randn(cout, shape[1], k, k, requires_grad=True)
+    y = torch.nn.functional.conv2d(x, w, None, padding=pad)
+    gy = torch.randn(y.shape)
+
+    def step():
+        x.grad = None
+        w.grad = None
+        out = torch.nn.functional.conv2d(x, w, None, padding=pad)
+        out.backward(gy)
+
+    return median_time(step, repeats=5) * 1e3
+
+
+def main():
+    threads = int(os.environ.get("CRESCENT_THREADS") or os.cpu_count() or 1)
+    torch.set_num_threads(threads)
+    results = {}
+
+    def emit(name, value, unit):
+        results[name] = value
+        print(json.dumps({"bench": name, "value": value, "unit": unit}), flush=True)
+
+    emit("add_overhead_nograd", bench_add(False), "us/op")
+    emit("add_overhead_grad", bench_add(True), "us/op")
+    emit("matmul_1024_f32", bench_matmul(), "GFLOP/s")
+    for name, shape, cout, k, pad in CONV_LAYERS:
+        emit(name, bench_conv(shape, cout, k, pad), "ms/iter")
+    summary = {"bench": "ops_torch", "threads": threads, "torch": torch.__version__}
+    summary.update(results)
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -13,7 +13,9 @@ LDLIBS := -lm -fopenmp -Wl,-z,defs -Wl,-z,nodelete
 
 # Debian packages: what building and testing need, and what benchmarks add.
 DEPS_TEST := luajit lua-busted lua-check libdnnl-dev lua-cjson
-DEPS_BENCH := python3-torch
+# libopenblas0-openmp: Debian's torch calls the system BLAS, the slow netlib one unless
+# OpenBLAS is installed; a fair matmul comparison needs the fast one.
+DEPS_BENCH := python3-torch libopenblas0-openmp
 
 # ---- feature probes -------------------------------------------------------------
 HAVE_DNNL := $(shell test -f /usr/include/oneapi/dnnl/dnnl.h && echo 1)

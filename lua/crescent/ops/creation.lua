@@ -48,9 +48,12 @@ return function(cr, Tensor, W)
     if st ~= 0 then util.retry(st, C.cr_tensor_empty, box, nd, s, opts_dtype(opts), C.CR_DEV_CPU) end
     return finish(own(box[0]), opts)
   end
-  function cr.zeros_like(t, opts) return cr.full(t.shape, 0, { dtype = (opts and opts.dtype) or t.dtype, requires_grad = opts and opts.requires_grad }) end
-  function cr.ones_like(t, opts) return cr.full(t.shape, 1, { dtype = (opts and opts.dtype) or t.dtype, requires_grad = opts and opts.requires_grad }) end
-  function cr.full_like(t, v, opts) return cr.full(t.shape, v, { dtype = (opts and opts.dtype) or t.dtype, requires_grad = opts and opts.requires_grad }) end
+  local function like_opts(t, opts)
+    return { dtype = (opts and opts.dtype) or t.dtype, requires_grad = opts and opts.requires_grad }
+  end
+  function cr.zeros_like(t, opts) return cr.full(t.shape, 0, like_opts(t, opts)) end
+  function cr.ones_like(t, opts) return cr.full(t.shape, 1, like_opts(t, opts)) end
+  function cr.full_like(t, v, opts) return cr.full(t.shape, v, like_opts(t, opts)) end
 
   -- cr.tensor(nested table | number | boolean, opts). Without a dtype: booleans give bool,
   -- integers give i64, anything else f32 (PyTorch's rule).
@@ -98,6 +101,96 @@ return function(cr, Tensor, W)
     if dt ~= C.CR_DT_F64 then t = W.call(C.cr_op_to, t, dt) end
     return finish(t, opts)
   end
+
+  -- ---- ranges ------------------------------------------------------------------------------
+  -- cr.arange(end) / cr.arange(start, end) / cr.arange(start, end, step), each optionally
+  -- followed by {dtype=}. Without a dtype: i64 when every argument is an integer, else f32.
+  function cr.arange(...)
+    local nums, opts = {}, nil
+    for i = 1, select('#', ...) do
+      local v = select(i, ...)
+      if type(v) == 'table' and i == select('#', ...) then opts = v
+      elseif type(v) == 'number' then nums[#nums + 1] = v
+      else error('arange: argument ' .. i .. ' is ' .. tostring(v) .. '; give numbers (end) or (start, end, step)', 2) end
+    end
+    if #nums < 1 or #nums > 3 then error('arange: give end, or start and end, or start, end and step', 2) end
+    local start, stop, step = 0, nums[1], 1
+    if #nums >= 2 then start, stop = nums[1], nums[2] end
+    if #nums == 3 then step = nums[3] end
+    local int = start == math.floor(start) and stop == math.floor(stop) and step == math.floor(step)
+    local dt = opts_dtype(opts, int and C.CR_DT_I64 or C.CR_DT_F32)
+    return finish(W.call(C.cr_op_arange, start, stop, step, dt), opts)
+  end
+  function cr.eye(n, m, opts)
+    if type(m) == 'table' then m, opts = nil, m end
+    if type(n) ~= 'number' or (m ~= nil and type(m) ~= 'number') then
+      error('eye: give the number of rows (and optionally columns) as numbers', 2)
+    end
+    return finish(W.call(C.cr_op_eye, n, m or n, opts_dtype(opts)), opts)
+  end
+
+  -- ---- random draws (Philox; see csrc/core/rng.h for which words each op uses) ------------
+  -- shape as numbers or one table, then an optional opts table: rand(2, 3), rand({2, 3}, opts)
+  local function shape_opts(what, ...)
+    local nargs = select('#', ...)
+    if nargs == 0 then error(what .. ': give a shape, e.g. cr.' .. what .. '(2, 3) or cr.' .. what .. '({2, 3})', 3) end
+    local opts, n = util.split_opts(...)
+    local first = ...
+    local shape = type(first) == 'table' and first or { ... }
+    if type(first) ~= 'table' then shape[n + 1] = nil end
+    local nd, s = util.shape_arg(what, shape)
+    return nd, s, opts
+  end
+  local function drawer(what, f)
+    return function(...)
+      local nd, s, opts = shape_opts(what, ...)
+      return finish(W.call(f, nd, s, opts_dtype(opts)), opts)
+    end
+  end
+  cr.rand = drawer('rand', C.cr_op_rand)
+  cr.randn = drawer('randn', C.cr_op_randn)
+  local function like(f)
+    return function(t, opts)
+      W.check_tensor(t, 'rand_like', 't')
+      local nd, s = util.shape_arg('rand_like', t.shape)
+      return finish(W.call(f, nd, s, opts_dtype(opts, C.cr_tensor_dtype(t))), opts)
+    end
+  end
+  cr.rand_like = like(C.cr_op_rand)
+  cr.randn_like = like(C.cr_op_randn)
+
+  -- cr.randint(low, high, shape, opts) or cr.randint(high, shape, opts), high exclusive.
+  function cr.randint(low, high, shape, opts)
+    if type(high) == 'table' then low, high, shape, opts = 0, low, high, shape end
+    if type(low) ~= 'number' or type(high) ~= 'number' then
+      error('randint: give low and high as numbers: cr.randint(low, high, {shape})', 2)
+    end
+    if low ~= math.floor(low) or high ~= math.floor(high) then
+      error('randint: low and high must be integers, got ' .. low .. ' and ' .. high, 2)
+    end
+    if type(shape) == 'number' then shape = { shape } end
+    if type(shape) ~= 'table' then error('randint: give a shape table, e.g. cr.randint(0, 10, {3})', 2) end
+    local nd, s = util.shape_arg('randint', shape)
+    return finish(W.call(C.cr_op_randint, low, high, nd, s, opts_dtype(opts, C.CR_DT_I64)), opts)
+  end
+  function cr.randperm(n, opts)
+    if type(n) ~= 'number' or n ~= math.floor(n) then
+      error('randperm: n must be an integer, got ' .. tostring(n), 2)
+    end
+    return finish(W.call(C.cr_op_randperm, n, opts_dtype(opts, C.CR_DT_I64)), opts)
+  end
+  -- cr.bernoulli(p_tensor) or cr.bernoulli(p, shape, opts): 1 with probability p, else 0.
+  function cr.bernoulli(p, shape, opts)
+    if W.is_tensor(p) then return W.call(C.cr_op_bernoulli, p) end
+    if type(p) ~= 'number' then
+      error('bernoulli: give a tensor of probabilities, or a number and a shape', 2)
+    end
+    if type(shape) == 'number' then shape = { shape } end
+    if type(shape) ~= 'table' then error('bernoulli: with a number p, give a shape: cr.bernoulli(0.5, {3, 4})', 2) end
+    local nd, s = util.shape_arg('bernoulli', shape)
+    return finish(W.call(C.cr_op_bernoulli_scalar, p, nd, s, opts_dtype(opts)), opts)
+  end
+  function Tensor.bernoulli(t) return cr.bernoulli(t) end
 
   function Tensor.fill_(t, v) check(C.cr_op_fill_(t, v)); return t end
   function Tensor.zero_(t) check(C.cr_op_zero_(t)); return t end

@@ -1,6 +1,6 @@
 /* batch_norm_dnnl.c — the oneDNN fast path of batch norm (see batch_norm_impl.h).
  * Primitives are costly to create, so each (direction, shape, flags, eps) keeps one in a
- * small LRU cache. The engine and stream are private to this file. The data [N, C, S]
+ * small LRU cache, on the engine shared by every oneDNN path (dnnl_engine.c). The data [N, C, S]
  * are described as 4-D [N, C, S, 1] in nchw, or nhwc when S == 1 (same bytes), which
  * lets oneDNN pick its channels-last kernel for BatchNorm1d inputs. Ops run on the
  * caller's thread only, so the cache needs no lock. */
@@ -8,6 +8,8 @@
 
 #ifdef CR_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
+
+#include "dnnl_engine.h"
 
 enum { BN_CACHE = 16 };
 
@@ -23,21 +25,10 @@ typedef struct {
 
 static dnnl_engine_t bn_engine;
 static dnnl_stream_t bn_stream;
-static bool bn_broken; /* oneDNN failed to start: stay on the reference path */
 static bn_entry bn_cache[BN_CACHE];
 static uint64_t bn_clock;
 
-static bool bn_init(void) {
-    if (bn_engine) return true;
-    if (bn_broken) return false;
-    if (dnnl_engine_create(&bn_engine, dnnl_cpu, 0) != dnnl_success ||
-        dnnl_stream_create(&bn_stream, bn_engine, dnnl_stream_default_flags) != dnnl_success) {
-        bn_broken = true;
-        bn_engine = NULL;
-        return false;
-    }
-    return true;
-}
+static bool bn_init(void) { return cr_dnnl_engine(&bn_engine, &bn_stream); }
 
 static void data_md(dnnl_memory_desc_t *md, int64_t N, int64_t C, int64_t S) {
     dnnl_dims_t dims = {N, C, S, 1};

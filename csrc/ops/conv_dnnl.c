@@ -31,6 +31,8 @@ int64_t cr_conv2d_dnnl_runs(void) { return 0; }
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include "dnnl_engine.h"
+
 enum { KIND_FWD, KIND_BWD_DATA, KIND_BWD_WEIGHTS };
 enum { CACHE_SLOTS = 24, MAX_ARGS = 4 };
 
@@ -64,22 +66,12 @@ static conv_entry cache[CACHE_SLOTS];
 static uint64_t cache_clock;
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
-static bool engine_failed;
 static int64_t runs;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 int64_t cr_conv2d_dnnl_runs(void) { return __atomic_load_n(&runs, __ATOMIC_RELAXED); }
 
-static bool engine_ready(void) {
-    if (engine) return true;
-    if (engine_failed) return false;
-    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
-        dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
-        engine_failed = true;
-        return false;
-    }
-    return true;
-}
+static bool engine_ready(void) { return cr_dnnl_engine(&engine, &stream); }
 
 static void entry_clear(conv_entry *e) {
     for (int i = 0; i < e->nargs; i++)

@@ -11,6 +11,8 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include "dnnl_engine.h"
+
 /* Enough for the distinct products of a large network's forward and backward passes
  * (each linear layer needs three); a miss costs a primitive creation. */
 enum { CACHE_SLOTS = 128 };
@@ -39,18 +41,8 @@ static gemm_slot cache[CACHE_SLOTS];
 static uint64_t use_clock;
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
-static bool engine_failed;
 
-static bool engine_ready(void) {
-    if (engine) return true;
-    if (engine_failed) return false;
-    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
-        dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
-        engine_failed = true;
-        return false;
-    }
-    return true;
-}
+static bool engine_ready(void) { return cr_dnnl_engine(&engine, &stream); }
 
 static void slot_clear(gemm_slot *s) {
     if (s->prim) dnnl_primitive_destroy(s->prim);

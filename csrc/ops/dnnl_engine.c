@@ -1,0 +1,31 @@
+/* dnnl_engine.c — see dnnl_engine.h. */
+#ifdef CR_HAVE_DNNL
+#include "dnnl_engine.h"
+
+#include <pthread.h>
+
+static dnnl_engine_t shared_engine;
+static dnnl_stream_t shared_stream;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void create(void) {
+    if (dnnl_engine_create(&shared_engine, dnnl_cpu, 0) != dnnl_success) {
+        shared_engine = NULL;
+        return;
+    }
+    if (dnnl_stream_create(&shared_stream, shared_engine, dnnl_stream_default_flags) !=
+        dnnl_success) {
+        dnnl_engine_destroy(shared_engine);
+        shared_engine = NULL;
+    }
+}
+
+bool cr_dnnl_engine(dnnl_engine_t *engine, dnnl_stream_t *stream) {
+    pthread_once(&once, create);
+    *engine = shared_engine;
+    *stream = shared_stream;
+    return shared_engine != NULL;
+}
+#else
+typedef int cr_dnnl_engine_unused; /* ISO C wants a translation unit to declare something */
+#endif

@@ -6,18 +6,22 @@
 typedef enum { CR_REDUCTION_NONE = 0, CR_REDUCTION_MEAN = 1, CR_REDUCTION_SUM = 2 } cr_reduction;
 
 #define CR_OPS_LOSS(X)                                                               \
-    /* X(SOFTMAX, "softmax", cr_cpu_softmax, cr_grad_softmax) */ \
-    /* X(LOG_SOFTMAX, "log_softmax", cr_cpu_log_softmax, cr_grad_log_softmax) */ \
-    /* X(NLL_LOSS, "nll_loss", cr_cpu_nll_loss, cr_grad_nll_loss) */ \
-    /* X(CROSS_ENTROPY, "cross_entropy", cr_cpu_cross_entropy, cr_grad_cross_entropy) */ \
+    X(SOFTMAX, "softmax", cr_cpu_softmax, cr_grad_softmax)                           \
+    X(LOG_SOFTMAX, "log_softmax", cr_cpu_log_softmax, cr_grad_log_softmax)           \
+    X(NLL_LOSS, "nll_loss", cr_cpu_nll_loss, cr_grad_nll_loss)                       \
+    X(CROSS_ENTROPY, "cross_entropy", cr_cpu_cross_entropy, cr_grad_cross_entropy)   \
 
+/* along dim, stable; f16/bf16 compute in f32 and return their own dtype. */
 cr_status cr_op_softmax(cr_tensor **out, cr_tensor *t, int64_t dim);
 cr_status cr_op_log_softmax(cr_tensor **out, cr_tensor *t, int64_t dim);
-/* logp [N, C] (or [N, C, d...]), target i64 [N] (or [N, d...]); ignore_index skips. */
+/* logp [N, C] (or [N, C, d...], or [C] with a 0-dim target), target i64 [N] (or
+ * [N, d...]); ignore_index skips; mean divides by the number of non-ignored targets.
+ * Targets outside [0, C) (other than ignore_index) are an error. */
 cr_status cr_op_nll_loss(cr_tensor **out, cr_tensor *logp, cr_tensor *target,
                          cr_reduction reduction, int64_t ignore_index);
-/* logits [N, C] and class targets i64 [N], or soft targets float [N, C]. Label
- * smoothing eps mixes the one-hot target with the uniform distribution. */
+/* logits [N, C] (or [N, C, d...]) and class targets i64 [N] (or [N, d...]), or soft
+ * targets: class probabilities with the logits' shape. Label smoothing eps mixes the
+ * target with the uniform distribution, as PyTorch: (1-eps)*nll + eps*mean_c(-logp). */
 cr_status cr_op_cross_entropy(cr_tensor **out, cr_tensor *logits, cr_tensor *target,
                               cr_reduction reduction, double label_smoothing,
                               int64_t ignore_index);

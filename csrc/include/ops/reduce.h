@@ -1,20 +1,21 @@
 /* ops/reduce.h — reductions over a set of dims (a bitmask; 0 means all dims), with
- * keepdim. Sums accumulate in f64 for f32 inputs on the reference path. */
+ * keepdim. Float sums and statistics accumulate in f64 (f32 inputs included); max/min
+ * return the input's own values (exact for every dtype) and the first index on ties. */
 #ifndef CR_OPS_REDUCE_H
 #define CR_OPS_REDUCE_H
 
 #define CR_OPS_REDUCE(X)                                                             \
     X(SUM, "sum", cr_cpu_sum, cr_grad_sum)                                           \
     X(MEAN, "mean", cr_cpu_mean, cr_grad_mean)                                       \
-    /* X(MAX_DIM, "max", cr_cpu_max_dim, cr_grad_max_dim) */ \
-    /* X(MIN_DIM, "min", cr_cpu_min_dim, cr_grad_min_dim) */ \
-    /* X(AMAX, "amax", cr_cpu_amax, cr_grad_amax) */ \
-    /* X(AMIN, "amin", cr_cpu_amin, cr_grad_amin) */ \
-    /* X(ARGMAX, "argmax", cr_cpu_argmax, cr_grad_none) */ \
-    /* X(ARGMIN, "argmin", cr_cpu_argmin, cr_grad_none) */ \
-    /* X(VAR, "var", cr_cpu_var, cr_grad_var) */ \
-    /* X(NORM, "norm", cr_cpu_norm, cr_grad_norm) */ \
-    /* X(LOGSUMEXP, "logsumexp", cr_cpu_logsumexp, cr_grad_logsumexp) */ \
+    X(MAX_DIM, "max", cr_cpu_max_dim, cr_grad_max_dim)                               \
+    X(MIN_DIM, "min", cr_cpu_min_dim, cr_grad_min_dim)                               \
+    X(AMAX, "amax", cr_cpu_amax, cr_grad_amax)                                       \
+    X(AMIN, "amin", cr_cpu_amin, cr_grad_amin)                                       \
+    X(ARGMAX, "argmax", cr_cpu_argmax, cr_grad_none)                                 \
+    X(ARGMIN, "argmin", cr_cpu_argmin, cr_grad_none)                                 \
+    X(VAR, "var", cr_cpu_var, cr_grad_var)                                           \
+    X(NORM, "norm", cr_cpu_norm, cr_grad_norm)                                       \
+    X(LOGSUMEXP, "logsumexp", cr_cpu_logsumexp, cr_grad_logsumexp)                   \
 
 cr_status cr_op_sum(cr_tensor **out, cr_tensor *t, uint32_t dims, bool keepdim);
 cr_status cr_op_mean(cr_tensor **out, cr_tensor *t, uint32_t dims, bool keepdim);
@@ -29,11 +30,13 @@ cr_status cr_op_amin(cr_tensor **out, cr_tensor *t, uint32_t dims, bool keepdim)
 /* dim < -ndim: over the flattened tensor. */
 cr_status cr_op_argmax(cr_tensor **out, cr_tensor *t, int64_t dim, bool keepdim);
 cr_status cr_op_argmin(cr_tensor **out, cr_tensor *t, int64_t dim, bool keepdim);
-/* variance with `correction` (1 = unbiased, Bessel). */
+/* variance with `correction` (1 = unbiased, Bessel); divides by max(0, N - correction). */
 cr_status cr_op_var(cr_tensor **out, cr_tensor *t, uint32_t dims, int64_t correction,
                     bool keepdim);
-/* p-norm (p > 0, or INFINITY for max-abs). */
+/* p-norm: p > 0, INFINITY (max |x|), -INFINITY (min |x|) or 0 (count of non-zeros).
+ * The p = 2 gradient at the origin is 0. */
 cr_status cr_op_norm(cr_tensor **out, cr_tensor *t, double p, uint32_t dims, bool keepdim);
+/* log(sum(exp(x))) computed stably (the max is subtracted); integers give f32. */
 cr_status cr_op_logsumexp(cr_tensor **out, cr_tensor *t, uint32_t dims, bool keepdim);
 
 #endif

@@ -89,7 +89,7 @@ local function bench_conv(shape, cout, k, pad)
     w.grad = nil
     cr.conv2d(x, w, nil, opts):backward(gy)
   end
-  return median_time(step, 5) * 1e3
+  return median_time(step, 11) * 1e3
 end
 
 local function run_torch(threads)

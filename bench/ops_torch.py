@@ -60,7 +60,7 @@ def bench_conv(shape, cout, k, pad):
         out = torch.nn.functional.conv2d(x, w, None, padding=pad)
         out.backward(gy)
 
-    return median_time(step, repeats=5) * 1e3
+    return median_time(step, repeats=11) * 1e3
 
 
 def main():

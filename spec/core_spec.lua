@@ -134,3 +134,17 @@ describe('bad input', function()
     H.assert_error(function() return cr.tensor({ true }) - cr.tensor({ false }) end, 'sub', 'bool')
   end)
 end)
+
+describe('the op list', function()
+  it('reaches Lua: every op but the backward kernels is a cr function or a Tensor method', function()
+    local ffi = require 'ffi'
+    local missing = {}
+    for i = 0, cr.C.cr_op_count() - 1 do
+      local name = ffi.string(cr.C.cr_op_name(i))
+      if not name:match('_backward$') and not cr[name] and not cr.Tensor[name] then
+        missing[#missing + 1] = name
+      end
+    end
+    assert.same({}, missing)
+  end)
+end)

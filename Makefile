@@ -7,8 +7,13 @@
 SHELL := /bin/bash
 BUILD := build
 CC ?= cc
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 -march=native -fPIC -fopenmp -g \
+# ARCH: the build runs where it was built (CI, the GPU machine builds its own); override
+# with ARCH=-march=x86-64-v3 for a portable library.
+ARCH ?= -march=native
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 $(ARCH) -fPIC -fopenmp -g \
                -Wall -Wextra -Werror -Wno-unused-parameter -Icsrc/include -Icsrc/core -Icsrc/ops
+# -z defs: every symbol resolved at link time. -z nodelete: LuaJIT dlcloses the library
+# at exit while libgomp's idle threads still run in it, which crashed at exit.
 LDLIBS := -lm -fopenmp -Wl,-z,defs -Wl,-z,nodelete
 
 # Debian packages: what building and testing need, and what benchmarks add.
@@ -37,7 +42,7 @@ SRCS := $(wildcard csrc/core/*.c csrc/ops/*.c csrc/autograd/*.c)
 OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(SRCS))
 HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/ops/*.h)
 
-.PHONY: all deps test bench clean probes lint run
+.PHONY: all deps test bench clean probes lint run FORCE
 all: probes $(BUILD)/libcrescent.so $(BUILD)/crescent_cdef.h
 
 probes:
@@ -48,16 +53,20 @@ probes:
 	@echo "  $(if $(HAVE_NCCL),✓,✗) NCCL"
 	@echo "  $(if $(HAVE_MPI),✓,✗) MPI (mpicc)"
 
-$(BUILD)/obj/%.o: csrc/%.c $(HDRS)
+# Objects depend on the flags too, so a build that gains oneDNN (or loses it) recompiles.
+$(BUILD)/flags: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(CFLAGS) $(LDLIBS)' | cmp -s - $@ || echo '$(CFLAGS) $(LDLIBS)' > $@
+
+$(BUILD)/obj/%.o: csrc/%.c $(HDRS) $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	@echo "  CC $<"
 	@$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/libcrescent.so: $(OBJS)
+$(BUILD)/libcrescent.so: $(OBJS) $(BUILD)/flags
 	@echo "  LD $@"
 	@$(CC) -shared -o $@.tmp $(OBJS) $(LDLIBS) && mv -f $@.tmp $@  # rename: running processes keep the old file
 
-# -z nodelete: LuaJIT dlcloses the library at exit while OpenMP threads still run in it.
 # The FFI declarations are the public header itself, preprocessed.
 $(BUILD)/crescent_cdef.h: $(HDRS)
 	@mkdir -p $(BUILD)
@@ -73,15 +82,20 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	else echo "deps: all present"; fi
 
-test: deps all
+# deps first, then a fresh make: the feature probes are read when make parses this file,
+# so a build in the same invocation as the install would miss what it just installed.
+test: deps
+	@$(MAKE) --no-print-directory all
 	@bash tools/run_specs.sh
 
 # The recipes (issue 4) take this over; until then `make run` is the README tour.
-run: deps all
+run: deps
+	@$(MAKE) --no-print-directory all
 	@luajit examples/tour.lua
 
 bench: EXTRA_DEPS = $(DEPS_BENCH)
-bench: deps all
+bench: deps
+	@$(MAKE) --no-print-directory all
 	@for b in bench/*.lua; do echo "== $$b"; luajit $$b || exit 1; done
 
 lint:

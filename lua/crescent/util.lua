@@ -10,13 +10,25 @@ M.box = ffi.new('cr_tensor*[4]')      -- out-parameters of single calls
 local shape_buf = ffi.new('int64_t[8]')
 local shape_buf2 = ffi.new('int64_t[8]')
 
-local function raise(level)
-  error(ffi.string(C.cr_last_error()), level or 3)
+-- Errors point at the user's line: the first caller outside lua/crescent/ (the
+-- argument is ignored and kept for callers that pass the old fixed level).
+local function user_level()
+  for level = 3, 40 do
+    local info = debug.getinfo(level, 'S')
+    if not info then return 0 end
+    if not info.source:find('lua/crescent/', 1, true) then return level - 1 end
+  end
+  return 0
+end
+M.user_level = user_level
+
+local function raise()
+  error(ffi.string(C.cr_last_error()), user_level())
 end
 M.raise = raise
 
 function M.check(st)
-  if st ~= 0 then raise(3) end
+  if st ~= 0 then raise() end
 end
 
 -- Tensor bytes are invisible to the Lua GC: every so often ask C whether enough bytes
@@ -35,7 +47,7 @@ function M.retry(st, f, ...)
     collectgarbage('collect')
     st = f(...)
   end
-  if st ~= 0 then raise(4) end
+  if st ~= 0 then raise() end
 end
 
 M.dtypes = {

@@ -3,41 +3,9 @@
  * compared in that dtype, and the result is a bool tensor without a derivative. */
 #include "elementwise_impl.h"
 
-/* Same layouts as elementwise.c's BIN_LOOP (all contiguous, scalar second operand,
- * strided), with a bool output instead of one of the input type. */
-#define CMP_LOOP(T, EXPR)                                                            \
-    do {                                                                             \
-        uint8_t *o = (uint8_t *)p[0];                                                \
-        const T *x = (const T *)p[1], *y = (const T *)p[2];                          \
-        const int64_t so = s[0], sx = s[1] / (int64_t)sizeof(T),                     \
-                      sy = s[2] / (int64_t)sizeof(T);                                \
-        if (so == 1 && sx == 1 && sy == 1) {                                         \
-            for (int64_t i = 0; i < n; i++) {                                        \
-                T a = x[i], b = y[i];                                                \
-                o[i] = (EXPR);                                                       \
-            }                                                                        \
-        } else if (so == 1 && sx == 1 && sy == 0) {                                  \
-            const T b = y[0];                                                        \
-            for (int64_t i = 0; i < n; i++) {                                        \
-                T a = x[i];                                                          \
-                o[i] = (EXPR);                                                       \
-            }                                                                        \
-        } else {                                                                     \
-            for (int64_t i = 0; i < n; i++) {                                        \
-                T a = x[i * sx], b = y[i * sy];                                      \
-                o[i * so] = (EXPR);                                                  \
-            }                                                                        \
-        }                                                                            \
-    } while (0)
-
-#define CMP_LOOP_HALF(LOAD, EXPR)                                                    \
-    do {                                                                             \
-        for (int64_t i = 0; i < n; i++) {                                            \
-            float a = LOAD(*(const uint16_t *)(p[1] + i * s[1]));                    \
-            float b = LOAD(*(const uint16_t *)(p[2] + i * s[2]));                    \
-            *(uint8_t *)(p[0] + i * s[0]) = (EXPR);                                  \
-        }                                                                            \
-    } while (0)
+/* CR_BIN_LOOP (elementwise_impl.h) with a bool output instead of one of the input type. */
+#define CMP_LOOP(T, EXPR) CR_BIN_LOOP(uint8_t, T, EXPR)
+#define CMP_LOOP_HALF(LOAD, EXPR) CR_BIN_LOOP_HALF(uint8_t, LOAD, (uint8_t), EXPR)
 
 #define CMP_ALL_TYPES(EXPR)                                                          \
     switch (dt) {                                                                    \

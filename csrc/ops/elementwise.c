@@ -65,42 +65,9 @@ cr_status cr_check_binary(const char *op, cr_tensor *a, cr_tensor *b) {
     return cr_check_same_device(op, a, b);
 }
 
-/* ---- typed inner loops ---------------------------------------------------------
- * Each loop handles the three layouts that matter: all contiguous, second operand a
- * broadcast scalar, and general strides. Halves compute through f32. */
-#define BIN_LOOP(T, EXPR)                                                            \
-    do {                                                                             \
-        T *o = (T *)p[0];                                                            \
-        const T *x = (const T *)p[1], *y = (const T *)p[2];                          \
-        const int64_t so = s[0] / (int64_t)sizeof(T), sx = s[1] / (int64_t)sizeof(T), \
-                      sy = s[2] / (int64_t)sizeof(T);                                \
-        if (so == 1 && sx == 1 && sy == 1) {                                         \
-            for (int64_t i = 0; i < n; i++) {                                        \
-                T a = x[i], b = y[i];                                                \
-                o[i] = (EXPR);                                                       \
-            }                                                                        \
-        } else if (so == 1 && sx == 1 && sy == 0) {                                  \
-            const T b = y[0];                                                        \
-            for (int64_t i = 0; i < n; i++) {                                        \
-                T a = x[i];                                                          \
-                o[i] = (EXPR);                                                       \
-            }                                                                        \
-        } else {                                                                     \
-            for (int64_t i = 0; i < n; i++) {                                        \
-                T a = x[i * sx], b = y[i * sy];                                      \
-                o[i * so] = (EXPR);                                                  \
-            }                                                                        \
-        }                                                                            \
-    } while (0)
-
-#define BIN_LOOP_HALF(LOAD, STORE, EXPR)                                             \
-    do {                                                                             \
-        for (int64_t i = 0; i < n; i++) {                                            \
-            float a = LOAD(*(const uint16_t *)(p[1] + i * s[1]));                    \
-            float b = LOAD(*(const uint16_t *)(p[2] + i * s[2]));                    \
-            *(uint16_t *)(p[0] + i * s[0]) = STORE(EXPR);                            \
-        }                                                                            \
-    } while (0)
+/* ---- typed inner loops (CR_BIN_LOOP in elementwise_impl.h) ---- */
+#define BIN_LOOP(T, EXPR) CR_BIN_LOOP(T, T, EXPR)
+#define BIN_LOOP_HALF(LOAD, STORE, EXPR) CR_BIN_LOOP_HALF(uint16_t, LOAD, STORE, EXPR)
 
 #define BIN_ALL_TYPES(EXPR, INT_EXPR)                                                \
     switch (dt) {                                                                    \

@@ -23,4 +23,44 @@ cr_status cr_unary_op(cr_tensor **out, cr_op op, cr_tensor *t, cr_dtype result,
 /* Kernel body for 1-input ops: iterates out, in[0]; ctx points at the cr_call. */
 cr_status cr_run_unary(cr_call *c, cr_loop_fn fn);
 
+/* The inner loop of a binary op for one dtype pair: out of type TO, inputs of type TI,
+ * `a` and `b` bound for EXPR. It handles the three layouts that matter: all contiguous
+ * (vectorised), the second operand a broadcast scalar, and general strides. Used inside a
+ * cr_loop_fn, where p, s and n are its arguments. */
+#define CR_BIN_LOOP(TO, TI, EXPR)                                                    \
+    do {                                                                             \
+        TO *o = (TO *)p[0];                                                          \
+        const TI *x = (const TI *)p[1], *y = (const TI *)p[2];                       \
+        const int64_t so = s[0] / (int64_t)sizeof(TO), sx = s[1] / (int64_t)sizeof(TI), \
+                      sy = s[2] / (int64_t)sizeof(TI);                               \
+        if (so == 1 && sx == 1 && sy == 1) {                                         \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                TI a = x[i], b = y[i];                                               \
+                o[i] = (EXPR);                                                       \
+            }                                                                        \
+        } else if (so == 1 && sx == 1 && sy == 0) {                                  \
+            const TI b = y[0];                                                       \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                TI a = x[i];                                                         \
+                o[i] = (EXPR);                                                       \
+            }                                                                        \
+        } else {                                                                     \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                TI a = x[i * sx], b = y[i * sy];                                     \
+                o[i * so] = (EXPR);                                                  \
+            }                                                                        \
+        }                                                                            \
+    } while (0)
+
+/* The same for f16/bf16 inputs, computed in f32; STORE converts the result (the
+ * identity-like (uint8_t) for bool outputs). */
+#define CR_BIN_LOOP_HALF(TO, LOAD, STORE, EXPR)                                      \
+    do {                                                                             \
+        for (int64_t i = 0; i < n; i++) {                                            \
+            float a = LOAD(*(const uint16_t *)(p[1] + i * s[1]));                    \
+            float b = LOAD(*(const uint16_t *)(p[2] + i * s[2]));                    \
+            *(TO *)(p[0] + i * s[0]) = STORE(EXPR);                                  \
+        }                                                                            \
+    } while (0)
+
 #endif

@@ -185,7 +185,7 @@ static inline float fast_geluf(float x) { return x * fast_phif(x); }
 static inline double ref_gelu(double x) { return x * ref_phi(x); }
 
 /* ---- loops ------------------------------------------------------------------------
- * As elementwise.c's BIN_LOOP: a contiguous loop the compiler vectorises, and a strided
+ * As CR_BIN_LOOP (elementwise_impl.h): a contiguous loop the compiler vectorises, and a strided
  * one. `x` is the input element. */
 #define UN_LOOP(T, EXPR)                                                             \
     do {                                                                             \

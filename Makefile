@@ -14,10 +14,12 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 $(ARCH) -fPIC -fopenmp -g \
                -Wall -Wextra -Werror -Wno-unused-parameter -Icsrc/include -Icsrc/core -Icsrc/ops
 # -z defs: every symbol resolved at link time. -z nodelete: LuaJIT dlcloses the library
 # at exit while libgomp's idle threads still run in it, which crashed at exit.
-LDLIBS := -lm -fopenmp -Wl,-z,defs -Wl,-z,nodelete
+LDLIBS := -lm -lz -lpthread -fopenmp -Wl,-z,defs -Wl,-z,nodelete
 
 # Debian packages: what building and testing need, and what benchmarks add.
-DEPS_TEST := luajit lua-busted lua-check libdnnl-dev lua-cjson
+# dataset-fashion-mnist: the data of recipes/supervised.lua (/usr/share/datasets/fashion-mnist).
+DEPS_TEST := luajit libluajit-5.1-dev lua-busted lua-check libdnnl-dev lua-cjson zlib1g-dev \
+             dataset-fashion-mnist
 # libopenblas0-openmp: Debian's torch calls the system BLAS, the slow netlib one unless
 # OpenBLAS is installed; a fair matmul comparison needs the fast one.
 DEPS_BENCH := python3-torch libopenblas0-openmp
@@ -38,12 +40,13 @@ CFLAGS += -DCR_HAVE_DNNL
 LDLIBS += -ldnnl
 endif
 
-SRCS := $(wildcard csrc/core/*.c csrc/ops/*.c csrc/autograd/*.c)
+SRCS := $(wildcard csrc/core/*.c csrc/ops/*.c csrc/autograd/*.c csrc/optim/*.c csrc/data/*.c)
 OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(SRCS))
-HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/ops/*.h)
+HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/ops/*.h csrc/optim/*.h csrc/data/*.h csrc/loop/*.h)
 
 .PHONY: all deps test bench clean probes lint run FORCE
-all: probes $(BUILD)/libcrescent.so $(BUILD)/crescent_cdef.h
+LOOP_SRCS := $(wildcard csrc/loop/*.c)
+all: probes $(BUILD)/libcrescent.so $(BUILD)/crescent_cdef.h $(if $(LOOP_SRCS),$(BUILD)/crescent_loop.so)
 
 probes:
 	@echo "crescent features:"
@@ -66,6 +69,15 @@ $(BUILD)/obj/%.o: csrc/%.c $(HDRS) $(BUILD)/flags
 $(BUILD)/libcrescent.so: $(OBJS) $(BUILD)/flags
 	@echo "  LD $@"
 	@$(CC) -shared -o $@.tmp $(OBJS) $(LDLIBS) && mv -f $@.tmp $@  # rename: running processes keep the old file
+
+# The step loop is a Lua C module (luaopen_crescent_loop), apart from libcrescent.so: it
+# uses the Lua C API, whose symbols come from the luajit executable (Debian links LuaJIT
+# statically into it), so this one is linked without -z defs.
+LUA_INC := /usr/include/luajit-2.1
+$(BUILD)/crescent_loop.so: $(LOOP_SRCS) $(HDRS) $(BUILD)/libcrescent.so $(BUILD)/flags
+	@echo "  LD $@"
+	@$(CC) $(CFLAGS) -I$(LUA_INC) -shared -o $@.tmp $(LOOP_SRCS) -L$(BUILD) -Wl,-rpath,'$$ORIGIN' \
+	  -lcrescent -lm && mv -f $@.tmp $@
 
 # The FFI declarations are the public header itself, preprocessed.
 $(BUILD)/crescent_cdef.h: $(HDRS)

@@ -2,7 +2,7 @@
 #   make        build build/libcrescent.so (feature probes print ✓/✗)
 #   make deps   apt-get only the missing Debian packages
 #   make test   deps, build, every spec; last line "N passed, N failed"
-#   make run    the README tour (examples/tour.lua)
+#   make run    the main recipe (recipes/supervised.lua)
 #   make bench  benchmarks beside their PyTorch twins
 SHELL := /bin/bash
 BUILD := build
@@ -100,10 +100,10 @@ test: deps
 	@$(MAKE) --no-print-directory all
 	@bash tools/run_specs.sh
 
-# The recipes (issue 4) take this over; until then `make run` is the README tour.
+# The main recipe: ResNet-18 on Fashion-MNIST (the README tour is examples/tour.lua).
 run: deps
 	@$(MAKE) --no-print-directory all
-	@luajit examples/tour.lua
+	@luajit recipes/supervised.lua
 
 bench: EXTRA_DEPS = $(DEPS_BENCH)
 bench: deps

@@ -171,6 +171,12 @@ cr_status cr_autograd_custom(cr_tensor **outs, int nout, cr_tensor **ins, int ni
  * drop its references. Returns how many were written (at most cap). */
 int cr_autograd_reap_custom(int *ids, int cap);
 
+/* ---- data: IDX reader, sampler order, batch assembly (csrc/data/) ----------- */
+#include "crescent_data.h"
+
+/* ---- fused optimizer updates, gradient clipping --------------------------------- */
+#include "crescent_optim.h"
+
 #ifdef __cplusplus
 }
 #endif

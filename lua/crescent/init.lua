@@ -48,4 +48,44 @@ for _, family in ipairs { 'creation', 'shape', 'elementwise', 'reduce', 'loss', 
   require('crescent.ops.' .. family)(cr, Tensor, Tensor._wrap)
 end
 
+-- The training layers load on first use (cr.nn, cr.optim, ...), so `require 'crescent'`
+-- stays fast and works in a checkout where some of them are absent.
+local lazy = {
+  nn = { 'crescent.nn' },
+  optim = { 'crescent.optim' },
+  schedule = { 'crescent.optim.schedule', 'crescent.optim.schedules', 'crescent.schedule' },
+  data = { 'crescent.data' },
+  config = { 'crescent.config' },
+  engine = { 'crescent.engine' },
+  hooks = { 'crescent.hooks' },
+}
+local function load_lazy(key)
+  local errs = {}
+  for _, name in ipairs(lazy[key]) do
+    local ok, mod = pcall(require, name)
+    if ok then return mod end
+    -- a module that exists but fails to load: show its own error
+    if not tostring(mod):find("module '" .. name .. "' not found", 1, true) then error(mod, 0) end
+    errs[#errs + 1] = name
+  end
+  if key == 'schedule' then
+    local optim = rawget(cr, 'optim') or load_lazy('optim')
+    if optim.schedule then return optim.schedule end
+  end
+  error('cr.' .. key .. ' is not available: no module ' .. table.concat(errs, ' or ') .. ' under lua/', 3)
+end
+setmetatable(cr, { __index = function(t, k)
+  if lazy[k] then
+    local mod = load_lazy(k)
+    rawset(t, k, mod)
+    return mod
+  end
+  if k == 'train' then
+    local f = load_lazy('engine').train
+    rawset(t, k, f)
+    return f
+  end
+  return nil
+end })
+
 return cr

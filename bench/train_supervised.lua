@@ -1,0 +1,113 @@
+-- bench/train_supervised.lua — training images/s of ResNet-18 (CIFAR stem, base width W,
+-- 1 input channel, 10 classes; SGD momentum 0.9 nesterov, weight decay 5e-4) through the
+-- whole engine (cr.train: the C step loop, the standard step, the schedule and timer
+-- hooks), beside the same model, batch, data and threads in PyTorch
+-- (bench/train_supervised_torch.py). Data: 8 synthetic [B, 1, 28, 28] batches, cycled,
+-- on both sides (the loader is not what is measured). Figures are the medians of several
+-- timed windows after warm-up steps.
+-- Threads: env CRESCENT_THREADS, default the machine's core count, for both libraries.
+--   luajit bench/train_supervised.lua [width=16] [batch=128] [windows=5] [steps=5] [warmup=3]
+-- Last line: {"bench": "train_supervised", "crescent": x, "torch": y, "unit": "img/s", "ratio": x/y}
+package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
+local cjson = require 'cjson'
+local cr = require 'crescent'
+local loop = require 'crescent.engine.loop'
+
+local args = { width = 16, batch = 128, windows = 5, steps = 5, warmup = 3 }
+for _, a in ipairs(arg) do
+  local k, v = a:match('^([%w_]+)=(%d+)$')
+  if not k or args[k] == nil then
+    error('usage: luajit bench/train_supervised.lua [width=16] [batch=128] [windows=5] [steps=5] [warmup=3]', 0)
+  end
+  args[k] = tonumber(v)
+end
+
+local function core_count()
+  local p = io.popen('nproc 2>/dev/null')
+  local n = p and tonumber(p:read('*l'))
+  if p then p:close() end
+  return n or cr.get_num_threads()
+end
+local threads = tonumber(os.getenv('CRESCENT_THREADS')) or core_count()
+cr.set_num_threads(threads)
+
+local function median(xs)
+  local t = {}
+  for i, x in ipairs(xs) do t[i] = x end
+  table.sort(t)
+  local n = #t
+  if n % 2 == 1 then return t[(n + 1) / 2] end
+  return (t[n / 2] + t[n / 2 + 1]) / 2
+end
+
+local function crescent_rate()
+  cr.manual_seed(0)
+  local B = args.batch
+  local model = cr.nn.models.resnet18 { stem = 'cifar', width = args.width, in_channels = 1, num_classes = 10 }
+  local opt = cr.optim.SGD(model:named_parameters(), { lr = 0.1, momentum = 0.9, nesterov = true, weight_decay = 5e-4 })
+  local data = {}
+  for i = 1, 8 do data[i] = { input = cr.randn(B, 1, 28, 28), target = cr.randint(0, 10, { B }) } end
+  local total = args.warmup + args.windows * args.steps
+  local loader = {
+    iter = function()
+      local i = 0
+      return function()
+        i = i + 1
+        if i <= total then return data[(i - 1) % #data + 1] end
+      end
+    end,
+    num_batches = function() return total end,
+  }
+  local task = cr.engine.Task {
+    model = model, optimizer = opt, epochs = 1, test_every = 0, train_loader = loader,
+    loss = function(out, batch) return cr.cross_entropy(out, batch.target) end,
+    schedules = { lr = cr.schedule.cosine { from = 0.1, to = 0 } },
+  }
+  task:add_hook(cr.hooks.schedule())
+  task:add_hook(cr.hooks.timer())
+  -- the windows: wall time between after_step marks, so everything the loop does counts
+  local rates, t0 = {}, nil
+  task:add_hook { name = 'bench', priority = 100, after_step = function(_, t)
+    local k = t.iteration - args.warmup
+    if k == 0 then t0 = loop.now()
+    elseif k > 0 and k % args.steps == 0 then
+      local t1 = loop.now()
+      rates[#rates + 1] = args.steps * B / (t1 - t0)
+      t0 = t1
+    end
+  end }
+  cr.train(task)
+  local tm = task.timing
+  local n = tm.steps
+  return median(rates), rates, {
+    data_ms = 1e3 * tm.data_total / n, forward_backward_ms = 1e3 * tm.forward_backward_total / n,
+    optimizer_ms = 1e3 * tm.optimizer_total / n, hooks_ms = 1e3 * tm.hooks_total / n,
+  }
+end
+
+local function torch_rate()
+  local cmd = string.format('CRESCENT_THREADS=%d /usr/bin/python3 bench/train_supervised_torch.py width=%d batch=%d ' ..
+    'windows=%d steps=%d warmup=%d 2>&1', threads, args.width, args.batch, args.windows, args.steps, args.warmup)
+  local p = io.popen(cmd)
+  local out = p:read('*a')
+  p:close()
+  local v = tonumber(out:match('torch_img_per_s ([%d.]+)'))
+  if not v then print('torch twin gave no figure (is python3-torch installed?): ' .. out:gsub('\n', ' | ')) end
+  return v, out:match('[^\n]*windows[^\n]*')
+end
+
+local c, windows, split = crescent_rate()
+local wl = {}
+for i, r in ipairs(windows) do wl[i] = string.format('%.0f', r) end
+print(string.format('crescent %s threads %d width %d batch %d: windows [%s]', cr.version, threads, args.width,
+  args.batch, table.concat(wl, ', ')))
+print(string.format('  per step: data %.2f ms, forward+backward %.1f ms, optimizer %.2f ms, hooks %.3f ms',
+  split.data_ms, split.forward_backward_ms, split.optimizer_ms, split.hooks_ms))
+local t, tline = torch_rate()
+if tline then print(tline) end
+local ratio = (t and t > 0) and c / t or nil
+print(string.format('train_supervised (resnet18 cifar stem, width %d, batch %d, %d threads): crescent %.1f img/s, ' ..
+  'torch %s img/s, ratio %s', args.width, args.batch, threads, c, t and string.format('%.1f', t) or '-',
+  ratio and string.format('%.2f', ratio) or '-'))
+print(cjson.encode { bench = 'train_supervised', crescent = c, torch = t or cjson.null, unit = 'img/s',
+                     ratio = ratio or cjson.null, threads = threads, width = args.width, batch = args.batch })

@@ -1,0 +1,90 @@
+"""bench/train_supervised_torch.py — the PyTorch twin of bench/train_supervised.lua:
+training images/s of ResNet-18 (CIFAR stem: 3x3/1 conv, no max pool; base width W;
+1 input channel; 10 classes) with SGD (momentum 0.9, nesterov, weight decay 5e-4) on
+the same synthetic 28x28 batches, same batch size and thread count. Prints
+`torch_img_per_s <x>` as its last line. Run by /usr/bin/python3 (Debian's torch)."""
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (self.downsample(x) if self.downsample is not None else x))
+
+
+class ResNet18(nn.Module):
+    def __init__(self, width, in_channels=1, num_classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, width, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        layers, cin = [], width
+        for i, stride in enumerate([1, 2, 2, 2]):
+            cout = width * 2 ** i
+            layers.append(nn.Sequential(BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)))
+            cin = cout
+        self.layer1, self.layer2, self.layer3, self.layer4 = layers
+        self.fc = nn.Linear(cin, num_classes)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def main():
+    args = dict(a.split('=', 1) for a in sys.argv[1:])
+    width, batch = int(args.get('width', 16)), int(args.get('batch', 128))
+    warmup, windows, steps = int(args.get('warmup', 3)), int(args.get('windows', 5)), int(args.get('steps', 5))
+    threads = int(os.environ.get('CRESCENT_THREADS', os.cpu_count()))
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = ResNet18(width)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    nb = 8  # a few distinct batches, cycled, as the crescent side does
+    xs = [torch.randn(batch, 1, 28, 28) for _ in range(nb)]
+    ys = [torch.randint(0, 10, (batch,)) for _ in range(nb)]
+    i = 0
+
+    def step():
+        nonlocal i
+        x, y = xs[i % nb], ys[i % nb]
+        i += 1
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(warmup):
+        step()
+    rates = []
+    for _ in range(windows):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        rates.append(steps * batch / (time.perf_counter() - t0))
+    print(f'torch {torch.__version__} threads {threads} width {width} batch {batch}: '
+          f'windows {[round(r) for r in rates]}')
+    print(f'torch_img_per_s {statistics.median(rates):.1f}')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,16 @@
+/* data_impl.h — what the csrc/data/ files share: the key mixing and the stream tags
+ * that keep the shuffle and the augmentation draws apart (crescent_data.h documents the
+ * layout). */
+#ifndef CR_DATA_IMPL_H
+#define CR_DATA_IMPL_H
+
+#include "internal.h"
+
+/* ASCII "Shuffle1" and "Augment1": distinct keys for the two uses of one seed. */
+static const uint64_t CR_DATA_TAG_SHUFFLE = 0x53687566666c6531ULL;
+static const uint64_t CR_DATA_TAG_AUGMENT = 0x4175676d656e7431ULL;
+
+/* splitmix64's finaliser: a bijection that spreads nearby seeds over the key space. */
+uint64_t cr_data_mix(uint64_t x);
+
+#endif

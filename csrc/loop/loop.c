@@ -1,0 +1,510 @@
+/* loop.c — the training step loop, a Lua C module (luaopen_crescent_loop).
+ *
+ * DESIGN §3/§6: C owns the loop over epochs, phases (train, and test every N epochs,
+ * interleaved VISSL-style) and steps; Lua owns the work of a step (task.train_step,
+ * task.eval_step) and the hooks. C calls Lua only through the Lua C API (lua_pcall) from
+ * this lua_CFunction, never through FFI callbacks (LuaJIT refuses a callback made inside
+ * a C call from a compiled trace).
+ *
+ * Per step the loop allocates nothing on the Lua heap: hook methods are resolved once
+ * (registry references, sorted by lua/crescent/engine/trainer.lua), timings accumulate
+ * in C doubles and are written into the task's existing `timing` table as numbers, and
+ * an incremental GC step runs every iteration so the cdata handles of the step's tensors
+ * are finalised steadily (DESIGN §4) instead of in one long pause.
+ *
+ * Lua API (see trainer.lua):
+ *   ctx = loop.new(task, events)   events[name] = array of {hook, fn, label}, in call order
+ *   loop.run(ctx, opts)            opts: epochs, test_every, has_test, gc_step_kb, malloc_keep_mb
+ *   loop.fire(ctx, event_id)       from a train step: after_forward / after_backward
+ *   loop.hook_times(ctx)           array of {label=, event=, seconds=, calls=}
+ *   loop.now()                     monotonic seconds
+ *   loop.events                    event names, index = id + 1 */
+#include <lauxlib.h>
+#include <lua.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef enum {
+    CR_LOOP_BEFORE_TRAIN = 0,
+    CR_LOOP_BEFORE_PHASE,
+    CR_LOOP_BEFORE_STEP,
+    CR_LOOP_AFTER_FORWARD,
+    CR_LOOP_AFTER_BACKWARD,
+    CR_LOOP_AFTER_STEP,
+    CR_LOOP_AFTER_PHASE,
+    CR_LOOP_AFTER_TRAIN,
+    CR_LOOP_ON_EXCEPTION,
+    CR_LOOP_EVENT_COUNT
+} cr_loop_event;
+
+static const char *const cr_loop_event_names[CR_LOOP_EVENT_COUNT] = {
+    "before_train", "before_phase", "before_step", "after_forward", "after_backward",
+    "after_step", "after_phase", "after_train", "on_exception"};
+
+typedef struct {
+    int hook_ref, fn_ref, label_ref; /* registry references */
+    double seconds;
+    long calls;
+} cr_loop_slot;
+
+typedef struct {
+    int task_ref, timing_ref;
+    cr_loop_slot *slots[CR_LOOP_EVENT_COUNT];
+    int nslots[CR_LOOP_EVENT_COUNT];
+    /* within the current step: when it started, when after_forward/after_backward fired,
+     * and the seconds the hooks fired from inside the step took */
+    double step_t0, fwd_t, bwd_t_end, inner_hooks;
+    int saw_fwd, saw_bwd, in_step;
+    double step_hooks; /* hook seconds of the whole step (before/after_step + inner) */
+} cr_loop_ctx;
+
+static const char *const CR_LOOP_MT = "crescent.loop.ctx";
+static const char *const CR_LOOP_TB_KEY = "crescent.loop.traceback";
+
+static double cr_loop_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static cr_loop_ctx *cr_loop_check_ctx(lua_State *L, int idx) {
+    return (cr_loop_ctx *)luaL_checkudata(L, idx, CR_LOOP_MT);
+}
+
+static void cr_loop_release(lua_State *L, cr_loop_ctx *c) {
+    for (int e = 0; e < CR_LOOP_EVENT_COUNT; e++) {
+        for (int i = 0; i < c->nslots[e]; i++) {
+            luaL_unref(L, LUA_REGISTRYINDEX, c->slots[e][i].hook_ref);
+            luaL_unref(L, LUA_REGISTRYINDEX, c->slots[e][i].fn_ref);
+            luaL_unref(L, LUA_REGISTRYINDEX, c->slots[e][i].label_ref);
+        }
+        free(c->slots[e]);
+        c->slots[e] = NULL;
+        c->nslots[e] = 0;
+    }
+    luaL_unref(L, LUA_REGISTRYINDEX, c->task_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, c->timing_ref);
+    c->task_ref = c->timing_ref = LUA_NOREF;
+}
+
+static int cr_loop_gc(lua_State *L) {
+    cr_loop_release(L, cr_loop_check_ctx(L, 1));
+    return 0;
+}
+
+/* loop.new(task, events) */
+static int cr_loop_new(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    cr_loop_ctx *c = (cr_loop_ctx *)lua_newuserdata(L, sizeof *c);
+    memset(c, 0, sizeof *c);
+    c->task_ref = c->timing_ref = LUA_NOREF;
+    luaL_getmetatable(L, CR_LOOP_MT);
+    lua_setmetatable(L, -2);
+    int ud = lua_gettop(L);
+
+    lua_getfield(L, 1, "timing");
+    if (!lua_istable(L, -1)) return luaL_error(L, "loop.new: task.timing must be a table");
+    c->timing_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pushvalue(L, 1);
+    c->task_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+
+    for (int e = 0; e < CR_LOOP_EVENT_COUNT; e++) {
+        lua_getfield(L, 2, cr_loop_event_names[e]);
+        if (lua_isnil(L, -1)) { lua_pop(L, 1); continue; }
+        if (!lua_istable(L, -1))
+            return luaL_error(L, "loop.new: events.%s must be an array", cr_loop_event_names[e]);
+        int n = (int)lua_objlen(L, -1);
+        if (n > 0) {
+            c->slots[e] = (cr_loop_slot *)calloc((size_t)n, sizeof(cr_loop_slot));
+            if (!c->slots[e]) return luaL_error(L, "loop.new: out of memory");
+        }
+        for (int i = 0; i < n; i++) {
+            lua_rawgeti(L, -1, i + 1);
+            if (!lua_istable(L, -1))
+                return luaL_error(L, "loop.new: events.%s[%d] must be {hook, fn, label}",
+                                  cr_loop_event_names[e], i + 1);
+            cr_loop_slot *s = &c->slots[e][i];
+            lua_rawgeti(L, -1, 2);
+            if (!lua_isfunction(L, -1))
+                return luaL_error(L, "loop.new: events.%s[%d][2] must be a function",
+                                  cr_loop_event_names[e], i + 1);
+            s->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+            lua_rawgeti(L, -1, 1);
+            s->hook_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+            lua_rawgeti(L, -1, 3);
+            s->label_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+            c->nslots[e] = i + 1;
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+    lua_settop(L, ud);
+    return 1;
+}
+
+/* The message handler of every pcall in the loop: keeps the traceback aside for
+ * task.traceback and returns the error object unchanged, so the error that finally
+ * propagates is the one that was raised. */
+static int cr_loop_msgh(lua_State *L) {
+    const char *msg = lua_tostring(L, 1);
+    luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, CR_LOOP_TB_KEY);
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* Runs the hooks of event e with task at stack index task_idx. protect: pcall with the
+ * handler at msgh_idx (returns its status, error object on top); otherwise lua_call, so
+ * an error propagates to whoever called us (loop.fire inside a step). */
+static int cr_loop_fire_hooks(lua_State *L, cr_loop_ctx *c, int e, int task_idx, int msgh_idx,
+                              double *hook_seconds) {
+    int n = c->nslots[e];
+    cr_loop_slot *s = c->slots[e];
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        double t0 = cr_loop_now();
+        lua_rawgeti(L, LUA_REGISTRYINDEX, s[i].fn_ref);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, s[i].hook_ref);
+        lua_pushvalue(L, task_idx);
+        if (msgh_idx) {
+            int st = lua_pcall(L, 2, 0, msgh_idx);
+            if (st) return st;
+        } else {
+            lua_call(L, 2, 0);
+        }
+        double dt = cr_loop_now() - t0;
+        s[i].seconds += dt;
+        s[i].calls++;
+        total += dt;
+    }
+    if (hook_seconds) *hook_seconds += total;
+    return 0;
+}
+
+/* loop.fire(ctx, event_id): a train step announces after_forward / after_backward. */
+static int cr_loop_fire(lua_State *L) {
+    cr_loop_ctx *c = cr_loop_check_ctx(L, 1);
+    int e = (int)luaL_checkinteger(L, 2);
+    if (e < 0 || e >= CR_LOOP_EVENT_COUNT) return luaL_error(L, "loop.fire: no event %d", e);
+    double t = cr_loop_now();
+    if (e == CR_LOOP_AFTER_FORWARD && !c->saw_fwd) { c->fwd_t = t; c->saw_fwd = 1; }
+    lua_settop(L, 2);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->task_ref);
+    double hs = 0;
+    cr_loop_fire_hooks(L, c, e, 3, 0, &hs);
+    c->inner_hooks += hs;
+    if (e == CR_LOOP_AFTER_BACKWARD) { c->bwd_t_end = cr_loop_now(); c->saw_bwd = 1; }
+    return 0;
+}
+
+/* task.timing[key] = v, on an existing table: no allocation once the key exists. */
+static void cr_loop_set_num(lua_State *L, int tbl, const char *key, double v) {
+    lua_pushnumber(L, v);
+    lua_setfield(L, tbl, key);
+}
+
+static double cr_loop_get_num(lua_State *L, int tbl, const char *key, double dflt) {
+    lua_getfield(L, tbl, key);
+    double v = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : dflt;
+    lua_pop(L, 1);
+    return v;
+}
+
+/* Stack slots of loop.run, fixed so that every pcall uses the same handler. */
+enum { RUN_CTX = 1, RUN_OPTS, RUN_MSGH, RUN_TASK, RUN_TIMING, RUN_ITER_F, RUN_ITER_S,
+       RUN_ITER_C, RUN_STEP_FN, RUN_SIZE_FN, RUN_TOP = RUN_SIZE_FN };
+
+/* Calls task:method(args...) already pushed after the function and self; pcall. */
+static int cr_loop_call_method(lua_State *L, const char *method, int nargs, int nres) {
+    (void)method;
+    return lua_pcall(L, nargs + 1, nres, RUN_MSGH);
+}
+
+static int cr_loop_stop_requested(lua_State *L) {
+    lua_getfield(L, RUN_TASK, "stop_requested");
+    int stop = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return stop;
+}
+
+/* One phase: returns a pcall status (error object on top) or 0. */
+static int cr_loop_phase(lua_State *L, cr_loop_ctx *c, int train, int epoch, double gc_kb) {
+    const char *phase = train ? "train" : "test";
+    int st;
+    lua_pushstring(L, phase);
+    lua_setfield(L, RUN_TASK, "phase");
+    lua_pushinteger(L, epoch);
+    lua_setfield(L, RUN_TASK, "epoch");
+
+    lua_getfield(L, RUN_TASK, "_begin_phase");
+    lua_pushvalue(L, RUN_TASK);
+    lua_pushstring(L, phase);
+    if ((st = cr_loop_call_method(L, "_begin_phase", 1, 0))) return st;
+    if ((st = cr_loop_fire_hooks(L, c, CR_LOOP_BEFORE_PHASE, RUN_TASK, RUN_MSGH, NULL))) return st;
+
+    /* the batches: a generic-for triple from task:_batches(phase, epoch) */
+    lua_getfield(L, RUN_TASK, "_batches");
+    lua_pushvalue(L, RUN_TASK);
+    lua_pushstring(L, phase);
+    lua_pushinteger(L, epoch);
+    if ((st = cr_loop_call_method(L, "_batches", 2, 3))) return st;
+    lua_replace(L, RUN_ITER_C);
+    lua_replace(L, RUN_ITER_S);
+    lua_replace(L, RUN_ITER_F);
+    lua_getfield(L, RUN_TASK, train ? "train_step" : "eval_step");
+    if (!lua_isfunction(L, -1) && !(lua_istable(L, -1) || lua_isuserdata(L, -1))) {
+        lua_pushfstring(L, "task.%s must be a function(task, batch), got %s",
+                        train ? "train_step" : "eval_step", luaL_typename(L, -1));
+        return LUA_ERRRUN;
+    }
+    lua_replace(L, RUN_STEP_FN);
+
+    double iteration = cr_loop_get_num(L, RUN_TASK, "iteration", 0);
+    double samples = cr_loop_get_num(L, RUN_TASK, "samples_seen", 0);
+    double tot_data = cr_loop_get_num(L, RUN_TIMING, "data_total", 0);
+    double tot_fb = cr_loop_get_num(L, RUN_TIMING, "forward_backward_total", 0);
+    double tot_opt = cr_loop_get_num(L, RUN_TIMING, "optimizer_total", 0);
+    double tot_hooks = cr_loop_get_num(L, RUN_TIMING, "hooks_total", 0);
+    double steps = cr_loop_get_num(L, RUN_TIMING, "steps", 0);
+    long phase_iter = 0;
+
+    for (;;) {
+        double t0 = cr_loop_now();
+        lua_pushvalue(L, RUN_ITER_F);
+        lua_pushvalue(L, RUN_ITER_S);
+        lua_pushvalue(L, RUN_ITER_C);
+        if ((st = lua_pcall(L, 2, 1, RUN_MSGH))) return st;
+        if (lua_isnil(L, -1)) { lua_pop(L, 1); break; }
+        double data_s = cr_loop_now() - t0;
+        lua_pushvalue(L, -1);
+        lua_replace(L, RUN_ITER_C);
+        lua_setfield(L, RUN_TASK, "batch");
+
+        c->step_hooks = 0;
+        if ((st = cr_loop_fire_hooks(L, c, CR_LOOP_BEFORE_STEP, RUN_TASK, RUN_MSGH,
+                                     &c->step_hooks)))
+            return st;
+
+        c->saw_fwd = c->saw_bwd = 0;
+        c->inner_hooks = 0;
+        c->in_step = 1;
+        double t1 = c->step_t0 = cr_loop_now();
+        lua_pushvalue(L, RUN_STEP_FN);
+        lua_pushvalue(L, RUN_TASK);
+        lua_getfield(L, RUN_TASK, "batch");
+        st = lua_pcall(L, 2, 0, RUN_MSGH);
+        c->in_step = 0;
+        if (st) return st;
+        double t2 = cr_loop_now();
+        double fb, opt;
+        if (c->saw_bwd) {
+            fb = c->bwd_t_end - t1 - c->inner_hooks;
+            opt = t2 - c->bwd_t_end;
+        } else {
+            fb = t2 - t1 - c->inner_hooks;
+            opt = 0;
+        }
+        c->step_hooks += c->inner_hooks;
+
+        phase_iter++;
+        lua_pushinteger(L, phase_iter);
+        lua_setfield(L, RUN_TASK, "phase_iteration");
+        if (train) {
+            /* samples: task:batch_size(batch), a Lua method (the loop cannot see inside a batch) */
+            lua_pushvalue(L, RUN_SIZE_FN);
+            lua_pushvalue(L, RUN_TASK);
+            lua_pushvalue(L, RUN_ITER_C);
+            if ((st = lua_pcall(L, 2, 1, RUN_MSGH))) return st;
+            samples += lua_tonumber(L, -1);
+            lua_pop(L, 1);
+            iteration += 1;
+            lua_pushnumber(L, iteration);
+            lua_setfield(L, RUN_TASK, "iteration");
+            lua_pushnumber(L, samples);
+            lua_setfield(L, RUN_TASK, "samples_seen");
+            tot_data += data_s;
+            tot_fb += fb;
+            tot_opt += opt;
+            steps += 1;
+        }
+        cr_loop_set_num(L, RUN_TIMING, "data", data_s);
+        cr_loop_set_num(L, RUN_TIMING, "forward_backward", fb);
+        cr_loop_set_num(L, RUN_TIMING, "optimizer", opt);
+        cr_loop_set_num(L, RUN_TIMING, "step", t2 - t1 - c->inner_hooks);
+
+        if ((st = cr_loop_fire_hooks(L, c, CR_LOOP_AFTER_STEP, RUN_TASK, RUN_MSGH,
+                                     &c->step_hooks)))
+            return st;
+        cr_loop_set_num(L, RUN_TIMING, "hooks", c->step_hooks);
+        if (train) {
+            tot_hooks += c->step_hooks;
+            cr_loop_set_num(L, RUN_TIMING, "data_total", tot_data);
+            cr_loop_set_num(L, RUN_TIMING, "forward_backward_total", tot_fb);
+            cr_loop_set_num(L, RUN_TIMING, "optimizer_total", tot_opt);
+            cr_loop_set_num(L, RUN_TIMING, "hooks_total", tot_hooks);
+            cr_loop_set_num(L, RUN_TIMING, "steps", steps);
+        }
+        /* the step's tensor handles are garbage now: finalise some every iteration */
+        if (gc_kb > 0) lua_gc(L, LUA_GCSTEP, (int)gc_kb);
+        if (cr_loop_stop_requested(L)) break;
+    }
+    lua_pushnil(L);
+    lua_setfield(L, RUN_TASK, "batch");
+    lua_pushnil(L);
+    lua_replace(L, RUN_ITER_C);
+    return cr_loop_fire_hooks(L, c, CR_LOOP_AFTER_PHASE, RUN_TASK, RUN_MSGH, NULL);
+}
+
+/* Hooks of an event after a failure: each runs protected; an error of its own is
+ * reported on stderr and does not hide the original one. */
+static void cr_loop_fire_after_failure(lua_State *L, cr_loop_ctx *c, int e) {
+    for (int i = 0; i < c->nslots[e]; i++) {
+        cr_loop_slot *s = &c->slots[e][i];
+        double t0 = cr_loop_now();
+        lua_rawgeti(L, LUA_REGISTRYINDEX, s->fn_ref);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, s->hook_ref);
+        lua_pushvalue(L, RUN_TASK);
+        if (lua_pcall(L, 2, 0, RUN_MSGH)) {
+            lua_rawgeti(L, LUA_REGISTRYINDEX, s->label_ref);
+            fprintf(stderr, "crescent: hook %s.%s failed while handling an error: %s\n",
+                    lua_isstring(L, -1) ? lua_tostring(L, -1) : "?", cr_loop_event_names[e],
+                    lua_isstring(L, -2) ? lua_tostring(L, -2) : "(non-string error)");
+            lua_pop(L, 2);
+        }
+        s->seconds += cr_loop_now() - t0;
+        s->calls++;
+    }
+}
+
+/* Every step allocates and frees the same activation-sized blocks. glibc serves blocks
+ * above its mmap threshold with a fresh mmap and returns them with munmap, so each step
+ * page-faults its activations in again (~10% of a small ResNet step in the kernel
+ * clearing pages). Raising the threshold to `mb` (glibc caps it at 32 MiB on 64-bit) and
+ * keeping freed heap (no trim) makes steady-state steps reuse the same pages. The memory
+ * is the step's own peak, which it needs again next step anyway. 0: leave glibc alone. */
+static void cr_loop_keep_heap(double mb) {
+    if (mb <= 0) return;
+    if (mb > 32) mb = 32;
+    int bytes = (int)(mb * 1024 * 1024);
+    mallopt(M_MMAP_THRESHOLD, bytes);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    mallopt(M_TOP_PAD, 64 << 20);
+}
+
+/* loop.run(ctx, opts) */
+static int cr_loop_run(lua_State *L) {
+    cr_loop_ctx *c = cr_loop_check_ctx(L, RUN_CTX);
+    luaL_checktype(L, RUN_OPTS, LUA_TTABLE);
+    lua_settop(L, RUN_OPTS);
+    lua_pushcfunction(L, cr_loop_msgh);                    /* RUN_MSGH */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->task_ref);        /* RUN_TASK */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->timing_ref);      /* RUN_TIMING */
+    lua_pushnil(L);
+    lua_pushnil(L);
+    lua_pushnil(L);                                        /* RUN_ITER_F/S/C */
+    lua_pushnil(L);                                        /* RUN_STEP_FN */
+    lua_getfield(L, RUN_TASK, "batch_size");               /* RUN_SIZE_FN */
+    if (!lua_isfunction(L, RUN_SIZE_FN)) return luaL_error(L, "loop.run: task.batch_size must be a method");
+
+    int epochs = (int)cr_loop_get_num(L, RUN_OPTS, "epochs", 1);
+    int test_every = (int)cr_loop_get_num(L, RUN_OPTS, "test_every", 0);
+    double gc_kb = cr_loop_get_num(L, RUN_OPTS, "gc_step_kb", 0);
+    lua_getfield(L, RUN_OPTS, "has_test");
+    int has_test = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    int start_epoch = (int)cr_loop_get_num(L, RUN_TASK, "epoch", 0);
+    cr_loop_keep_heap(cr_loop_get_num(L, RUN_OPTS, "malloc_keep_mb", 0));
+
+    int st = cr_loop_fire_hooks(L, c, CR_LOOP_BEFORE_TRAIN, RUN_TASK, RUN_MSGH, NULL);
+    for (int epoch = start_epoch; !st && epoch < epochs; epoch++) {
+        if ((st = cr_loop_phase(L, c, 1, epoch, gc_kb))) break;
+        int stop = cr_loop_stop_requested(L);
+        int test = has_test && test_every > 0 &&
+                   ((epoch + 1) % test_every == 0 || epoch == epochs - 1 || stop);
+        if (test && (st = cr_loop_phase(L, c, 0, epoch, gc_kb))) break;
+        lua_pushinteger(L, epoch + 1);
+        lua_setfield(L, RUN_TASK, "epoch");
+        if (stop) break;
+    }
+    if (!st) {
+        lua_pushnil(L);
+        lua_setfield(L, RUN_TASK, "phase");
+        st = cr_loop_fire_hooks(L, c, CR_LOOP_AFTER_TRAIN, RUN_TASK, RUN_MSGH, NULL);
+        if (!st) return 0;
+        /* after_train itself failed: on_exception still hears of it */
+        int err = lua_gettop(L);
+        lua_pushvalue(L, err);
+        lua_setfield(L, RUN_TASK, "exception");
+        lua_getfield(L, LUA_REGISTRYINDEX, CR_LOOP_TB_KEY);
+        lua_setfield(L, RUN_TASK, "traceback");
+        cr_loop_fire_after_failure(L, c, CR_LOOP_ON_EXCEPTION);
+        lua_settop(L, err);
+        return lua_error(L);
+    }
+    /* A failure: on_exception, then after_train (it always runs), then the original error
+     * propagates with its message. */
+    int err = lua_gettop(L);
+    lua_pushvalue(L, err);
+    lua_setfield(L, RUN_TASK, "exception");
+    lua_getfield(L, LUA_REGISTRYINDEX, CR_LOOP_TB_KEY);
+    lua_setfield(L, RUN_TASK, "traceback");
+    cr_loop_fire_after_failure(L, c, CR_LOOP_ON_EXCEPTION);
+    cr_loop_fire_after_failure(L, c, CR_LOOP_AFTER_TRAIN);
+    lua_settop(L, err);
+    return lua_error(L);
+}
+
+/* loop.hook_times(ctx) -> array of {label, event, seconds, calls} in firing order */
+static int cr_loop_hook_times(lua_State *L) {
+    cr_loop_ctx *c = cr_loop_check_ctx(L, 1);
+    lua_newtable(L);
+    int k = 0;
+    for (int e = 0; e < CR_LOOP_EVENT_COUNT; e++) {
+        for (int i = 0; i < c->nslots[e]; i++) {
+            cr_loop_slot *s = &c->slots[e][i];
+            lua_createtable(L, 0, 4);
+            lua_rawgeti(L, LUA_REGISTRYINDEX, s->label_ref);
+            lua_setfield(L, -2, "label");
+            lua_pushstring(L, cr_loop_event_names[e]);
+            lua_setfield(L, -2, "event");
+            lua_pushnumber(L, s->seconds);
+            lua_setfield(L, -2, "seconds");
+            lua_pushnumber(L, (double)s->calls);
+            lua_setfield(L, -2, "calls");
+            lua_rawseti(L, -2, ++k);
+        }
+    }
+    return 1;
+}
+
+static int cr_loop_now_l(lua_State *L) {
+    lua_pushnumber(L, cr_loop_now());
+    return 1;
+}
+
+int luaopen_crescent_loop(lua_State *L);
+int luaopen_crescent_loop(lua_State *L) {
+    if (luaL_newmetatable(L, CR_LOOP_MT)) {
+        lua_pushcfunction(L, cr_loop_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
+    static const luaL_Reg fns[] = {{"new", cr_loop_new},           {"run", cr_loop_run},
+                                   {"fire", cr_loop_fire},         {"hook_times", cr_loop_hook_times},
+                                   {"now", cr_loop_now_l},         {NULL, NULL}};
+    lua_newtable(L);
+    luaL_register(L, NULL, fns);
+    lua_createtable(L, CR_LOOP_EVENT_COUNT, 0);
+    for (int e = 0; e < CR_LOOP_EVENT_COUNT; e++) {
+        lua_pushstring(L, cr_loop_event_names[e]);
+        lua_rawseti(L, -2, e + 1);
+        lua_pushinteger(L, e);
+        lua_setfield(L, -3, cr_loop_event_names[e]); /* loop.after_forward = 3, ... */
+    }
+    lua_setfield(L, -2, "events");
+    return 1;
+}

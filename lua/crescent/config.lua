@@ -1,0 +1,519 @@
+-- crescent.config (cr.config) — recipe configuration. A recipe's defaults are nested
+-- Lua tables; the user changes them from the command line (`optim.lr=0.2`) or with
+-- `--config file.lua` (a Lua file returning a table merged over the defaults). Every
+-- override is checked against the defaults: an unknown key is an error with the nearest
+-- valid key, a value of the wrong type names the key, the type and the value.
+--
+--   local cfg = cr.config.parse(arg, cr.config.merge(cr.config.common(), {model = {width = 64}}))
+--
+-- Types come from the default values:
+--   a whole number       -> integer (`train.epochs=2.5` is refused)
+--   any other number     -> number
+--   a string, a boolean  -> string, boolean (true/false/1/0/yes/no/on/off)
+--   a list {..}          -> a list, given as `1,2,3` or `{1, 2, 3}`; elements take the
+--                           type of the default's elements
+-- A whole-number default whose key takes fractions (a weight decay of 0, a temperature
+-- of 1) is declared in opts.types: parse(arg, defaults, {types = {['loss.temp'] = 'number'}}).
+-- The common keys (common()) carry their own types and ranges, e.g. train.device is one
+-- of auto|cpu|cuda and optim.weight_decay is a number. A type is a name ('integer',
+-- 'number', 'string', 'boolean', 'list', 'any'), a list of allowed strings, or a table
+-- {type = , min = , max = , choices = }.
+-- Order: --config files first (in the order given), then key=value overrides on top.
+local M = {}
+
+-- ---- the keys every recipe accepts ----------------------------------------------------
+function M.common()
+  return {
+    train = { epochs = 10, device = 'auto', seed = 0, threads = 0 },   -- threads 0: all cores
+    data = { name = 'fashion_mnist', root = '', batch_size = 256, workers = 0, limit = 0 },
+    -- root '': the data set's own search order; limit 0: every sample
+    optim = { name = 'sgd', lr = 0.1, weight_decay = 5e-4 },
+    run = { name = '', dir = 'runs' },   -- name '': the recipe names the run
+  }
+end
+
+local COMMON_TYPES = {
+  ['train.epochs'] = { type = 'integer', min = 0 },
+  ['train.device'] = { type = 'string', choices = { 'auto', 'cpu', 'cuda' } },
+  ['train.seed'] = { type = 'integer', min = 0 },
+  ['train.threads'] = { type = 'integer', min = 0 },
+  ['data.name'] = 'string',
+  ['data.root'] = 'string',
+  ['data.batch_size'] = { type = 'integer', min = 1 },
+  ['data.workers'] = { type = 'integer', min = 0 },
+  ['data.limit'] = { type = 'integer', min = 0 },
+  ['optim.name'] = 'string',
+  ['optim.lr'] = { type = 'number', min = 0 },
+  ['optim.weight_decay'] = { type = 'number', min = 0 },
+  ['run.name'] = 'string',
+  ['run.dir'] = 'string',
+}
+
+-- ---- helpers ----------------------------------------------------------------------------
+local function is_list(t)
+  if type(t) ~= 'table' then return false end
+  if next(t) == nil then return true end
+  local n = #t
+  if n == 0 then return false end
+  local count = 0
+  for _ in pairs(t) do count = count + 1 end
+  return count == n
+end
+M.is_list = is_list
+
+local function is_int(v) return type(v) == 'number' and v == math.floor(v) and math.abs(v) < 2 ^ 53 end
+
+local function deep_copy(v)
+  if type(v) ~= 'table' then return v end
+  local o = {}
+  for k, x in pairs(v) do o[k] = deep_copy(x) end
+  return o
+end
+M.copy = deep_copy
+
+-- merge(base, over, ...): a new table, base with each `over` applied in turn. Sections
+-- merge key by key; lists and values replace. No checking (parse checks).
+function M.merge(base, ...)
+  local out = deep_copy(base or {})
+  for i = 1, select('#', ...) do
+    local over = select(i, ...)
+    if over ~= nil then
+      if type(over) ~= 'table' then error('config.merge: argument ' .. (i + 1) .. ' is not a table', 2) end
+      local function apply(dst, src)
+        for k, v in pairs(src) do
+          if type(v) == 'table' and not is_list(v) and type(dst[k]) == 'table' and not is_list(dst[k]) then
+            apply(dst[k], v)
+          else
+            dst[k] = deep_copy(v)
+          end
+        end
+      end
+      apply(out, over)
+    end
+  end
+  return out
+end
+
+-- Value at a dotted key ('optim.lr'), or nil.
+function M.get(cfg, key)
+  local v = cfg
+  for part in key:gmatch('[^.]+') do
+    if type(v) ~= 'table' then return nil end
+    v = v[part]
+  end
+  return v
+end
+
+local function set(cfg, key, value)
+  local t = cfg
+  local parts = {}
+  for part in key:gmatch('[^.]+') do parts[#parts + 1] = part end
+  for i = 1, #parts - 1 do t = t[parts[i]] end
+  t[parts[#parts]] = value
+end
+
+-- Edit distance (insert, delete, substitute: 1 each).
+local function levenshtein(a, b)
+  local la, lb = #a, #b
+  if la == 0 then return lb end
+  if lb == 0 then return la end
+  local prev, cur = {}, {}
+  for j = 0, lb do prev[j] = j end
+  for i = 1, la do
+    cur[0] = i
+    local ca = a:byte(i)
+    for j = 1, lb do
+      local cost = ca == b:byte(j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev, cur = cur, prev
+  end
+  return prev[lb]
+end
+M.levenshtein = levenshtein
+
+-- ---- the schema: every dotted key of the defaults and its type ----------------------------
+local KINDS = { integer = true, number = true, string = true, boolean = true, list = true, any = true }
+
+local function infer(v)
+  local tv = type(v)
+  if tv == 'number' then return { type = is_int(v) and 'integer' or 'number' } end
+  if tv == 'string' or tv == 'boolean' then return { type = tv } end
+  if is_list(v) then
+    local elem = 'any'
+    if #v > 0 then
+      elem = infer(v[1]).type
+      for i = 2, #v do
+        local e = infer(v[i]).type
+        if e ~= elem then
+          elem = (e == 'number' or e == 'integer') and (elem == 'number' or elem == 'integer') and 'number' or 'any'
+        end
+      end
+    end
+    return { type = 'list', elem = elem }
+  end
+  return { type = 'any' }
+end
+
+local function normalise_type(key, spec, inferred)
+  if type(spec) == 'string' then spec = { type = spec }
+  elseif type(spec) == 'table' and is_list(spec) and #spec > 0 then spec = { type = 'string', choices = spec }
+  elseif type(spec) ~= 'table' then
+    error("config: the type of '" .. key .. "' must be a type name, a list of choices or a table", 0)
+  end
+  local s = {}
+  for k, v in pairs(spec) do s[k] = v end
+  s.type = s.type or (s.choices and 'string') or inferred.type
+  if not KINDS[s.type] then
+    error("config: unknown type '" .. tostring(s.type) .. "' for '" .. key .. "'; types are integer, number, " ..
+      'string, boolean, list, any', 0)
+  end
+  if s.type == 'list' then s.elem = s.elem or inferred.elem or 'any' end
+  return s
+end
+
+local function schema(defaults, types)
+  local leaves, sections, order = {}, {}, {}
+  local function walk(t, prefix)
+    for k, v in pairs(t) do
+      if type(k) ~= 'string' then
+        error("config: the defaults hold a non-string key '" .. tostring(k) .. "' under '" .. prefix ..
+          "'; keys are names", 0)
+      end
+      local key = prefix == '' and k or prefix .. '.' .. k
+      if type(v) == 'table' and not is_list(v) then
+        sections[key] = true
+        walk(v, key)
+      else
+        leaves[key] = infer(v)
+        order[#order + 1] = key
+      end
+    end
+  end
+  walk(defaults, '')
+  table.sort(order)
+  for key, spec in pairs(COMMON_TYPES) do
+    if leaves[key] then leaves[key] = normalise_type(key, spec, leaves[key]) end
+  end
+  for key, spec in pairs(types or {}) do
+    if not leaves[key] then
+      error("config: opts.types names '" .. tostring(key) .. "', which is not a key of the defaults", 0)
+    end
+    leaves[key] = normalise_type(key, spec, leaves[key])
+  end
+  return { leaves = leaves, sections = sections, order = order }
+end
+
+-- The nearest valid key, or nil when nothing is close. A key whose last part matches a
+-- valid key's last part ('lr' -> 'optim.lr') counts as near.
+local function nearest(s, key)
+  local best, best_d
+  local cands = {}
+  for k in pairs(s.leaves) do cands[#cands + 1] = k end
+  for k in pairs(s.sections) do cands[#cands + 1] = k end
+  table.sort(cands)
+  for _, c in ipairs(cands) do
+    local d = levenshtein(key, c)
+    local last = c:match('([^.]+)$')
+    local klast = key:match('([^.]+)$')
+    if last then d = math.min(d, levenshtein(key, last) + 1, levenshtein(klast, last) + 1) end
+    if not best_d or d < best_d then best, best_d = c, d end
+  end
+  if best and best_d <= math.max(2, math.floor(#key / 2)) then return best end
+end
+
+local function unknown_key(s, key, where)
+  local hint = nearest(s, key)
+  local tops = {}
+  for k in pairs(s.sections) do if not k:find('.', 1, true) then tops[#tops + 1] = k .. '.*' end end
+  table.sort(tops)
+  error(string.format("config: unknown key '%s'%s; %s", key, where,
+    hint and ("did you mean '" .. hint .. "'?")
+      or ('the keys are under ' .. table.concat(tops, ', ') .. ' (--help lists them)')), 0)
+end
+
+local function section_error(s, key, where)
+  local keys = {}
+  for _, k in ipairs(s.order) do
+    if k:sub(1, #key + 1) == key .. '.' then keys[#keys + 1] = k end
+  end
+  error(string.format("config: '%s' is a section, not a value%s; set one of its keys: %s", key, where,
+    table.concat(keys, ', ')), 0)
+end
+
+local function type_desc(spec)
+  if spec.choices then return 'one of ' .. table.concat(spec.choices, '|') end
+  if spec.type == 'list' then
+    return spec.elem == 'any' and 'a list' or ('a list of ' .. spec.elem .. 's')
+  end
+  local art = spec.type == 'integer' and 'an ' or 'a '
+  local d = art .. spec.type
+  if spec.min and spec.max then d = d .. ' in [' .. spec.min .. ', ' .. spec.max .. ']'
+  elseif spec.min then d = d .. ' >= ' .. spec.min
+  elseif spec.max then d = d .. ' <= ' .. spec.max end
+  return d
+end
+
+local function show(v)
+  if type(v) == 'string' then return "'" .. v .. "'" end
+  if type(v) == 'table' then return is_list(v) and 'a list' or 'a table' end
+  return tostring(v)
+end
+
+local function bad_value(key, spec, given, where)
+  error(string.format('config: %s expects %s, got %s%s', key, type_desc(spec), show(given), where), 0)
+end
+
+-- Checks a Lua value against a leaf's type; returns it (lists are copied).
+local function check_value(key, spec, v, where)
+  local t = spec.type
+  if t == 'any' then return deep_copy(v) end
+  if t == 'integer' or t == 'number' then
+    if type(v) ~= 'number' or v ~= v or math.abs(v) == math.huge then bad_value(key, spec, v, where) end
+    if t == 'integer' and not is_int(v) then bad_value(key, spec, v, where) end
+  elseif t == 'list' then
+    if not is_list(v) then bad_value(key, spec, v, where) end
+    local out = {}
+    for i, e in ipairs(v) do
+      out[i] = check_value(key .. '[' .. i .. ']', { type = spec.elem }, e, where)
+    end
+    return out
+  elseif type(v) ~= t then
+    bad_value(key, spec, v, where)
+  end
+  if spec.choices then
+    local ok = false
+    for _, c in ipairs(spec.choices) do if c == v then ok = true end end
+    if not ok then bad_value(key, spec, v, where) end
+  end
+  if (spec.min and v < spec.min) or (spec.max and v > spec.max) then bad_value(key, spec, v, where) end
+  return v
+end
+
+-- A Lua literal ({1, 2}, 'x', 3) evaluated with no access to anything.
+local function literal(text)
+  local f = loadstring('return ' .. text, '=value')
+  if not f then return nil end
+  setfenv(f, {})
+  local ok, v = pcall(f)
+  if ok then return v end
+end
+
+local TRUE = { ['true'] = true, ['1'] = true, yes = true, on = true }
+local FALSE = { ['false'] = true, ['0'] = true, no = true, off = true }
+
+-- A command-line string turned into a value of the leaf's type (then checked).
+local function from_string(key, spec, text, where)
+  local t = spec.type
+  if t == 'string' then
+    local q = text:match('^"(.*)"$') or text:match("^'(.*)'$")
+    return check_value(key, spec, q or text, where)
+  elseif t == 'integer' or t == 'number' then
+    local v = tonumber(text)
+    if v == nil then bad_value(key, spec, text, where) end
+    return check_value(key, spec, v, where)
+  elseif t == 'boolean' then
+    local l = text:lower()
+    if TRUE[l] then return true end
+    if FALSE[l] then return false end
+    error(string.format("config: %s expects a boolean (true/false/1/0), got '%s'%s", key, text, where), 0)
+  elseif t == 'list' then
+    local v
+    if text:match('^%s*{') then
+      v = literal(text)
+      if type(v) ~= 'table' then
+        error(string.format("config: %s expects %s; '%s' is not a Lua list literal%s", key, type_desc(spec), text,
+          where), 0)
+      end
+    else
+      v = {}
+      for item in (text .. ','):gmatch('([^,]*),') do
+        item = item:match('^%s*(.-)%s*$')
+        if item ~= '' then
+          local e = item
+          if spec.elem == 'number' or spec.elem == 'integer' then e = tonumber(item) or item
+          elseif spec.elem == 'boolean' then e = TRUE[item:lower()] and true or FALSE[item:lower()] and false or item
+          elseif spec.elem == 'any' then
+            e = tonumber(item) or (item == 'true' and true) or (item == 'false' and false) or
+                item:match('^"(.*)"$') or item:match("^'(.*)'$") or item
+          end
+          v[#v + 1] = e
+        end
+      end
+    end
+    return check_value(key, spec, v, where)
+  else -- any: a Lua literal when it reads as one, else the string
+    local v = literal(text)
+    if v == nil then v = text end
+    return v
+  end
+end
+
+-- Applies a table (from a --config file) to cfg, checking every key.
+local function apply_table(s, cfg, t, prefix, where)
+  for k, v in pairs(t) do
+    if type(k) ~= 'string' then
+      error(string.format('config: key %s%s is not a name', tostring(k), where), 0)
+    end
+    local key = prefix == '' and k or prefix .. '.' .. k
+    if s.sections[key] then
+      if type(v) ~= 'table' or is_list(v) and next(v) ~= nil then section_error(s, key, where) end
+      apply_table(s, cfg, v, key, where)
+    elseif s.leaves[key] then
+      set(cfg, key, check_value(key, s.leaves[key], v, where))
+    else
+      unknown_key(s, key, where)
+    end
+  end
+end
+
+local function load_config_file(path)
+  local f, err = loadfile(path)
+  if not f then
+    local exists = io.open(path, 'r')
+    if exists then exists:close() end
+    error(string.format("config: cannot load --config '%s': %s", path, exists and err or 'no such file'), 0)
+  end
+  setfenv(f, setmetatable({}, { __index = _G }))
+  local ok, v = pcall(f)
+  if not ok then error(string.format("config: --config '%s' failed: %s", path, tostring(v)), 0) end
+  if type(v) ~= 'table' then
+    error(string.format("config: --config '%s' must return a table (return {optim = {lr = 0.1}}), it returned %s",
+      path, type(v)), 0)
+  end
+  return v
+end
+
+-- ---- help and dump ------------------------------------------------------------------------
+local LUA_KEYWORDS = {}
+for w in ([[and break do else elseif end false for function goto if in local nil not or repeat return then
+  true until while]]):gmatch('%a+') do LUA_KEYWORDS[w] = true end
+
+local function ser_key(k)
+  if type(k) == 'string' and k:match('^[%a_][%w_]*$') and not LUA_KEYWORDS[k] then return k end
+  if type(k) == 'string' then return '[' .. string.format('%q', k) .. ']' end
+  return '[' .. tostring(k) .. ']'
+end
+
+local function ser_scalar(v, path)
+  local t = type(v)
+  if t == 'number' then
+    if v ~= v then return '0/0' end
+    if v == math.huge then return '1/0' end
+    if v == -math.huge then return '-1/0' end
+    if is_int(v) then return string.format('%d', v) end
+    for digits = 15, 16 do   -- the shortest form that reads back exactly: 0.1, not 0.10000000000000001
+      local txt = string.format('%.' .. digits .. 'g', v)
+      if tonumber(txt) == v then return txt end
+    end
+    return string.format('%.17g', v)
+  elseif t == 'string' then
+    return (string.format('%q', v):gsub('\\\n', '\\n'))
+  elseif t == 'boolean' then
+    return tostring(v)
+  end
+  error("config.dump: '" .. path .. "' holds a " .. t .. ', which a config file cannot hold', 0)
+end
+
+local function ser(v, indent, path)
+  if type(v) ~= 'table' then return ser_scalar(v, path) end
+  if is_list(v) then
+    local parts, flat = {}, true
+    for i, e in ipairs(v) do
+      if type(e) == 'table' then flat = false end
+      parts[i] = ser(e, indent .. '  ', path .. '[' .. i .. ']')
+    end
+    if flat then return '{' .. table.concat(parts, ', ') .. '}' end
+    return '{\n' .. indent .. '  ' .. table.concat(parts, ',\n' .. indent .. '  ') .. ',\n' .. indent .. '}'
+  end
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  local lines = {}
+  for _, k in ipairs(keys) do
+    lines[#lines + 1] = indent .. '  ' .. ser_key(k) .. ' = ' ..
+      ser(v[k], indent .. '  ', path == '' and tostring(k) or path .. '.' .. tostring(k)) .. ','
+  end
+  return '{\n' .. table.concat(lines, '\n') .. '\n' .. indent .. '}'
+end
+
+-- Lua source that load() turns back into an equal table (for run folders).
+function M.dump(cfg)
+  if type(cfg) ~= 'table' then error('config.dump: expected a table, got ' .. type(cfg), 2) end
+  return 'return ' .. ser(cfg, '', '') .. '\n'
+end
+
+-- Every key with its type and default, one a line.
+function M.help(defaults, opts)
+  local s = schema(defaults, opts and opts.types)
+  local lines = { 'usage: luajit <recipe>.lua [--config file.lua] [key.sub=value ...]', '', 'keys:' }
+  for _, key in ipairs(s.order) do
+    local d = M.get(defaults, key)
+    lines[#lines + 1] = string.format('  %-28s %-26s default %s', key, type_desc(s.leaves[key]),
+      type(d) == 'table' and ser(d, '', key) or (type(d) == 'string' and string.format('%q', d) or tostring(d)))
+  end
+  return table.concat(lines, '\n') .. '\n'
+end
+
+-- ---- parse ----------------------------------------------------------------------------------
+-- parse(arg, defaults, opts) -> cfg, info. arg is the script's `arg` (arg[1..n] are read);
+-- opts.types declares types (see the top). info.files and info.overrides list what was
+-- applied. --help prints the keys and exits (opts.exit_on_help = false returns instead:
+-- nil, help text).
+function M.parse(argv, defaults, opts)
+  opts = opts or {}
+  argv = argv or {}
+  if type(defaults) ~= 'table' then error('config.parse: defaults must be a table', 2) end
+  local s = schema(defaults, opts.types)
+  local cfg = deep_copy(defaults)
+  local files, overrides = {}, {}
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    if type(a) ~= 'string' then error('config: argument ' .. i .. ' is not a string', 0) end
+    if a == '--config' or a == '-c' then
+      if not argv[i + 1] then error("config: '" .. a .. "' needs a file name: --config myrun.lua", 0) end
+      files[#files + 1] = argv[i + 1]
+      i = i + 1
+    elseif a:match('^%-%-config=') then
+      files[#files + 1] = a:sub(10)
+    elseif a == '--help' or a == '-h' then
+      local text = M.help(defaults, opts)
+      if opts.exit_on_help == false then return nil, text end
+      io.write(text)
+      os.exit(0)
+    else
+      local key, value = a:match('^%-*([^=]+)=(.*)$')
+      if not key then
+        error(string.format("config: cannot read argument '%s'; overrides are key.sub=value (e.g. optim.lr=0.1), " ..
+          'files are --config file.lua', a), 0)
+      end
+      overrides[#overrides + 1] = { key = key, value = value, text = a }
+    end
+    i = i + 1
+  end
+  for _, f in ipairs(files) do
+    apply_table(s, cfg, load_config_file(f), '', " (in --config '" .. f .. "')")
+  end
+  for _, o in ipairs(overrides) do
+    local where = ' (on the command line: ' .. o.text .. ')'
+    if s.sections[o.key] then section_error(s, o.key, where) end
+    local spec = s.leaves[o.key]
+    if not spec then unknown_key(s, o.key, where) end
+    set(cfg, o.key, from_string(o.key, spec, o.value, where))
+  end
+  local applied = {}
+  for _, o in ipairs(overrides) do applied[#applied + 1] = o.text end
+  return cfg, { files = files, overrides = applied }
+end
+
+-- Checks a whole table against defaults (the same rules as a --config file); returns the
+-- merged, checked copy. For recipes that build configs in code.
+function M.check(cfg, defaults, opts)
+  local s = schema(defaults, opts and opts.types)
+  local out = deep_copy(defaults)
+  apply_table(s, out, cfg, '', '')
+  return out
+end
+
+return M

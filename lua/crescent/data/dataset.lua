@@ -1,0 +1,105 @@
+-- crescent.data.dataset — the IDX reader and in-memory u8 image data sets (what the
+-- Loader assembles batches from). Fashion-MNIST builds one; so can any caller holding
+-- images as a u8 tensor.
+local ffi = require 'ffi'
+local C = require('crescent.ffi').C
+local util = require 'crescent.util'
+
+local M = {}
+
+-- Reads an IDX file (.gz or plain): u8 [N, 28, 28] images, u8 [N] labels, or any other
+-- IDX type/shape (i8/i16/i32 -> i32, f32, f64).
+function M.read_idx(path)
+  if type(path) ~= 'string' then
+    error('read_idx: expected a file name, got ' .. type(path), 2)
+  end
+  local box = util.box
+  if C.cr_data_read_idx(box, path) ~= 0 then util.raise() end
+  return util.own(box[0])
+end
+
+-- A data set of u8 images held in memory: images [N, H, W] or [N, C, H, W], labels i64
+-- [N] (or nil), mean/std (a number, or one per channel), num_classes and a name.
+-- A data set is a userdata proxy, not a table: LuaJIT (Lua 5.1 semantics) ignores
+-- __len on tables, and `#ds` must give the number of samples. Fields live in a table
+-- behind it; reading and writing ds.field work as on a table.
+local Dataset = {}   -- methods
+local fields = setmetatable({}, { __mode = 'k' })
+local proto = newproxy(true)
+local mt = getmetatable(proto)
+mt.__index = function(p, k)
+  local v = fields[p][k]
+  if v ~= nil then return v end
+  return Dataset[k]
+end
+mt.__newindex = function(p, k, v) fields[p][k] = v end
+mt.__len = function(p) return fields[p].n end
+mt.__tostring = function(p)
+  local ds = fields[p]
+  return string.format('%s: %d images [%s], %s classes', ds.name, ds.n,
+    table.concat(ds.images.shape, ', ', 2), tostring(ds.num_classes))
+end
+M.Dataset = Dataset
+
+function M.is_dataset(x) return type(x) == 'userdata' and fields[x] ~= nil end
+
+local function wrap(t)
+  local p = newproxy(proto)
+  fields[p] = t
+  return p
+end
+
+local function is_tensor(x) return type(x) == 'cdata' and ffi.istype('cr_tensor*', x) end
+
+function M.TensorDataset(o)
+  if type(o) ~= 'table' then error('TensorDataset: expected a table {images = , labels = , ...}', 2) end
+  local images, labels = o.images, o.labels
+  if not is_tensor(images) or images.dtype ~= 'u8' or (images:dim() ~= 3 and images:dim() ~= 4) then
+    error('TensorDataset: images must be a u8 tensor [N, H, W] or [N, C, H, W], got ' ..
+      (is_tensor(images) and (images.dtype .. ' [' .. table.concat(images.shape, ', ') .. ']') or type(images)), 2)
+  end
+  if not images:is_contiguous() then images = images:contiguous() end   -- C gathers whole rows
+  local n = images:size(0)
+  if labels ~= nil then
+    if not is_tensor(labels) or labels:dim() ~= 1 or labels:size(0) ~= n then
+      error(string.format('TensorDataset: labels must be a tensor [%d] (one per image)', n), 2)
+    end
+    if labels.dtype ~= 'i64' then labels = labels:long() end
+  end
+  local nchan = images:dim() == 4 and images:size(1) or 1
+  local function per_channel(v, what, default)
+    if v == nil then v = default end
+    if type(v) == 'number' then
+      local t = {}
+      for c = 1, nchan do t[c] = v end
+      return t
+    end
+    if type(v) ~= 'table' or #v ~= nchan then
+      error(string.format('TensorDataset: %s must be a number or a list of %d numbers (one per channel)',
+        what, nchan), 3)
+    end
+    return v
+  end
+  local ds = wrap {
+    images = images, labels = labels, n = n,
+    mean = o.mean or 0, std = o.std or 1,
+    num_classes = o.num_classes, name = o.name or 'tensors',
+    classes = o.classes, split = o.split, root = o.root,
+  }
+  ds._mean = per_channel(o.mean, 'mean', 0)
+  ds._std = per_channel(o.std, 'std', 1)
+  return ds
+end
+
+-- The first n samples, as views (no copy).
+function Dataset:head(n)
+  if n >= self.n then return self end
+  local o = {}
+  for k, v in pairs(fields[self]) do o[k] = v end
+  o.images = self.images:narrow(0, 0, n)
+  o.labels = self.labels and self.labels:narrow(0, 0, n) or nil
+  o.n = n
+  return wrap(o)
+end
+
+return M

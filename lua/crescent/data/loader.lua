@@ -1,0 +1,172 @@
+-- crescent.data.loader — cr.data.Loader: batches of a data set in an order that is a
+-- pure function of (seed, epoch), so a run is reproducible and a resume at (epoch,
+-- batch) replays exactly what the interrupted run would have seen. The order and the
+-- augmentation draws come from their own Philox keys (csrc/include/crescent_data.h):
+-- the global RNG stream (init, dropout) is neither read nor moved by a loader.
+--
+--   local loader = cr.data.Loader(ds, {batch_size = 256, shuffle = true, drop_last = true,
+--                                      seed = 0, augment = false, transform = nil})
+--   for batch in loader:iter(epoch) do ... end   -- batch.input f32 [B, C, H, W] normalised,
+--                                                -- batch.target i64 [B], batch.index i64 [B]
+--   loader:num_batches(); loader:state_dict() / load_state_dict{epoch =, batch =}
+local ffi = require 'ffi'
+local C = require('crescent.ffi').C
+local util = require 'crescent.util'
+
+local Loader = {}
+Loader.__index = Loader
+
+local OPTS = { batch_size = 'number', shuffle = 'boolean', drop_last = 'boolean', seed = 'number',
+               augment = 'boolean or table', transform = 'function' }
+-- augment = true: torchvision's RandomCrop(size, padding = 4) + RandomHorizontalFlip.
+local AUGMENT_DEFAULT = { pad = 4, flip = true }
+
+local function is_tensor(x) return type(x) == 'cdata' and ffi.istype('cr_tensor*', x) end
+local function is_count(v, min) return type(v) == 'number' and v == math.floor(v) and v >= min end
+
+local function aug_from(opt)
+  if not opt then return nil end
+  local a = opt == true and AUGMENT_DEFAULT or opt
+  for k in pairs(a) do
+    if k ~= 'pad' and k ~= 'flip' then
+      error("Loader: unknown augment option '" .. tostring(k) .. "'; options are pad, flip", 4)
+    end
+  end
+  local pad = a.pad or 0
+  if not is_count(pad, 0) then error('Loader: augment.pad must be a non-negative integer, got ' .. tostring(pad), 4) end
+  local s = ffi.new('cr_data_augment')
+  s.pad, s.hflip = pad, a.flip and 1 or 0
+  return s
+end
+
+-- mean/std as one value per channel (C reads exactly nchan of each).
+local function per_channel(v, default, what, nchan)
+  if v == nil then v = default end
+  if type(v) == 'number' then
+    local t = {}
+    for c = 1, nchan do t[c] = v end
+    return t
+  end
+  if type(v) ~= 'table' or #v ~= nchan then
+    error(string.format('Loader: the data set\'s %s must be a number or %d numbers (one per channel)', what, nchan), 3)
+  end
+  return v
+end
+
+local function new(_, ds, opts)
+  opts = opts or {}
+  if (type(ds) ~= 'table' and type(ds) ~= 'userdata') or not is_tensor(ds.images) then
+    error('Loader: expected a data set with .images (a u8 tensor), e.g. cr.data.fashion_mnist{}, got ' ..
+      type(ds), 2)
+  end
+  for k, v in pairs(opts) do
+    local want = OPTS[k]
+    if not want then
+      local names = {}
+      for name in pairs(OPTS) do names[#names + 1] = name end
+      table.sort(names)
+      error("Loader: unknown option '" .. tostring(k) .. "'; options are " .. table.concat(names, ', '), 2)
+    end
+    if not want:find(type(v), 1, true) then
+      error(string.format('Loader: option %s must be a %s, got %s', k, want, type(v)), 2)
+    end
+  end
+  local bs = opts.batch_size or 256
+  if not is_count(bs, 1) then error('Loader: batch_size must be a positive integer, got ' .. tostring(bs), 2) end
+  local seed = opts.seed or 0
+  if not is_count(seed, 0) then error('Loader: seed must be a non-negative integer, got ' .. tostring(seed), 2) end
+  local n = #ds
+  if opts.drop_last ~= false and n < bs and n > 0 then
+    error(string.format('Loader: %s has %d samples, fewer than batch_size %d, and drop_last is on: ' ..
+      'no batch would come out; lower batch_size or pass drop_last = false', ds.name or 'the data set', n, bs), 2)
+  end
+  local nchan = ds.images:dim() == 4 and ds.images:size(1) or 1
+  local mean, std = per_channel(ds._mean or ds.mean, 0, 'mean', nchan), per_channel(ds._std or ds.std, 1, 'std', nchan)
+  local self = setmetatable({
+    ds = ds, batch_size = bs, seed = seed,
+    shuffle = opts.shuffle ~= false, drop_last = opts.drop_last ~= false,
+    transform = opts.transform, aug = aug_from(opts.augment),
+    mean = ffi.new('double[?]', #mean, mean), std = ffi.new('double[?]', #std, std),
+    epoch = 0, batch = 0,   -- the sampler position: the next batch to hand out
+  }, Loader)
+  return self
+end
+setmetatable(Loader, { __call = new })
+
+function Loader:num_batches()
+  local n = #self.ds
+  if self.drop_last then return math.floor(n / self.batch_size) end
+  return math.ceil(n / self.batch_size)
+end
+
+-- The epoch's sample order, i64 [N] (the identity when shuffle is off).
+function Loader:order(epoch)
+  local box = util.box
+  if C.cr_data_permutation(box, #self.ds, self.seed, epoch, self.shuffle) ~= 0 then util.raise() end
+  return util.own(box[0])
+end
+
+-- The batch of the given dataset rows (i64 [B]), assembled (and augmented) in C.
+function Loader:make_batch(index, epoch)
+  local aug = self.aug
+  if aug then aug.seed, aug.epoch = self.seed, epoch end
+  local box, ds = util.box, self.ds
+  box[1] = nil
+  local st = C.cr_data_make_batch(box, box + 1, ds.images, ds.labels, index, self.mean, self.std, aug)
+  if st ~= 0 then util.raise() end
+  local input = util.own(box[0])
+  local target = ds.labels and util.own(box[1]) or nil
+  return { input = input, target = target, index = index }
+end
+
+-- Iterates over the batches of `epoch` (default: the loader's position), starting at
+-- batch `start_batch` (default 0, or the saved position when resuming that epoch).
+-- Each batch is {input, target, index, epoch, batch}; `transform(batch)` runs last and
+-- may return a replacement.
+function Loader:iter(epoch, start_batch)
+  if epoch == nil then
+    epoch = self.epoch
+    if start_batch == nil then start_batch = self.batch end
+  end
+  start_batch = start_batch or 0
+  if not is_count(epoch, 0) then error('Loader:iter: epoch must be a non-negative integer, got ' .. tostring(epoch), 2) end
+  local nb = self:num_batches()
+  if not is_count(start_batch, 0) or start_batch > nb then
+    error(string.format('Loader:iter: start_batch must be an integer in [0, %d], got %s', nb, tostring(start_batch)), 2)
+  end
+  local order, n, bs = self:order(epoch), #self.ds, self.batch_size
+  local b = start_batch
+  self.epoch, self.batch = epoch, b
+  return function()
+    if b >= nb then
+      self.epoch, self.batch = epoch + 1, 0
+      return nil
+    end
+    local first = b * bs
+    local size = math.min(bs, n - first)
+    local batch = self:make_batch(order:narrow(0, first, size), epoch)
+    batch.epoch, batch.batch = epoch, b
+    b = b + 1
+    self.batch = b
+    if self.transform then batch = self.transform(batch) or batch end
+    return batch
+  end
+end
+
+-- The sampler position for checkpoints: resume with load_state_dict, then iter().
+function Loader:state_dict()
+  return { epoch = self.epoch, batch = self.batch, seed = self.seed }
+end
+
+function Loader:load_state_dict(s)
+  if type(s) ~= 'table' or not is_count(s.epoch, 0) or not is_count(s.batch or 0, 0) then
+    error('Loader:load_state_dict: expected {epoch = , batch = } with non-negative integers', 2)
+  end
+  if s.seed ~= nil and s.seed ~= self.seed then
+    error(string.format('Loader:load_state_dict: the state was saved with seed %s, this loader has seed %s; ' ..
+      'resuming would visit a different order', tostring(s.seed), tostring(self.seed)), 2)
+  end
+  self.epoch, self.batch = s.epoch, s.batch or 0
+end
+
+return Loader

@@ -1,0 +1,59 @@
+-- crescent.engine.steps — the standard train step (forward, loss, backward, optimizer
+-- step, with gradient accumulation and clipping) and the eval step. Any Lua function
+-- f(task, batch) can replace them: task.train_step = f.
+--
+-- A step announces after_forward and after_backward with task:fire(...) so that hooks
+-- run there and the loop can split the step's time into forward+backward and optimizer.
+local cr = require 'crescent'
+local loop = require 'crescent.engine.loop'
+
+local M = {}
+local fire = loop.fire
+local AFTER_FORWARD, AFTER_BACKWARD = loop.after_forward, loop.after_backward
+
+-- Reads batch.input and batch.target; task.loss(output, batch) -> scalar tensor.
+-- Sets task.output, task.loss_tensor and task.loss_value (a number), and stores 'loss'.
+-- With task.accum_steps = k the loss is divided by k and the optimizer steps (then
+-- zeroes the grads) on every k-th step only, so k batches of b equal one batch of k*b
+-- for a mean-reduced loss. task.clip_norm / task.clip_value clip before the step.
+function M.standard(task, batch)
+  local out = task.model(batch.input)
+  task.output = out
+  local loss = task.loss(out, batch)
+  task.loss_tensor = loss
+  local ctx = task._loop
+  if ctx then fire(ctx, AFTER_FORWARD) end
+  local k = task.accum_steps
+  if k > 1 then loss = loss / k end
+  loss:backward()
+  local v = task.loss_tensor:item()
+  task.loss_value = v
+  task.storage:put_scalar('loss', v)
+  if ctx then fire(ctx, AFTER_BACKWARD) end
+  if k == 1 or (task.iteration + 1) % k == 0 then
+    local opt = task.optimizer
+    if task.clip_norm then
+      local norm = cr.optim.clip_grad_norm(task:trainable_parameters(), task.clip_norm)
+      task.storage:put_scalar('grad_norm', norm)
+    end
+    if task.clip_value then cr.optim.clip_grad_value(task:trainable_parameters(), task.clip_value) end
+    opt:step()
+    opt:zero_grad()
+  end
+end
+
+-- Forward and loss with recording off; the eval hook reads task.output and the batch.
+-- (If the forward fails, cr.train restores the grad mode on its way out.)
+function M.eval(task, batch)
+  local prev = cr.set_grad_enabled(false)
+  local out = task.model(batch.input)
+  task.output = out
+  if task.loss then
+    local loss = task.loss(out, batch)
+    task.loss_tensor = loss
+    task.loss_value = loss:item()
+  end
+  cr.set_grad_enabled(prev)
+end
+
+return M

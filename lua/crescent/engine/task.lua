@@ -1,0 +1,188 @@
+-- crescent.engine.Task — everything a training run holds: config, model, loss, optimizer,
+-- schedules, loaders, meters, hooks, counters (iteration, epoch, phase, samples_seen),
+-- the event storage and the loop's timings. cr.train(task) runs it (trainer.lua).
+--
+--   local task = cr.engine.Task{config = cfg, model = m, loss = fn(output, batch) -> loss,
+--                               optimizer = opt, schedules = {lr = sched},
+--                               train_loader = tl, test_loader = vl}
+--   task:add_hook(cr.hooks.console{every = 50})
+--   cr.train(task)
+--
+-- Fields taken from the config when not given: epochs (train.epochs), test_every
+-- (train.test_every, default 1), accum_steps (optim.accum_steps), clip_norm
+-- (optim.clip_norm), clip_value (optim.clip_value), gc_step_kb (train.gc_step_kb).
+-- Also: malloc_keep_mb (32), name (run.name).
+local Storage = require 'crescent.engine.storage'
+local steps = require 'crescent.engine.steps'
+local loop = require 'crescent.engine.loop'
+
+local Task = {}
+Task.__index = Task
+
+local KNOWN = {
+  config = true, model = true, loss = true, optimizer = true, schedules = true,
+  train_loader = true, test_loader = true, meters = true, hooks = true, train_step = true,
+  eval_step = true, epochs = true, test_every = true, accum_steps = true, clip_norm = true,
+  clip_value = true, gc_step_kb = true, malloc_keep_mb = true, name = true,
+}
+
+local function cfg_get(cfg, section, key)
+  if type(cfg) ~= 'table' then return nil end
+  local s = cfg[section]
+  if type(s) ~= 'table' then return nil end
+  return s[key]
+end
+
+local function suggest(word, set)
+  local best, bestd = nil, math.huge
+  for k in pairs(set) do
+    -- edit distance, small strings only
+    local a, b = word, k
+    local prev = {}
+    for j = 0, #b do prev[j] = j end
+    for i = 1, #a do
+      local cur = { [0] = i }
+      for j = 1, #b do
+        local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+        cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+      end
+      prev = cur
+    end
+    if prev[#b] < bestd then best, bestd = k, prev[#b] end
+  end
+  if best and bestd <= math.max(2, math.floor(#word / 3)) then return best end
+  return nil
+end
+Task._suggest = suggest
+
+local function new(_, args)
+  if type(args) ~= 'table' then error('Task{...}: expected a table of fields', 2) end
+  for k in pairs(args) do
+    if type(k) == 'string' and not KNOWN[k] then
+      local s = suggest(k, KNOWN)
+      error("Task{...}: unknown field '" .. k .. "'" .. (s and ("; did you mean '" .. s .. "'?") or ''), 2)
+    end
+  end
+  local cfg = args.config or {}
+  local self = setmetatable({}, Task)
+  self.config = cfg
+  self.name = args.name or cfg_get(cfg, 'run', 'name')
+  self.model, self.loss, self.optimizer = args.model, args.loss, args.optimizer
+  self.schedules = args.schedules or {}
+  self.train_loader, self.test_loader = args.train_loader, args.test_loader
+  self.meters = args.meters or {}
+  self.train_step = args.train_step or steps.standard
+  self.eval_step = args.eval_step or steps.eval
+  self.epochs = args.epochs or cfg_get(cfg, 'train', 'epochs') or 1
+  self.test_every = args.test_every or cfg_get(cfg, 'train', 'test_every') or 1
+  self.accum_steps = args.accum_steps or cfg_get(cfg, 'optim', 'accum_steps') or 1
+  self.clip_norm = args.clip_norm or cfg_get(cfg, 'optim', 'clip_norm')
+  self.clip_value = args.clip_value or cfg_get(cfg, 'optim', 'clip_value')
+  if self.clip_norm == 0 then self.clip_norm = nil end
+  if self.clip_value == 0 then self.clip_value = nil end
+  -- KiB of incremental GC work per iteration (DESIGN §4): the step's tensor handles
+  -- are finalised steadily rather than in one long pause.
+  self.gc_step_kb = args.gc_step_kb or cfg_get(cfg, 'train', 'gc_step_kb') or 256
+  -- blocks up to this many MiB stay in glibc's heap between steps instead of being
+  -- mmapped and page-faulted in again every step (csrc/loop/loop.c); 0: glibc's default
+  self.malloc_keep_mb = args.malloc_keep_mb or 32
+  -- counters (the C loop writes them)
+  self.iteration, self.epoch, self.phase, self.phase_iteration, self.samples_seen = 0, 0, nil, 0, 0
+  self.max_iterations = 0
+  self.timing = { data = 0, forward_backward = 0, optimizer = 0, step = 0, hooks = 0,
+                  data_total = 0, forward_backward_total = 0, optimizer_total = 0,
+                  hooks_total = 0, steps = 0 }
+  self.metrics = {}        -- final figures hooks report (test_top1, ...)
+  self.storage = Storage.new { iteration = function() return self.iteration end }
+  self.hooks = {}
+  self.stop_requested = false
+  for _, h in ipairs(args.hooks or {}) do self:add_hook(h) end
+  return self
+end
+setmetatable(Task, { __call = new })
+
+local EVENTS = { 'before_train', 'before_phase', 'before_step', 'after_forward', 'after_backward',
+                 'after_step', 'after_phase', 'after_train', 'on_exception' }
+Task.EVENTS = EVENTS
+local EVENT_SET = {}
+for _, e in ipairs(EVENTS) do EVENT_SET[e] = true end
+Task.EVENT_SET = EVENT_SET
+
+-- A hook is a table with any of the event methods (fn(self, task)) and an optional
+-- priority: 0 runs first, 100 last, 50 by default; equal priorities keep the order of
+-- add_hook. Returns the hook.
+function Task:add_hook(hook)
+  if type(hook) ~= 'table' then
+    error('add_hook: a hook is a table with methods such as after_step(self, task), got ' .. type(hook), 2)
+  end
+  local p = hook.priority
+  if p ~= nil and (type(p) ~= 'number' or p < 0 or p > 100) then
+    error('add_hook: priority must be a number from 0 (runs first) to 100 (runs last), got ' .. tostring(p), 2)
+  end
+  self.hooks[#self.hooks + 1] = hook
+  return hook
+end
+
+-- Hooks and train steps ask the loop to stop after the current step.
+function Task:request_stop(reason)
+  self.stop_requested = true
+  self.stop_reason = reason
+end
+
+-- Samples in a batch: batch.size, else the first dim of batch.input (or of its first
+-- crop when input is a list of views), else of batch.target.
+function Task.batch_size(_, batch)
+  if type(batch) ~= 'table' then return 1 end
+  if batch.size then return batch.size end
+  local x = batch.input
+  if type(x) == 'table' then x = x[1] end
+  if x ~= nil then return #x end
+  if batch.target ~= nil then return #batch.target end
+  return 1
+end
+
+-- Parameters that require grad (what clipping and the guards look at); cached.
+function Task:trainable_parameters()
+  if not self._trainable then
+    local ps = {}
+    for _, p in ipairs(self.model:parameters()) do
+      if p.requires_grad then ps[#ps + 1] = p end
+    end
+    self._trainable = ps
+  end
+  return self._trainable
+end
+
+-- The current learning rate of the first param group (for writers).
+function Task:lr()
+  local opt = self.optimizer
+  if opt and opt.param_groups and opt.param_groups[1] then return opt.param_groups[1].lr end
+  return nil
+end
+
+-- Called by the loop at the start of each phase: model mode.
+function Task:_begin_phase(phase)
+  self.phase_iteration = 0
+  if self.model and self.model.train then
+    if phase == 'train' then self.model:train() else self.model:eval() end
+  end
+end
+
+-- Called by the loop: the phase's batches as a generic-for triple.
+function Task:_batches(phase, epoch)
+  local loader = phase == 'train' and self.train_loader or self.test_loader
+  return loader:iter(epoch)
+end
+
+-- Fires an event's hooks from inside a custom train step (after_forward, after_backward).
+function Task:fire(event)
+  if self._loop then loop.fire(self._loop, loop[event]) end
+end
+
+-- Seconds per hook and event so far: array of {label, event, seconds, calls}.
+function Task:hook_times()
+  if not self._loop then return {} end
+  return loop.hook_times(self._loop)
+end
+
+return Task

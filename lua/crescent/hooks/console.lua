@@ -1,0 +1,104 @@
+-- crescent.hooks.console — progress on stdout. On a terminal one live line, rewritten
+-- with \r: epoch, iteration, loss, lr, img/s, data time, ETA. Elsewhere (a log file, a
+-- pipe) the same fields as plain lines every `every` iterations. After each test phase a
+-- line with the eval metrics found in the storage (test/top1, test/top5, test/loss).
+local ffi = require 'ffi'
+local loop = require 'crescent.engine.loop'
+
+pcall(ffi.cdef, 'int isatty(int fd);')
+local function stdout_is_tty()
+  local ok, r = pcall(function() return ffi.C.isatty(1) end)
+  return ok and r == 1
+end
+
+local Console = {}
+Console.__index = Console
+
+local function fmt_time(s)
+  if not s or s ~= s or s == math.huge then return '?' end
+  s = math.floor(s + 0.5)
+  if s >= 3600 then return string.format('%dh%02dm', math.floor(s / 3600), math.floor(s % 3600 / 60)) end
+  if s >= 60 then return string.format('%dm%02ds', math.floor(s / 60), s % 60) end
+  return string.format('%ds', s)
+end
+Console.fmt_time = fmt_time
+
+-- The progress fields as one line.
+function Console:line(task)
+  local st = task.storage
+  local parts = { string.format('epoch %d/%d', task.epoch + 1, task.epochs) }
+  local per = task.iterations_per_epoch
+  if per and per > 0 then
+    parts[#parts + 1] = string.format('iter %d/%d', task.phase_iteration, per)
+  else
+    parts[#parts + 1] = string.format('iter %d', task.phase_iteration)
+  end
+  local loss = st:smoothed('loss', self.window)
+  if loss then parts[#parts + 1] = string.format('loss %.4f', loss) end
+  local lr = task:lr()
+  if lr then parts[#parts + 1] = string.format('lr %.4g', lr) end
+  local ips = st:smoothed('img_per_s', self.window)
+  if ips then parts[#parts + 1] = string.format('img/s %.0f', ips) end
+  local dt = st:smoothed('data_time', self.window)
+  if dt then parts[#parts + 1] = string.format('data %.1fms', dt * 1000) end
+  if task.eta_seconds then parts[#parts + 1] = 'eta ' .. fmt_time(task.eta_seconds) end
+  return table.concat(parts, '  ')
+end
+
+function Console:after_step(task)
+  if task.phase ~= 'train' then return end
+  if self.tty then
+    local t = loop.now()
+    local last = task.phase_iteration == task.iterations_per_epoch
+    if not last and self.t_last and t - self.t_last < self.refresh then return end
+    self.t_last = t
+    local s = self:line(task)
+    local pad = math.max(0, (self.width or 0) - #s)
+    self.width = #s
+    self.out:write('\r', s, string.rep(' ', pad))
+    self.out:flush()
+    self.dirty = true
+  elseif task.iteration % self.every == 0 or task.phase_iteration == task.iterations_per_epoch then
+    self.out:write(self:line(task), '\n')
+    self.out:flush()
+  end
+end
+
+function Console:end_line()
+  if self.dirty then
+    self.out:write('\n')
+    self.dirty, self.width = false, 0
+  end
+end
+
+function Console:after_phase(task)
+  self:end_line()
+  if task.phase ~= 'test' then return end
+  local st = task.storage
+  local parts = { string.format('epoch %d/%d test', task.epoch + 1, task.epochs) }
+  for _, name in ipairs { 'top1', 'top5' } do
+    local v = st:latest('test/' .. name)
+    if v then parts[#parts + 1] = string.format('%s %.2f%%', name, v) end
+  end
+  local l = st:latest('test/loss')
+  if l then parts[#parts + 1] = string.format('loss %.4f', l) end
+  self.out:write(table.concat(parts, '  '), '\n')
+  self.out:flush()
+end
+
+function Console:on_exception(_) self:end_line() end
+function Console:after_train(_) self:end_line() end
+
+-- cr.hooks.console{every = 50, tty = auto, out = io.stdout, window = 20, refresh = 0.2}
+return function(opts)
+  opts = opts or {}
+  local every = opts.every or 50
+  if type(every) ~= 'number' or every < 1 then
+    error('console: every must be a positive number of iterations, got ' .. tostring(every), 2)
+  end
+  local tty = opts.tty
+  if tty == nil then tty = (opts.out == nil or opts.out == io.stdout) and stdout_is_tty() end
+  return setmetatable({ name = 'console', priority = opts.priority or 90, every = every, tty = tty,
+                        out = opts.out or io.stdout, window = opts.window or 20,
+                        refresh = opts.refresh or 0.2 }, Console)
+end

@@ -1,0 +1,46 @@
+-- crescent.hooks.timer — iteration time, data time, images/s and the ETA, put into the
+-- event storage for writers (smoothed: the median of the last `window` iterations).
+-- Also totals: task.metrics.train_seconds and train_img_per_s (train phases only).
+local loop = require 'crescent.engine.loop'
+local now = loop.now
+
+local Timer = {}
+Timer.__index = Timer
+
+function Timer:before_train(_)
+  self.t0 = now()
+  self.train_seconds = 0
+end
+
+function Timer:before_phase(task)
+  if task.phase == 'train' then self.t_last = now() end
+end
+
+function Timer:after_step(task)
+  if task.phase ~= 'train' then return end
+  local t = now()
+  local dt = t - self.t_last
+  self.t_last = t
+  self.train_seconds = self.train_seconds + dt
+  local s = task.storage
+  s:put_scalar('time', dt)
+  s:put_scalar('data_time', task.timing.data)
+  s:put_scalar('img_per_s', task:batch_size(task.batch) / dt)
+  local med = s:history('time'):median(self.window)
+  task.eta_seconds = math.max(0, task.max_iterations - task.iteration) * med
+end
+
+function Timer:after_train(task)
+  task.metrics.seconds = now() - (self.t0 or now())
+  task.metrics.train_seconds = self.train_seconds
+  if self.train_seconds > 0 then
+    task.metrics.train_img_per_s = task.samples_seen / self.train_seconds
+  end
+end
+
+-- cr.hooks.timer{window = 20, priority = 20}
+return function(opts)
+  opts = opts or {}
+  return setmetatable({ name = 'timer', priority = opts.priority or 20, window = opts.window or 20,
+                        train_seconds = 0 }, Timer)
+end

@@ -1,0 +1,249 @@
+-- config_spec — cr.config: the common keys, command-line overrides of every type,
+-- --config files (merged under the command line), unknown keys with their "did you
+-- mean", type errors that name the key, the type and the value, merge, and dump's
+-- round trip.
+local config = require 'crescent.config'
+
+local tmp = io.popen('mktemp -d /tmp/crescent_config_spec.XXXXXX'):read('*l')
+teardown(function() os.execute('rm -rf ' .. tmp) end)
+local function file(name, text)
+  local p = tmp .. '/' .. name
+  local f = assert(io.open(p, 'w'))
+  f:write(text)
+  f:close()
+  return p
+end
+local function err_of(f, ...)
+  local ok, e = pcall(f, ...)
+  assert(not ok, 'expected an error')
+  return tostring(e)
+end
+local function has(msg, ...)
+  for _, frag in ipairs { ... } do
+    assert(msg:find(frag, 1, true), 'message should contain "' .. frag .. '": ' .. msg)
+  end
+end
+
+local function defaults()
+  return config.merge(config.common(), {
+    model = { width = 64, arch = 'resnet18', zero_init = false, milestones = { 30, 60 }, betas = { 0.9, 0.999 } },
+    loss = { temperature = 0.1, smoothing = 0 },
+    hooks = { names = { 'console', 'timer' } },
+  })
+end
+
+describe('config.common', function()
+  it('holds every key a recipe accepts, with its default', function()
+    local c = config.common()
+    for _, key in ipairs { 'train.epochs', 'train.device', 'train.seed', 'train.threads', 'data.name', 'data.root',
+                           'data.batch_size', 'data.workers', 'data.limit', 'optim.name', 'optim.lr',
+                           'optim.weight_decay', 'run.name', 'run.dir' } do
+      assert.is_not_nil(config.get(c, key), key)
+    end
+    assert.are.equal('auto', c.train.device)
+    assert.are.equal(0, c.data.limit)
+    -- a fresh table each time
+    c.train.epochs = 99
+    assert.are.equal(10, config.common().train.epochs)
+  end)
+
+  it('validates train.device and the ranges of the counts', function()
+    local d = config.common()
+    for _, dev in ipairs { 'auto', 'cpu', 'cuda' } do
+      assert.are.equal(dev, config.parse({ 'train.device=' .. dev }, d).train.device)
+    end
+    has(err_of(config.parse, { 'train.device=gpu' }, d), 'train.device', 'one of auto|cpu|cuda', "'gpu'")
+    has(err_of(config.parse, { 'data.batch_size=0' }, d), 'data.batch_size', 'an integer >= 1', 'got 0')
+    has(err_of(config.parse, { 'train.epochs=-1' }, d), 'train.epochs', '>= 0')
+    -- weight decay and lr take fractions whatever their default
+    local cfg = config.parse({ 'optim.weight_decay=1e-4', 'optim.lr=3' }, config.merge(d, { optim = { weight_decay = 0 } }))
+    assert.are.equal(1e-4, cfg.optim.weight_decay)
+    assert.are.equal(3, cfg.optim.lr)
+  end)
+end)
+
+describe('config.parse overrides', function()
+  it('sets values of every type from key.sub=value', function()
+    local d = defaults()
+    local cfg, info = config.parse({ 'optim.lr=0.25', 'train.epochs=3', 'model.arch=resnet50', 'model.zero_init=true',
+                                     'data.root=/data/fm', 'run.name="my run"', 'loss.temperature=1e-2' }, d)
+    assert.are.equal(0.25, cfg.optim.lr)
+    assert.are.equal(3, cfg.train.epochs)
+    assert.are.equal('resnet50', cfg.model.arch)
+    assert.are.equal(true, cfg.model.zero_init)
+    assert.are.equal('/data/fm', cfg.data.root)
+    assert.are.equal('my run', cfg.run.name)
+    assert.are.equal(0.01, cfg.loss.temperature)
+    assert.are.same({ 'optim.lr=0.25', 'train.epochs=3', 'model.arch=resnet50', 'model.zero_init=true',
+                      'data.root=/data/fm', 'run.name="my run"', 'loss.temperature=1e-2' }, info.overrides)
+    -- untouched keys keep their defaults, and the defaults table is not modified
+    assert.are.equal(256, cfg.data.batch_size)
+    assert.are.equal(0.1, d.optim.lr)
+    assert.are.same(defaults(), d)
+  end)
+
+  it('reads booleans as true/false/1/0 (and yes/no, on/off)', function()
+    local d = defaults()
+    for text, want in pairs { ['true'] = true, ['false'] = false, ['1'] = true, ['0'] = false, yes = true,
+                              off = false, TRUE = true } do
+      assert.are.equal(want, config.parse({ 'model.zero_init=' .. text }, d).model.zero_init)
+    end
+    has(err_of(config.parse, { 'model.zero_init=maybe' }, d), 'model.zero_init', 'a boolean', "'maybe'")
+  end)
+
+  it('reads lists as comma-separated values or Lua literals, checking the elements', function()
+    local d = defaults()
+    assert.are.same({ 10, 20, 30 }, config.parse({ 'model.milestones=10,20,30' }, d).model.milestones)
+    assert.are.same({ 5 }, config.parse({ 'model.milestones={5}' }, d).model.milestones)
+    assert.are.same({}, config.parse({ 'model.milestones=' }, d).model.milestones)
+    assert.are.same({ 0.5, 0.99 }, config.parse({ 'model.betas={0.5, 0.99}' }, d).model.betas)
+    assert.are.same({ 'tb', 'json' }, config.parse({ 'hooks.names=tb, json' }, d).hooks.names)
+    assert.are.same({ 'a', 'b' }, config.parse({ "hooks.names={'a', 'b'}" }, d).hooks.names)
+    has(err_of(config.parse, { 'model.milestones=10,x' }, d), 'model.milestones[2]', 'an integer', "'x'")
+    has(err_of(config.parse, { 'model.milestones=1.5' }, d), 'model.milestones[1]', 'an integer', '1.5')
+    has(err_of(config.parse, { 'model.milestones={1,' }, d), 'model.milestones', 'not a Lua list literal')
+  end)
+
+  it('keeps integers integer: a whole-number default refuses fractions unless typed as number', function()
+    local d = defaults()
+    has(err_of(config.parse, { 'train.epochs=2.5' }, d), 'train.epochs', 'an integer', '2.5')
+    has(err_of(config.parse, { 'model.width=wide' }, d), 'model.width', 'an integer', "'wide'")
+    assert.are.equal(1000, config.parse({ 'model.width=1e3' }, d).model.width)
+    -- loss.smoothing defaults to 0 but takes fractions: declared in opts.types
+    has(err_of(config.parse, { 'loss.smoothing=0.1' }, d), 'loss.smoothing', 'an integer')
+    local cfg = config.parse({ 'loss.smoothing=0.1' }, d, { types = { ['loss.smoothing'] = 'number' } })
+    assert.are.equal(0.1, cfg.loss.smoothing)
+    -- choices and ranges in opts.types
+    local t = { ['model.arch'] = { 'resnet18', 'resnet50' }, ['model.width'] = { type = 'integer', min = 8, max = 512 } }
+    has(err_of(config.parse, { 'model.arch=vgg' }, d, { types = t }), 'model.arch', 'one of resnet18|resnet50', "'vgg'")
+    has(err_of(config.parse, { 'model.width=4' }, d, { types = t }), 'model.width', 'in [8, 512]', 'got 4')
+    has(err_of(config.parse, {}, d, { types = { ['model.depth'] = 'integer' } }), "'model.depth'",
+      'not a key of the defaults')
+    has(err_of(config.parse, {}, d, { types = { ['model.width'] = 'float' } }), "unknown type 'float'")
+  end)
+
+  it('names the key, the expected type and the value on a type error', function()
+    local d = defaults()
+    has(err_of(config.parse, { 'optim.lr=fast' }, d), 'optim.lr', 'expects a number', "got 'fast'",
+      'on the command line: optim.lr=fast')
+    has(err_of(config.parse, { 'optim.lr=nan' }, d), 'optim.lr', 'expects a number')
+  end)
+
+  it('suggests the nearest key for an unknown one', function()
+    local d = defaults()
+    has(err_of(config.parse, { 'optim.lrr=0.1' }, d), "unknown key 'optim.lrr'", "did you mean 'optim.lr'?")
+    has(err_of(config.parse, { 'lr=0.1' }, d), "unknown key 'lr'", "did you mean 'optim.lr'?")
+    has(err_of(config.parse, { 'trian.epochs=2' }, d), "did you mean 'train.epochs'?")
+    has(err_of(config.parse, { 'data.batchsize=2' }, d), "did you mean 'data.batch_size'?")
+    has(err_of(config.parse, { 'model.widht=2' }, d), "did you mean 'model.width'?")
+    local far = err_of(config.parse, { 'zzzzzzzzzz=1' }, d)
+    has(far, "unknown key 'zzzzzzzzzz'", 'data.*', 'optim.*', '--help')
+    assert.is_nil(far:find('did you mean', 1, true))
+    assert.are.equal(3, config.levenshtein('kitten', 'sitting'))
+    assert.are.equal(0, config.levenshtein('', ''))
+  end)
+
+  it('refuses a section given a value, and arguments it cannot read', function()
+    local d = defaults()
+    has(err_of(config.parse, { 'optim=sgd' }, d), "'optim' is a section", 'optim.lr', 'optim.weight_decay')
+    has(err_of(config.parse, { 'epochs' }, d), "cannot read argument 'epochs'", 'key.sub=value', '--config')
+    has(err_of(config.parse, { '--config' }, d), 'needs a file name')
+  end)
+
+  it('accepts a leading -- and reads only arg[1..n] (not the interpreter or script names)', function()
+    local argv = { [-1] = 'luajit', [0] = 'recipes/x.lua', '--train.epochs=4' }
+    assert.are.equal(4, config.parse(argv, defaults()).train.epochs)
+    assert.are.same(defaults(), config.parse(nil, defaults()))
+  end)
+
+  it('prints the keys for --help', function()
+    local cfg, text = config.parse({ '--help' }, defaults(), { exit_on_help = false })
+    assert.is_nil(cfg)
+    has(text, 'usage:', 'optim.lr', 'a number >= 0', 'default 0.1', 'train.device', 'one of auto|cpu|cuda',
+      'model.milestones', 'a list of integers')
+  end)
+end)
+
+describe('config --config files', function()
+  it('merges a file over the defaults, and the command line over the file', function()
+    local f = file('run.lua', [[
+      return { optim = { lr = 0.05, name = 'lars' }, model = { milestones = { 1, 2, 3 } }, ['train.epochs'] = 7 }
+    ]])
+    local cfg, info = config.parse({ 'optim.lr=0.3', '--config', f }, defaults())
+    assert.are.equal(0.3, cfg.optim.lr)          -- the command line wins, wherever it stands
+    assert.are.equal('lars', cfg.optim.name)
+    assert.are.same({ 1, 2, 3 }, cfg.model.milestones)
+    assert.are.equal(7, cfg.train.epochs)        -- dotted keys work in files too
+    assert.are.equal(5e-4, cfg.optim.weight_decay)
+    assert.are.same({ f }, info.files)
+  end)
+
+  it('applies several files in order, and --config=file', function()
+    local a = file('a.lua', 'return { train = { epochs = 1, seed = 5 } }')
+    local b = file('b.lua', 'return { train = { epochs = 2 } }')
+    local cfg = config.parse({ '--config=' .. a, '--config', b }, defaults())
+    assert.are.equal(2, cfg.train.epochs)
+    assert.are.equal(5, cfg.train.seed)
+  end)
+
+  it('can compute values (the file runs as Lua)', function()
+    local f = file('calc.lua', 'local bs = 512\nreturn { data = { batch_size = bs }, optim = { lr = 0.1 * bs / 256 } }')
+    local cfg = config.parse({ '--config', f }, defaults())
+    assert.are.equal(512, cfg.data.batch_size)
+    assert.are.equal(0.2, cfg.optim.lr)
+  end)
+
+  it('checks files like the command line, naming the file', function()
+    local d = defaults()
+    local f = file('typo.lua', 'return { optim = { lrr = 0.1 } }')
+    has(err_of(config.parse, { '--config', f }, d), "unknown key 'optim.lrr'", f, "did you mean 'optim.lr'?")
+    f = file('type.lua', "return { train = { epochs = 'ten' } }")
+    has(err_of(config.parse, { '--config', f }, d), 'train.epochs', 'an integer', "'ten'", f)
+    f = file('sect.lua', 'return { optim = 0.1 }')
+    has(err_of(config.parse, { '--config', f }, d), "'optim' is a section", f)
+    f = file('ret.lua', 'return 5')
+    has(err_of(config.parse, { '--config', f }, d), 'must return a table', 'number')
+    f = file('syntax.lua', 'return { optim = ')
+    has(err_of(config.parse, { '--config', f }, d), 'cannot load', f)
+    f = file('boom.lua', "error('no GPU here')")
+    has(err_of(config.parse, { '--config', f }, d), 'failed', 'no GPU here')
+    has(err_of(config.parse, { '--config', tmp .. '/none.lua' }, d), 'cannot load', 'no such file')
+  end)
+end)
+
+describe('config.merge, get, check and dump', function()
+  it('merges sections key by key and replaces lists, without touching its arguments', function()
+    local a = { x = { y = 1, z = { 1, 2, 3 } }, w = 'a' }
+    local b = { x = { z = { 9 } }, v = true }
+    local m = config.merge(a, b, { x = { y = 2 } })
+    assert.are.same({ x = { y = 2, z = { 9 } }, w = 'a', v = true }, m)
+    assert.are.same({ x = { y = 1, z = { 1, 2, 3 } }, w = 'a' }, a)
+    m.x.z[1] = 0
+    assert.are.equal(9, b.x.z[1])
+    assert.are.equal(2, config.get(m, 'x.y'))
+    assert.is_nil(config.get(m, 'x.q.r'))
+  end)
+
+  it('checks a table built in code', function()
+    local cfg = config.check({ optim = { lr = 0.5 } }, defaults())
+    assert.are.equal(0.5, cfg.optim.lr)
+    assert.are.equal(10, cfg.train.epochs)
+    has(err_of(config.check, { optim = { momentum = 0.9 } }, defaults()), "unknown key 'optim.momentum'")
+  end)
+
+  it('dumps Lua source that loads back to an equal table', function()
+    local cfg = config.merge(defaults(), {
+      run = { name = 'quote " and \\ backslash\nnewline' },
+      optim = { lr = 0.1, weight_decay = 1e-8, eps = 1 / 3 },
+      model = { ['end'] = 1, ['with space'] = 'x', nested = { { a = 1 }, { b = { 2, 3 } } } },
+      big = 2 ^ 40, neg = -7, inf = math.huge,
+    })
+    local src = config.dump(cfg)
+    assert.are.equal('return {', src:sub(1, 8))
+    local back = assert(loadstring(src))()
+    assert.are.same(cfg, back)
+    assert.truthy(src:find('lr = 0.1,', 1, true))   -- the shortest exact form, not 0.10000000000000001
+    assert.are.equal(src, config.dump(back))          -- stable
+    has(err_of(config.dump, { f = print }), "'f' holds a function")
+  end)
+end)

@@ -1,0 +1,286 @@
+-- spec/hooks_spec.lua — the built-in hooks (schedule, console writer, NaN/Inf guard,
+-- freeze, eval, timer), the standard step's gradient accumulation and clipping, a tiny
+-- end-to-end train on Fashion-MNIST, and the supervised recipe's JSON last line.
+local cr = H.cr
+local nn = cr.nn
+local Task = cr.engine.Task
+
+-- n batches of b samples of 3 features, fixed per (index), labels in {0, 1}
+local function batches(n, b, seed)
+  local list = {}
+  cr.manual_seed(seed or 1)
+  for i = 1, n do
+    list[i] = { input = cr.randn(b, 3), target = cr.randint(0, 2, { b }) }
+  end
+  return list
+end
+local function list_loader(list)
+  return {
+    iter = function()
+      local i = 0
+      return function() i = i + 1; return list[i] end
+    end,
+    num_batches = function() return #list end,
+  }
+end
+local function linear_task(args)
+  cr.manual_seed(7)
+  local model = args.model or nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+  local opt = cr.optim.SGD(model:named_parameters(), { lr = args.lr or 0.1, momentum = 0.9 })
+  return Task {
+    model = model, optimizer = opt, epochs = args.epochs or 1, test_every = args.test_every or 0,
+    loss = args.loss or function(out, batch) return cr.cross_entropy(out, batch.target) end,
+    train_loader = list_loader(args.batches or batches(3, 4)), test_loader = args.test_loader,
+    accum_steps = args.accum_steps, clip_norm = args.clip_norm, schedules = args.schedules,
+  }
+end
+local function params_of(task)
+  local out = {}
+  for _, np in ipairs(task.model:named_parameters()) do out[np[1]] = np[2]:clone() end
+  return out
+end
+-- a sink that collects what a writer writes
+local function sink()
+  local s = { text = '' }
+  function s.write(self, ...) for _, x in ipairs { ... } do self.text = self.text .. tostring(x) end end
+  function s.flush() end
+  return s
+end
+
+describe('the standard step', function()
+  it('with accum_steps = 2 on batches of 4 equals batches of 8', function()
+    local big = batches(2, 8, 3)
+    local small = {}
+    for _, b in ipairs(big) do
+      small[#small + 1] = { input = b.input:narrow(0, 0, 4), target = b.target:narrow(0, 0, 4) }
+      small[#small + 1] = { input = b.input:narrow(0, 4, 4), target = b.target:narrow(0, 4, 4) }
+    end
+    local a = linear_task { batches = big }
+    cr.train(a)
+    local b = linear_task { batches = small, accum_steps = 2 }
+    cr.train(b)
+    local pa, pb = params_of(a), params_of(b)
+    local n = 0
+    for name, t in pairs(pa) do
+      H.assert_close(pb[name], t, 1e-6, 1e-5, name)
+      n = n + 1
+    end
+    assert.equal(4, n)
+    assert.equal(4, b.iteration)
+    -- and the params moved
+    local c = linear_task { batches = big, epochs = 0 }
+    cr.train(c)
+    assert.is_true(H.max_diff(params_of(c)['0.weight'], pa['0.weight']) > 1e-4)
+  end)
+
+  it('clips the gradient norm before the step', function()
+    local t = linear_task { clip_norm = 1e-3 }
+    cr.train(t)
+    local h = t.storage:history('grad_norm')
+    assert.equal(3, h.n)
+    assert.is_true(h:latest() > 1e-3)   -- the norm before clipping
+  end)
+
+  it('names a model/optimizer mismatch', function()
+    local t = linear_task {}
+    t.model = nn.Linear(3, 2)
+    H.assert_error(function() cr.train(t) end, 'not parameters of task.model')
+  end)
+end)
+
+describe('the schedule hook', function()
+  it('sets the lr of every group before each step', function()
+    local t = linear_task { batches = batches(4, 2), schedules = { lr = cr.schedule.linear { from = 1, to = 0 } } }
+    local seen = {}
+    t:add_hook(cr.hooks.schedule())
+    t:add_hook { before_step = function(_, task) seen[#seen + 1] = task.optimizer.param_groups[1].lr end }
+    cr.train(t)
+    assert.same({ 1, 0.75, 0.5, 0.25 }, seen)
+    assert.equal(0.25, t.storage:smoothed('lr'))
+  end)
+
+  it('applies per-epoch bindings to any table field', function()
+    local t = linear_task { epochs = 3, batches = batches(2, 2) }
+    local target = { temperature = 0 }
+    t.schedules = { cr.schedule.apply { schedule = cr.schedule.linear { from = 0, to = 3 }, target = target,
+                                        field = 'temperature', per = 'epoch' } }
+    local seen = {}
+    t:add_hook(cr.hooks.schedule())
+    t:add_hook { before_phase = function() seen[#seen + 1] = target.temperature end }
+    cr.train(t)
+    assert.same({ 0, 1, 2 }, seen)
+  end)
+end)
+
+describe('the console writer', function()
+  it('prints plain periodic lines when not on a terminal', function()
+    local t = linear_task { epochs = 2, batches = batches(3, 2), test_every = 1, test_loader = list_loader(batches(1, 2)) }
+    local out = sink()
+    t:add_hook(cr.hooks.timer())
+    t:add_hook(cr.hooks.eval { topk = { 1 } })
+    t:add_hook(cr.hooks.console { every = 2, tty = false, out = out })
+    cr.train(t)
+    local lines = {}
+    for l in out.text:gmatch('[^\n]+') do lines[#lines + 1] = l end
+    assert.is_nil(out.text:find('\r', 1, true))
+    -- every 2nd iteration and each epoch's last: iterations 2, 3 | 4, 6; a test line per epoch
+    assert.equal(6, #lines)
+    assert.truthy(lines[1]:match('^epoch 1/2  iter 2/3  loss %d%.%d%d%d%d  lr 0%.1  img/s %d+  data [%d.]+ms  eta %d+s$'),
+      lines[1])
+    assert.truthy(lines[2]:match('^epoch 1/2  iter 3/3  '), lines[2])
+    assert.truthy(lines[3]:match('^epoch 1/2 test  top1 %d+%.%d%d%%  loss %d%.%d+$'), lines[3])
+    assert.truthy(lines[4]:match('^epoch 2/2  iter 1/3  '), lines[4])
+    assert.truthy(lines[5]:match('^epoch 2/2  iter 3/3  '), lines[5])
+    assert.truthy(lines[6]:match('^epoch 2/2 test  top1 '), lines[6])
+  end)
+
+  it('rewrites one line with \\r on a terminal', function()
+    local t = linear_task { batches = batches(3, 2) }
+    local out = sink()
+    t:add_hook(cr.hooks.console { tty = true, out = out, refresh = 0 })
+    cr.train(t)
+    local _, crs = out.text:gsub('\r', '')
+    assert.equal(3, crs)
+    assert.equal('\n', out.text:sub(-1))
+  end)
+end)
+
+describe('the NaN/Inf guard', function()
+  it('stops on a bad loss and names the step range since the last good check', function()
+    local t = linear_task {
+      batches = batches(8, 2),
+      loss = function(out, batch)
+        local l = cr.cross_entropy(out, batch.target)
+        if batch.poison then l = l * (0 / 0) end
+        return l
+      end,
+    }
+    t.train_loader = list_loader((function()
+      local b = batches(8, 2)
+      b[7].poison = true
+      return b
+    end)())
+    t:add_hook(cr.hooks.nan_guard { every = 4 })
+    local ok, err = pcall(cr.train, t)
+    assert.is_false(ok)
+    assert.truthy(err:find('NaN/Inf guard: loss went non-finite between steps 5 and 7', 1, true), err)
+    assert.truthy(err:find('last good check after step 4', 1, true), err)
+    assert.equal(6, t.iteration)
+  end)
+
+  it('names grads and the first bad parameter', function()
+    local t = linear_task { batches = batches(6, 2) }
+    t:add_hook { priority = 0, after_backward = function(_, task)
+      if task.iteration == 2 then
+        local w = task.model:named_parameters()[3][2]
+        w.grad = cr.full(w.shape, 0 / 0)
+      end
+    end }
+    t:add_hook(cr.hooks.nan_guard { every = 3 })
+    local ok, err = pcall(cr.train, t)
+    assert.is_false(ok)
+    local want = "grads went non-finite between steps 1 and 3 (epoch 1, last good check after step 0), first in '2.weight'"
+    assert.truthy(err:find(want, 1, true), err)
+  end)
+
+  it('names params', function()
+    local Tiny = nn.Module:extend('Tiny')
+    function Tiny:init() self.fc = nn.Linear(3, 2); self:register_parameter('extra', cr.zeros(2):requires_grad_()) end
+    function Tiny:forward(x) return self.fc(x) end
+    local model = Tiny()
+    local t = linear_task { model = model, batches = batches(6, 2) }
+    t:add_hook { priority = 0, after_step = function(_, task)
+      if task.iteration == 3 then cr.no_grad(function() model.extra:fill_(1 / 0) end) end
+    end }
+    t:add_hook(cr.hooks.nan_guard { every = 2 })
+    local ok, err = pcall(cr.train, t)
+    assert.is_false(ok)
+    assert.truthy(err:find("params went non-finite between steps 3 and 4", 1, true), err)
+    assert.truthy(err:find("first in 'extra'", 1, true), err)
+  end)
+end)
+
+describe('the freeze hook', function()
+  it('keeps matching parameters fixed for the first N iterations', function()
+    local t = linear_task { batches = batches(3, 4) }
+    local w0 = t.model:named_parameters()[3][2]:clone()
+    local snaps = {}
+    t:add_hook(cr.hooks.freeze { pattern = '^2%.weight$', iterations = 2 })
+    t:add_hook { after_step = function(_, task) snaps[task.iteration] = task.model:named_parameters()[3][2]:clone() end }
+    cr.train(t)
+    assert.equal(0, H.max_diff(snaps[1], w0))
+    assert.equal(0, H.max_diff(snaps[2], w0))
+    assert.is_true(H.max_diff(snaps[3], w0) > 0)
+    local bad = linear_task {}
+    bad:add_hook(cr.hooks.freeze { pattern = '^prototypes', iterations = 2 })
+    H.assert_error(function() cr.train(bad) end, "no parameter name matches the Lua pattern '^prototypes'")
+  end)
+end)
+
+describe('the eval hook', function()
+  it('reports top-1/top-k into the storage and task.metrics', function()
+    -- a model that outputs its input: logits given, so the accuracy is known
+    local Id = nn.Module:extend('Id')
+    function Id:init() self:register_parameter('w', cr.zeros(1):requires_grad_()) end
+    function Id:forward(x) return x + self.w end
+    local logits = cr.tensor({ { 0, 1, 2 }, { 2, 1, 0 }, { 0, 2, 1 }, { 1, 0, 2 } })
+    local target = cr.tensor({ 2, 1, 1, 0 }, { dtype = 'i64' })  -- top1 hits: 1st, 3rd; top2: + 2nd, 4th
+    local t = linear_task { model = Id(), epochs = 1, test_every = 1,
+      batches = { { input = cr.zeros(2, 3), target = cr.tensor({ 0, 1 }, { dtype = 'i64' }) } },
+      test_loader = list_loader { { input = logits:narrow(0, 0, 2), target = target:narrow(0, 0, 2) },
+                                  { input = logits:narrow(0, 2, 2), target = target:narrow(0, 2, 2) } } }
+    t.optimizer = cr.optim.SGD(t.model:named_parameters(), { lr = 0 })
+    t:add_hook(cr.hooks.eval { topk = { 1, 2 } })
+    cr.train(t)
+    assert.equal(50, t.metrics.test_top1)
+    assert.equal(100, t.metrics.test_top2)
+    assert.equal(50, (t.storage:latest('test/top1')))
+  end)
+end)
+
+describe('a tiny end-to-end train', function()
+  it('lowers the loss of a small conv net on 512 Fashion-MNIST images', function()
+    local ok, train = pcall(cr.data.fashion_mnist, { split = 'train', limit = 512 })
+    if not ok then pending('Fashion-MNIST is absent (make deps installs dataset-fashion-mnist): ' .. tostring(train)) return end
+    cr.manual_seed(0)
+    local model = nn.Sequential(nn.Conv2d(1, 8, 3, { stride = 2, padding = 1 }), nn.BatchNorm2d(8), nn.ReLU(),
+      nn.Conv2d(8, 16, 3, { stride = 2, padding = 1 }), nn.BatchNorm2d(16), nn.ReLU(),
+      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+    local t = Task {
+      model = model, epochs = 4, test_every = 0,
+      optimizer = cr.optim.SGD(model:named_parameters(), { lr = 0.1, momentum = 0.9 }),
+      loss = function(out, batch) return cr.cross_entropy(out, batch.target) end,
+      train_loader = cr.data.Loader(train, { batch_size = 32, shuffle = true, seed = 0 }),
+    }
+    t:add_hook(cr.hooks.timer())
+    cr.train(t)
+    local h = t.storage:history('loss')
+    assert.equal(64, h.n)
+    local first, last = 0, 0
+    for i = 1, 16 do first = first + h.values[i]; last = last + h.values[h.n - 16 + i] end
+    assert.is_true(last < 0.7 * first, string.format('loss %.3f -> %.3f', first / 16, last / 16))
+    assert.equal(512 * 4, t.samples_seen)
+    assert.is_true(t.metrics.train_img_per_s > 0)
+  end)
+end)
+
+describe('recipes/supervised.lua', function()
+  it('ends with its JSON line', function()
+    local ok, err = pcall(cr.data.fashion_mnist, { split = 'test', limit = 1 })
+    if not ok then pending('Fashion-MNIST is absent: ' .. tostring(err)) return end
+    local p = io.popen('luajit recipes/supervised.lua train.epochs=1 data.limit=1024 model.width=4 train.log_every=4 2>&1')
+    local out = p:read('*a')
+    p:close()
+    local last = out:match('([^\n]+)\n?$')
+    local cjson = require 'cjson'
+    local okj, j = pcall(cjson.decode, last)
+    assert.is_true(okj, out)
+    assert.equal('supervised', j.recipe)
+    assert.equal(1, j.epochs)
+    for _, k in ipairs { 'test_top1', 'train_loss', 'seconds', 'img_per_s' } do
+      assert.is_number(j[k], k)
+    end
+    assert.is_true(j.test_top1 > 10 and j.test_top1 <= 100, out)
+    assert.truthy(out:find('epoch 1/1 test  top1', 1, true), out)
+  end)
+end)

@@ -13,14 +13,14 @@ local M = {}
 -- ---- grad mode -----------------------------------------------------------------------------
 -- Runs f(...) with recording off (or on, for enable_grad) and restores the mode even
 -- when f raises.
+local function finish(prev, ok, ...)
+  C.cr_grad_set_enabled(prev)
+  if not ok then error((...), 0) end
+  return ...
+end
 local function with_grad_mode(enabled, f, ...)
   local prev = C.cr_grad_set_enabled(enabled)
-  local function finish(ok, ...)
-    C.cr_grad_set_enabled(prev)
-    if not ok then error((...), 0) end
-    return ...
-  end
-  return finish(pcall(f, ...))
+  return finish(prev, pcall(f, ...))
 end
 function M.no_grad(f, ...) return with_grad_mode(false, f, ...) end
 function M.enable_grad(f, ...) return with_grad_mode(true, f, ...) end
@@ -79,6 +79,7 @@ end
 
 -- ---- backward -----------------------------------------------------------------------------
 local engine_box = ffi.new('cr_engine*[1]')
+local event_ct = ffi.typeof('cr_engine_event[1]') -- made once: see tensor.lua on C type strings
 local DONE, HOOK, CUSTOM, POST = C.CR_ENGINE_DONE, C.CR_ENGINE_HOOK, C.CR_ENGINE_CUSTOM, C.CR_ENGINE_POST_ACC
 
 local function run_custom(e, id)
@@ -103,7 +104,7 @@ function Tensor.backward(t, grad, opts)
   opts = opts or {}
   check(C.cr_engine_new(engine_box, t, grad, opts.retain_graph and true or false))
   local e = ffi.gc(engine_box[0], C.cr_engine_free)
-  local ev = ffi.new('cr_engine_event[1]')
+  local ev = ffi.new(event_ct)
   while true do
     check(C.cr_engine_run(e, ev))
     local kind = ev[0]

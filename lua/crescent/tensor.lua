@@ -13,7 +13,11 @@ local setters = {}         -- t.grad = g, t.requires_grad = true
 local mt = {}
 
 local tensor_ct = ffi.typeof('cr_tensor')
-local is_tensor = function(x) return type(x) == 'cdata' and ffi.istype('cr_tensor*', x) end
+-- C types are made once here, never given as strings to ffi functions in code that can be
+-- JIT-compiled: recording a string C type parses it with a stale lua_State when the last
+-- FFI call ran in a coroutine that is gone, and this LuaJIT (Debian 12) then crashes.
+local tensor_ptr_ct, double_vla_ct = ffi.typeof('cr_tensor*'), ffi.typeof('double[?]')
+local is_tensor = function(x) return type(x) == 'cdata' and ffi.istype(tensor_ptr_ct, x) end
 
 mt.__index = function(t, k)
   local m = Tensor[k]
@@ -172,7 +176,7 @@ end
 -- Nested Lua tables, row-major; 0-dim tensors give a number.
 function Tensor.totable(t)
   local n = tonumber(C.cr_tensor_numel(t))
-  local buf = ffi.new('double[?]', math.max(n, 1))
+  local buf = ffi.new(double_vla_ct, math.max(n, 1))
   check(C.cr_tensor_read_f64(t, buf))
   local shape = props.shape(t)
   local isbool = C.cr_tensor_dtype(t) == DT_BOOL

@@ -49,7 +49,8 @@ local function wrap(t)
   return p
 end
 
-local function is_tensor(x) return type(x) == 'cdata' and ffi.istype('cr_tensor*', x) end
+local tensor_ptr_ct = ffi.typeof('cr_tensor*') -- made once: see tensor.lua on C type strings
+local function is_tensor(x) return type(x) == 'cdata' and ffi.istype(tensor_ptr_ct, x) end
 
 function M.TensorDataset(o)
   if type(o) ~= 'table' then error('TensorDataset: expected a table {images = , labels = , ...}', 2) end

@@ -21,7 +21,8 @@ local OPTS = { batch_size = 'number', shuffle = 'boolean', drop_last = 'boolean'
 -- augment = true: torchvision's RandomCrop(size, padding = 4) + RandomHorizontalFlip.
 local AUGMENT_DEFAULT = { pad = 4, flip = true }
 
-local function is_tensor(x) return type(x) == 'cdata' and ffi.istype('cr_tensor*', x) end
+local tensor_ptr_ct = ffi.typeof('cr_tensor*') -- made once: see tensor.lua on C type strings
+local function is_tensor(x) return type(x) == 'cdata' and ffi.istype(tensor_ptr_ct, x) end
 local function is_count(v, min) return type(v) == 'number' and v == math.floor(v) and v >= min end
 
 local function aug_from(opt)

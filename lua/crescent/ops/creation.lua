@@ -4,6 +4,8 @@ local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
 
+local double_vla_ct = ffi.typeof('double[?]') -- made once: see tensor.lua on C type strings
+
 return function(cr, Tensor, W)
   local box, own, check = util.box, util.own, util.check
 
@@ -94,7 +96,7 @@ return function(cr, Tensor, W)
     local default = kind == 'bool' and C.CR_DT_BOOL or kind == 'int' and C.CR_DT_I64 or C.CR_DT_F32
     if #flat == 0 then default = C.CR_DT_F32 end
     local dt = opts_dtype(opts, default)
-    local buf = ffi.new('double[?]', math.max(#flat, 1), flat)
+    local buf = ffi.new(double_vla_ct, math.max(#flat, 1), flat)
     local n, s = util.shape_arg('tensor', shape)
     check(C.cr_tensor_from_data(box, buf, n, s, C.CR_DT_F64))
     local t = own(box[0])

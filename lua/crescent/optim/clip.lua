@@ -10,6 +10,7 @@
 -- norm_type may be any p > 0, or math.huge for the max-abs norm. The norm accumulates in
 -- f64 over fixed chunks, so it is the same number on any thread count.
 local ffi = require 'ffi'
+local tensor_vla_ct = ffi.typeof('cr_tensor*[?]') -- made once: see tensor.lua on C type strings
 local C = require('crescent.ffi').C
 local Tensor = require 'crescent.tensor'
 local util = require 'crescent.util'
@@ -32,7 +33,7 @@ local function param_array(what, params)
     fail(what .. ': expected an optimizer, a module, or a list of tensors, got ' .. type(params))
   end
   local n = #params
-  local arr, names = ffi.new('cr_tensor*[?]', math.max(n, 1)), {}
+  local arr, names = ffi.new(tensor_vla_ct, math.max(n, 1)), {}
   for i, p in ipairs(params) do
     if is_tensor(p) then
       arr[i - 1], names[i - 1] = p, tostring(i)

@@ -459,8 +459,10 @@ end
 -- parse(arg, defaults, opts) -> cfg, info. arg is the script's `arg` (arg[1..n] are read);
 -- opts.types declares types (see the top). info.files and info.overrides list what was
 -- applied. --help prints the keys and exits (opts.exit_on_help = false returns instead:
--- nil, help text).
-function M.parse(argv, defaults, opts)
+-- nil, help text). When argv is the script's own `arg`, a bad argument prints one line on
+-- stderr and exits with status 2, as command-line tools do (opts.exit_on_error = false
+-- raises instead, as it always does for other tables).
+local function parse(argv, defaults, opts)
   opts = opts or {}
   argv = argv or {}
   if type(defaults) ~= 'table' then error('config.parse: defaults must be a table', 2) end
@@ -505,6 +507,18 @@ function M.parse(argv, defaults, opts)
   local applied = {}
   for _, o in ipairs(overrides) do applied[#applied + 1] = o.text end
   return cfg, { files = files, overrides = applied }
+end
+
+function M.parse(argv, defaults, opts)
+  if argv == nil or argv ~= rawget(_G, 'arg') or (opts and opts.exit_on_error == false) then
+    return parse(argv, defaults, opts)
+  end
+  local function finish(ok, ...)
+    if ok then return ... end
+    io.stderr:write('error: ', tostring((...)), '\n')
+    os.exit(2)
+  end
+  return finish(pcall(parse, argv, defaults, opts))
 end
 
 -- Checks a whole table against defaults (the same rules as a --config file); returns the

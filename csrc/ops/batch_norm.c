@@ -84,6 +84,54 @@ static void bn_forward_ref(cr_call *c, bool use_batch, double *mean, double *var
     }
 }
 
+/* Fast f32 path for NCHW: the same arithmetic as the reference, written so the compiler
+ * vectorises it — f64 sums as SIMD reductions (reassociated, so the last bits may differ
+ * from the reference's sequential order) and y = x*a + b' in f32. */
+static void bn_forward_f32(cr_call *c, bool use_batch, double *mean, double *var) {
+    cr_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *rm = c->in[3], *rv = c->in[4];
+    const int64_t N = x->shape[0], C = x->shape[1], S = spatial_size(x), M = N * S;
+    const double eps = c->f[1];
+    const float *xp = (const float *)cr_tensor_ptr(x);
+    float *yp = (float *)cr_tensor_ptr(c->out[0]);
+    bool par = x->numel >= CR_PAR_GRAIN && C > 1;
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t ch = 0; ch < C; ch++) {
+        double m, v;
+        if (use_batch) {
+            double s = 0, sq = 0;
+            for (int64_t n = 0; n < N; n++) {
+                const float *xs = xp + (n * C + ch) * S;
+#pragma omp simd reduction(+ : s)
+                for (int64_t k = 0; k < S; k++) s += xs[k];
+            }
+            m = s / (double)M;
+            for (int64_t n = 0; n < N; n++) {
+                const float *xs = xp + (n * C + ch) * S;
+#pragma omp simd reduction(+ : sq)
+                for (int64_t k = 0; k < S; k++) {
+                    double d = xs[k] - m;
+                    sq += d * d;
+                }
+            }
+            v = sq / (double)M;
+        } else {
+            m = vec_get(rm, ch);
+            v = vec_get(rv, ch);
+        }
+        mean[ch] = m;
+        var[ch] = v;
+        const double invstd = 1.0 / sqrt(v + eps);
+        const double wc = w ? vec_get(w, ch) : 1.0, bc = b ? vec_get(b, ch) : 0.0;
+        const float a = (float)(invstd * wc), shift = (float)(bc - m * invstd * wc);
+        for (int64_t n = 0; n < N; n++) {
+            const float *xs = xp + (n * C + ch) * S;
+            float *ys = yp + (n * C + ch) * S;
+#pragma omp simd
+            for (int64_t k = 0; k < S; k++) ys[k] = xs[k] * a + shift;
+        }
+    }
+}
+
 #ifdef CR_HAVE_DNNL
 /* oneDNN forward; false when it refused the shape. */
 /* oneDNN only for [N, C] inputs: on NCHW with a spatial extent its plain-layout kernels
@@ -138,7 +186,10 @@ cr_status cr_cpu_batch_norm(cr_call *c) {
 #ifdef CR_HAVE_DNNL
     if (bn_use_dnnl(x)) done = bn_forward_dnnl(c, use_batch, mean, var);
 #endif
-    if (!done) bn_forward_ref(c, use_batch, mean, var);
+    if (!done && x->dtype == CR_DT_F32 && cr_fast_paths_enabled())
+        bn_forward_f32(c, use_batch, mean, var);
+    else if (!done)
+        bn_forward_ref(c, use_batch, mean, var);
     for (int64_t ch = 0; ch < C; ch++) {
         vec_set(c->out[1], ch, mean[ch]);
         vec_set(c->out[2], ch, 1.0 / sqrt(var[ch] + eps));
@@ -307,6 +358,46 @@ static void bn_backward_ref(cr_call *c) {
     }
 }
 
+/* Fast f32 path of the backward: the reference's formulas, vectorised (see
+ * bn_forward_f32); gx = g*a + x*b' + c' per channel in f32. */
+static void bn_backward_f32(cr_call *c) {
+    cr_tensor *g = c->in[0], *x = c->in[1], *w = c->in[2], *mean = c->in[3], *inv = c->in[4];
+    cr_tensor *gx = c->out[0], *gw = c->out[1], *gb = c->out[2];
+    const int64_t N = x->shape[0], C = x->shape[1], S = spatial_size(x), M = N * S;
+    const bool use_batch = c->i[0];
+    const float *gp = (const float *)cr_tensor_ptr(g), *xp = (const float *)cr_tensor_ptr(x);
+    float *gxp = gx ? (float *)cr_tensor_ptr(gx) : NULL;
+    bool par = x->numel >= CR_PAR_GRAIN && C > 1;
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t ch = 0; ch < C; ch++) {
+        const double m = vec_get(mean, ch), is = vec_get(inv, ch);
+        const double wc = w ? vec_get(w, ch) : 1.0;
+        double sg = 0, sgx = 0;
+        for (int64_t n = 0; n < N; n++) {
+            const float *gs = gp + (n * C + ch) * S, *xs = xp + (n * C + ch) * S;
+#pragma omp simd reduction(+ : sg, sgx)
+            for (int64_t k = 0; k < S; k++) {
+                sg += gs[k];
+                sgx += (double)gs[k] * ((double)xs[k] - m);
+            }
+        }
+        if (gb) vec_set(gb, ch, sg);
+        if (gw) vec_set(gw, ch, sgx * is);
+        if (!gx) continue;
+        const double gmean = use_batch ? sg / (double)M : 0.0;
+        const double proj = use_batch ? sgx / (double)M * is * is : 0.0;
+        /* wc*is*(g - gmean - (x - m)*proj) = g*a + x*bx + c0 */
+        const float a = (float)(wc * is), bx = (float)(-wc * is * proj);
+        const float c0 = (float)(wc * is * (m * proj - gmean));
+        for (int64_t n = 0; n < N; n++) {
+            const float *gs = gp + (n * C + ch) * S, *xs = xp + (n * C + ch) * S;
+            float *o = gxp + (n * C + ch) * S;
+#pragma omp simd
+            for (int64_t k = 0; k < S; k++) o[k] = gs[k] * a + xs[k] * bx + c0;
+        }
+    }
+}
+
 #ifdef CR_HAVE_DNNL
 /* oneDNN wants the variance; it is recovered from the saved invstd. */
 static bool bn_backward_dnnl(cr_call *c) {
@@ -352,7 +443,10 @@ cr_status cr_cpu_batch_norm_backward(cr_call *c) {
     if (bn_use_dnnl(x) && bn_backward_dnnl(c))
         return CR_OK;
 #endif
-    bn_backward_ref(c);
+    if (c->in[1]->dtype == CR_DT_F32 && cr_fast_paths_enabled())
+        bn_backward_f32(c);
+    else
+        bn_backward_ref(c);
     return CR_OK;
 }
 

@@ -129,3 +129,27 @@ describe('gradcheck of core ops', function()
     H.gradcheck(function(x) return x:float():double() * 1 end, { a() }, { eps = 1e-3, atol = 1e-2 })
   end)
 end)
+
+describe('the LuaJIT recorder workaround (tools/jit_crash_repro.lua)', function()
+  it('tensor + number and number - tensor in compiled code do not crash the JIT', function()
+    local script = [[
+      package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
+      local cr = require 'crescent'
+      local x = cr.ones(2, 3)
+      for _ = 1, 60 do
+        local f = function(a) return (a + 1) - (2 - a) end
+        for _ = 0, 5 do local _ = f(x) end
+      end
+      io.write('ok')
+    ]]
+    local path = os.tmpname()
+    local fh = assert(io.open(path, 'w'))
+    fh:write(script)
+    fh:close()
+    local p = io.popen('luajit ' .. path .. ' 2>&1; echo " status=$?"')
+    local out = p:read('*a')
+    p:close()
+    os.remove(path)
+    assert.truthy(out:find('ok status=0', 1, true), 'the child run ended with: ' .. out)
+  end)
+end)

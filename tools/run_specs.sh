@@ -4,7 +4,7 @@
 set -u
 cd "$(dirname "$0")/.."
 log=$(mktemp)
-luajit -joff /usr/bin/busted -o utfTerminal "$@" 2>&1 | tee "$log"
+luajit /usr/bin/busted -o utfTerminal "$@" 2>&1 | tee "$log"
 summary=$(grep -E '[0-9]+ success(es)? / [0-9]+ failures? / [0-9]+ errors? / [0-9]+ pending' "$log" | tail -1)
 rm -f "$log"
 if [ -z "$summary" ]; then

@@ -209,8 +209,20 @@ function Tensor.retain_grad(t) check(C.cr_tensor_retain_grad(t)); return t end
 function Tensor.zero_grad(t) check(C.cr_tensor_set_grad(t, nil)) end
 
 -- ---- operators ----------------------------------------------------------------------------
-mt.__add = function(a, b) return Tensor.add(a, b) end
-mt.__sub = function(a, b) return Tensor.sub(a, b) end
+-- `tensor + number` and `tensor - number`: Debian 12's LuaJIT (2.1.0-beta3) records these
+-- as pointer arithmetic first; for the incomplete cr_tensor type it falls back to the
+-- metamethod, but with the number's record left broken, and the first C call that takes
+-- it crashes the trace recorder (tools/jit_crash_repro.lua, 20 lines of plain FFI).
+-- Arithmetic on the number gives it a fresh record; x + 0 is never folded away for
+-- doubles (-0 + 0 is +0), so the workaround survives the optimizer.
+mt.__add = function(a, b)
+  if type(b) == 'number' then b = b + 0 elseif type(a) == 'number' then a = a + 0 end
+  return Tensor.add(a, b)
+end
+mt.__sub = function(a, b)
+  if type(b) == 'number' then b = b + 0 elseif type(a) == 'number' then a = a + 0 end
+  return Tensor.sub(a, b)
+end
 mt.__mul = function(a, b) return Tensor.mul(a, b) end
 mt.__div = function(a, b) return Tensor.div(a, b) end
 mt.__unm = function(a) return Tensor.neg(a) end

@@ -10,7 +10,10 @@ CC ?= cc
 # ARCH: the build runs where it was built (CI, the GPU machine builds its own); override
 # with ARCH=-march=x86-64-v3 for a portable library.
 ARCH ?= -march=native
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 $(ARCH) -fPIC -fopenmp -g \
+# -fno-trapping-math -fno-math-errno: nothing in crescent reads floating-point exception
+# flags or errno after math calls, and with them GCC vectorises selects and sqrtf. No
+# -ffast-math: sums keep their order and NaN/inf keep their meaning.
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 $(ARCH) -fPIC -fopenmp -g -fno-trapping-math -fno-math-errno \
                -Wall -Wextra -Werror -Wno-unused-parameter -Icsrc/include -Icsrc/core -Icsrc/ops
 # -z defs: every symbol resolved at link time. -z nodelete: LuaJIT dlcloses the library
 # at exit while libgomp's idle threads still run in it, which crashed at exit.

@@ -489,3 +489,48 @@ describe('normalize', function()
     H.assert_error(function() cr.normalize(cr.tensor({ { 1, 2 } })) end, 'normalize', 'floating dtype')
   end)
 end)
+
+describe('batch_norm with a fused relu', function()
+  local function case(dtype)
+    cr.manual_seed(7)
+    local x = cr.randn({ 4, 3, 5, 5 }, { dtype = dtype })
+    local w = cr.randn({ 3 }, { dtype = dtype })
+    local b = cr.randn({ 3 }, { dtype = dtype })
+    return x, w, b
+  end
+
+  it('equals relu(batch_norm(x)) forward and backward, train and eval, fast and reference', function()
+    for _, fast in ipairs { true, false } do
+      local prev = cr.set_fast_paths(fast)
+      for _, training in ipairs { true, false } do
+        local x, w, b = case('f32')
+        local rm1, rv1, rm2, rv2 = cr.zeros(3), cr.ones(3), cr.zeros(3), cr.ones(3)
+        local x1, x2 = x:clone():requires_grad_(true), x:clone():requires_grad_(true)
+        local w1, w2 = w:clone():requires_grad_(true), w:clone():requires_grad_(true)
+        local gy = cr.randn({ 4, 3, 5, 5 })
+        local y1 = cr.batch_norm(x1, rm1, rv1, { weight = w1, bias = b, training = training, relu = true })
+        local y2 = cr.batch_norm(x2, rm2, rv2, { weight = w2, bias = b, training = training }):relu()
+        H.assert_close(y1, y2, 1e-5, 1e-5, 'forward')
+        H.assert_close(rm1, rm2, 1e-6, 1e-6, 'running mean')
+        y1:backward(gy)
+        y2:backward(gy)
+        H.assert_close(x1.grad, x2.grad, 1e-4, 1e-4, 'grad x')
+        H.assert_close(w1.grad, w2.grad, 1e-4, 1e-4, 'grad w')
+      end
+      cr.set_fast_paths(prev)
+    end
+  end)
+
+  it('passes a finite-difference gradcheck in f64', function()
+    local x, w, b = case('f64')
+    H.gradcheck(function(xx, ww, bb) return cr.batch_norm(xx, nil, nil, { weight = ww, bias = bb, training = true,
+      relu = true }) end, { x, w, b })
+  end)
+
+  it('keeps NaN as NaN, as relu does', function()
+    local x = cr.ones(2, 2, 3, 3)
+    x:select(0, 0):select(0, 0):fill_(0 / 0)
+    local y = cr.batch_norm(x, nil, nil, { training = true, relu = true })
+    assert.is_true(y:select(1, 0):sum():item() ~= y:select(1, 0):sum():item())
+  end)
+end)

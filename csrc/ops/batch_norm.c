@@ -37,7 +37,7 @@ static void bn_forward_ref(cr_call *c, bool use_batch, double *mean, double *var
     cr_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *rm = c->in[3], *rv = c->in[4];
     const int64_t N = x->shape[0], C = x->shape[1], S = spatial_size(x), M = N * S;
     const double eps = c->f[1];
-    const bool f32 = x->dtype == CR_DT_F32;
+    const bool f32 = x->dtype == CR_DT_F32, relu = c->i[4];
     const char *xp = cr_tensor_ptr(x);
     char *yp = cr_tensor_ptr(c->out[0]);
     bool par = x->numel >= CR_PAR_GRAIN && C > 1;
@@ -74,11 +74,17 @@ static void bn_forward_ref(cr_call *c, bool use_batch, double *mean, double *var
             if (f32) {
                 const float *xs = (const float *)xp + base;
                 float *ys = (float *)yp + base;
-                for (int64_t k = 0; k < S; k++) ys[k] = (float)((xs[k] - m) * invstd * wc + bc);
+                for (int64_t k = 0; k < S; k++) {
+                    float y = (float)((xs[k] - m) * invstd * wc + bc);
+                    ys[k] = relu && y < 0 ? 0.0f : y;
+                }
             } else {
                 const double *xs = (const double *)xp + base;
                 double *ys = (double *)yp + base;
-                for (int64_t k = 0; k < S; k++) ys[k] = (xs[k] - m) * invstd * wc + bc;
+                for (int64_t k = 0; k < S; k++) {
+                    double y = (xs[k] - m) * invstd * wc + bc;
+                    ys[k] = relu && y < 0 ? 0.0 : y;
+                }
             }
         }
     }
@@ -91,6 +97,7 @@ static void bn_forward_f32(cr_call *c, bool use_batch, double *mean, double *var
     cr_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *rm = c->in[3], *rv = c->in[4];
     const int64_t N = x->shape[0], C = x->shape[1], S = spatial_size(x), M = N * S;
     const double eps = c->f[1];
+    const bool relu = c->i[4];
     const float *xp = (const float *)cr_tensor_ptr(x);
     float *yp = (float *)cr_tensor_ptr(c->out[0]);
     bool par = x->numel >= CR_PAR_GRAIN && C > 1;
@@ -126,8 +133,16 @@ static void bn_forward_f32(cr_call *c, bool use_batch, double *mean, double *var
         for (int64_t n = 0; n < N; n++) {
             const float *xs = xp + (n * C + ch) * S;
             float *ys = yp + (n * C + ch) * S;
+            if (relu) {
 #pragma omp simd
-            for (int64_t k = 0; k < S; k++) ys[k] = xs[k] * a + shift;
+                for (int64_t k = 0; k < S; k++) { /* NaN stays NaN, as in relu */
+                    float y = xs[k] * a + shift;
+                    ys[k] = y < 0.0f ? 0.0f : y;
+                }
+            } else {
+#pragma omp simd
+                for (int64_t k = 0; k < S; k++) ys[k] = xs[k] * a + shift;
+            }
         }
     }
 }
@@ -184,7 +199,7 @@ cr_status cr_cpu_batch_norm(cr_call *c) {
                               (long long)C);
     bool done = false;
 #ifdef CR_HAVE_DNNL
-    if (bn_use_dnnl(x)) done = bn_forward_dnnl(c, use_batch, mean, var);
+    if (!c->i[4] && bn_use_dnnl(x)) done = bn_forward_dnnl(c, use_batch, mean, var);
 #endif
     if (!done && x->dtype == CR_DT_F32 && cr_fast_paths_enabled())
         bn_forward_f32(c, use_batch, mean, var);
@@ -219,9 +234,9 @@ static cr_status check_channel_vec(const cr_tensor *x, const cr_tensor *v, const
     return CR_OK;
 }
 
-cr_status cr_op_batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr_tensor *bias,
-                           cr_tensor *running_mean, cr_tensor *running_var, bool training,
-                           double momentum, double eps) {
+static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr_tensor *bias,
+                            cr_tensor *running_mean, cr_tensor *running_var, bool training,
+                            double momentum, double eps, bool relu) {
     *out = NULL;
     CR_CHECK_TENSOR("batch_norm", x, "input");
     cr_status st = cr_check_float("batch_norm", x, "input");
@@ -278,6 +293,7 @@ cr_status cr_op_batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr_
     c.i[1] = weight != NULL;
     c.i[2] = bias != NULL;
     c.i[3] = use_batch;
+    c.i[4] = relu;
     c.f[0] = momentum;
     c.f[1] = eps;
     if ((st = cr_tensor_alloc(&c.out[0], xc->ndim, xc->shape, dt, xc->storage->device)) ||
@@ -289,8 +305,8 @@ cr_status cr_op_batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr_
         cr_tensor_bump_version(running_mean);
         cr_tensor_bump_version(running_var);
     }
-    /* x and weight for the grads; the statistics are outputs 1 and 2 */
-    st = cr_autograd_record(&c, 1u | 2u, 2u | 4u);
+    /* x and weight for the grads; the statistics are outputs 1 and 2; y for a fused relu */
+    st = cr_autograd_record(&c, 1u | 2u, 2u | 4u | (relu ? 1u : 0u));
 done:
     cr_call_release_ins(&c);
     cr_tensor_free(xt);
@@ -312,6 +328,22 @@ done:
     return CR_OK;
 }
 
+cr_status cr_op_batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr_tensor *bias,
+                           cr_tensor *running_mean, cr_tensor *running_var, bool training,
+                           double momentum, double eps) {
+    return batch_norm(out, x, weight, bias, running_mean, running_var, training, momentum, eps,
+                      false);
+}
+
+/* relu(batch_norm(x)) in one pass forward and one backward: the ResNet pattern. */
+cr_status cr_op_batch_norm_relu(cr_tensor **out, cr_tensor *x, cr_tensor *weight,
+                                cr_tensor *bias, cr_tensor *running_mean,
+                                cr_tensor *running_var, bool training, double momentum,
+                                double eps) {
+    return batch_norm(out, x, weight, bias, running_mean, running_var, training, momentum, eps,
+                      true);
+}
+
 /* ---- backward --------------------------------------------------------------------- */
 
 /* Reference: per channel, sums of g and g*(x-mean), then
@@ -324,6 +356,8 @@ static void bn_backward_ref(cr_call *c) {
     const int64_t N = x->shape[0], C = x->shape[1], S = spatial_size(x), M = N * S;
     const bool use_batch = c->i[0], f32 = x->dtype == CR_DT_F32;
     const char *gp = cr_tensor_ptr(g), *xp = cr_tensor_ptr(x);
+    /* fused relu: the grad is zero where the output was clipped */
+    const char *yp = c->nin > 5 && c->in[5] ? cr_tensor_ptr(c->in[5]) : NULL;
     char *gxp = gx ? cr_tensor_ptr(gx) : NULL;
     bool par = x->numel >= CR_PAR_GRAIN && C > 1;
 #pragma omp parallel for if (par) schedule(static)
@@ -335,6 +369,8 @@ static void bn_backward_ref(cr_call *c) {
             int64_t base = (n * C + ch) * S;
             for (int64_t k = 0; k < S; k++) {
                 double gv = f32 ? ((const float *)gp)[base + k] : ((const double *)gp)[base + k];
+                if (yp && !((f32 ? ((const float *)yp)[base + k] : ((const double *)yp)[base + k]) > 0))
+                    gv = 0;
                 double xv = f32 ? ((const float *)xp)[base + k] : ((const double *)xp)[base + k];
                 sg += gv;
                 sgx += gv * (xv - m);
@@ -349,6 +385,8 @@ static void bn_backward_ref(cr_call *c) {
             int64_t base = (n * C + ch) * S;
             for (int64_t k = 0; k < S; k++) {
                 double gv = f32 ? ((const float *)gp)[base + k] : ((const double *)gp)[base + k];
+                if (yp && !((f32 ? ((const float *)yp)[base + k] : ((const double *)yp)[base + k]) > 0))
+                    gv = 0;
                 double xv = f32 ? ((const float *)xp)[base + k] : ((const double *)xp)[base + k];
                 double r = wc * is * (gv - gmean - (xv - m) * proj);
                 if (f32) ((float *)gxp)[base + k] = (float)r;
@@ -366,6 +404,7 @@ static void bn_backward_f32(cr_call *c) {
     const int64_t N = x->shape[0], C = x->shape[1], S = spatial_size(x), M = N * S;
     const bool use_batch = c->i[0];
     const float *gp = (const float *)cr_tensor_ptr(g), *xp = (const float *)cr_tensor_ptr(x);
+    const float *yp = c->nin > 5 && c->in[5] ? (const float *)cr_tensor_ptr(c->in[5]) : NULL;
     float *gxp = gx ? (float *)cr_tensor_ptr(gx) : NULL;
     bool par = x->numel >= CR_PAR_GRAIN && C > 1;
 #pragma omp parallel for if (par) schedule(static)
@@ -375,6 +414,17 @@ static void bn_backward_f32(cr_call *c) {
         double sg = 0, sgx = 0;
         for (int64_t n = 0; n < N; n++) {
             const float *gs = gp + (n * C + ch) * S, *xs = xp + (n * C + ch) * S;
+            if (yp) {
+                const float *ys = yp + (n * C + ch) * S;
+#pragma omp simd reduction(+ : sg, sgx)
+                for (int64_t k = 0; k < S; k++) {
+                    const float gk = gs[k], yk = ys[k]; /* loads first: a select vectorises */
+                    const float gv = yk > 0.0f ? gk : 0.0f;
+                    sg += gv;
+                    sgx += (double)gv * ((double)xs[k] - m);
+                }
+                continue;
+            }
 #pragma omp simd reduction(+ : sg, sgx)
             for (int64_t k = 0; k < S; k++) {
                 sg += gs[k];
@@ -392,6 +442,15 @@ static void bn_backward_f32(cr_call *c) {
         for (int64_t n = 0; n < N; n++) {
             const float *gs = gp + (n * C + ch) * S, *xs = xp + (n * C + ch) * S;
             float *o = gxp + (n * C + ch) * S;
+            if (yp) {
+                const float *ys = yp + (n * C + ch) * S;
+#pragma omp simd
+                for (int64_t k = 0; k < S; k++) {
+                    const float gk = gs[k], yk = ys[k];
+                    o[k] = (yk > 0.0f ? gk : 0.0f) * a + xs[k] * bx + c0;
+                }
+                continue;
+            }
 #pragma omp simd
             for (int64_t k = 0; k < S; k++) o[k] = gs[k] * a + xs[k] * bx + c0;
         }
@@ -435,12 +494,13 @@ static bool bn_backward_dnnl(cr_call *c) {
 }
 #endif
 
-/* in: g, x, weight?, save_mean, save_invstd (g and x contiguous, one float dtype);
+/* in: g, x, weight?, save_mean, save_invstd, and y when the forward fused a relu (the
+ * grad is then zero where y was clipped); g and x contiguous, one float dtype.
  * out: gx?, gw?, gb?; i[0] batch statistics were used; f[0] eps. */
 cr_status cr_cpu_batch_norm_backward(cr_call *c) {
 #ifdef CR_HAVE_DNNL
     const cr_tensor *x = c->in[1];
-    if (bn_use_dnnl(x) && bn_backward_dnnl(c))
+    if (c->nin == 5 && bn_use_dnnl(x) && bn_backward_dnnl(c))
         return CR_OK;
 #endif
     if (c->in[1]->dtype == CR_DT_F32 && cr_fast_paths_enabled())
@@ -455,14 +515,17 @@ cr_status cr_grad_batch_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     const bool need_x = n->edges[0].node, need_w = has_w && n->edges[1].node,
                need_b = has_b && n->edges[2].node;
     if (!need_x && !need_w && !need_b) return CR_OK;
-    cr_tensor *x, *w = NULL, *mean, *inv, *g = NULL;
+    const bool relu = n->call.i[4];
+    cr_tensor *x, *w = NULL, *mean, *inv, *y = NULL, *g = NULL;
     cr_status st;
     if ((st = cr_saved_in(n, 0, &x)) || (has_w && (st = cr_saved_in(n, 1, &w))) ||
-        (st = cr_saved_out(n, 1, &mean)) || (st = cr_saved_out(n, 2, &inv)))
+        (st = cr_saved_out(n, 1, &mean)) || (st = cr_saved_out(n, 2, &inv)) ||
+        (relu && (st = cr_saved_out(n, 0, &y))))
         return st;
     if ((st = cr_op_contiguous(&g, gout[0]))) return st;
     cr_call c;
-    if ((st = cr_call_init(&c, CR_OP_BATCH_NORM_BACKWARD, 5, 3))) goto done;
+    if ((st = cr_call_init(&c, CR_OP_BATCH_NORM_BACKWARD, relu ? 6 : 5, 3))) goto done;
+    if (relu) c.in[5] = y;
     c.in[0] = g;
     c.in[1] = x;
     c.in[2] = w;

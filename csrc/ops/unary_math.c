@@ -19,12 +19,8 @@
 
 #include "elementwise_impl.h"
 
-/* Under the default -ftrapping-math GCC will not turn the selects in the polynomials
- * below into vector blends (a float op moved under a branch "might trap"), and the
- * loops stay scalar. Nothing in crescent reads the floating-point exception flags. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math")
-#endif
+/* The selects in the polynomials below vectorise only under -fno-trapping-math, which
+ * the Makefile sets for every file (nothing in crescent reads the FP exception flags). */
 
 /* ---- fast f32 approximations ---------------------------------------------------- */
 static inline uint32_t f2u(float f) {

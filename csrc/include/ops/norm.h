@@ -22,6 +22,11 @@
 cr_status cr_op_batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr_tensor *bias,
                            cr_tensor *running_mean, cr_tensor *running_var, bool training,
                            double momentum, double eps);
+/* relu(batch_norm(...)) fused: one pass forward, one backward (the ResNet pattern). */
+cr_status cr_op_batch_norm_relu(cr_tensor **out, cr_tensor *x, cr_tensor *weight,
+                                cr_tensor *bias, cr_tensor *running_mean,
+                                cr_tensor *running_var, bool training, double momentum,
+                                double eps);
 /* Normalises over the last `normalized_ndim` dims; weight/bias of that shape or NULL. */
 cr_status cr_op_layer_norm(cr_tensor **out, cr_tensor *x, int normalized_ndim,
                            cr_tensor *weight, cr_tensor *bias, double eps);

@@ -9,7 +9,8 @@ return function(cr, nn)
   local Module = nn.Module
   local call = cr.Tensor._wrap.call
   local check_input, options, int = nn._check_input, nn._options, nn._int
-  local bn_op, add_op, ndim = C.cr_op_batch_norm, C.cr_op_add_, C.cr_tensor_ndim
+  local bn_op, bn_relu_op, add_op, ndim = C.cr_op_batch_norm, C.cr_op_batch_norm_relu, C.cr_op_add_,
+    C.cr_tensor_ndim
   local check = util.check
   local one = cr.tensor(1) -- the i64 step added to num_batches_tracked
 
@@ -55,7 +56,8 @@ return function(cr, nn)
     return self
   end
 
-  function BatchNorm:forward(x)
+  -- forward(x, relu): relu = true fuses relu(bn(x)) into one pass (ResNet blocks use it).
+  function BatchNorm:forward(x, relu)
     check_input(self, x)
     local nd = ndim(x)
     if nd ~= self._ndim_a and nd ~= self._ndim_b then
@@ -70,8 +72,8 @@ return function(cr, nn)
       if factor == false then factor = 1 / nbt:item() end
     end
     -- running stats are nil when not tracked: the op then normalises with batch stats
-    return call(bn_op, x, self.weight, self.bias, self.running_mean, self.running_var, training,
-      factor or 0, self.eps)
+    return call(relu and bn_relu_op or bn_op, x, self.weight, self.bias, self.running_mean,
+      self.running_var, training, factor or 0, self.eps)
   end
 
   function BatchNorm:extra_repr()

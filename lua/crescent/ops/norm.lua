@@ -25,7 +25,8 @@ return function(cr, Tensor, W)
   end
 
   -- cr.batch_norm(x, running_mean, running_var, {weight, bias, training = false,
-  -- momentum = 0.1, eps = 1e-5}); running stats are updated in place when training.
+  -- momentum = 0.1, eps = 1e-5, relu = false}); running stats are updated in place when
+  -- training; relu = true fuses a relu into the same pass, forward and backward.
   function cr.batch_norm(x, running_mean, running_var, opts)
     W.check_tensor(x, 'batch_norm', 'input')
     opt_tensor(running_mean, 'batch_norm', 'running_mean')
@@ -35,8 +36,8 @@ return function(cr, Tensor, W)
     local bias = opt_tensor(opts.bias, 'batch_norm', 'bias')
     local momentum = opt_number(opts.momentum, 0.1, 'batch_norm', 'momentum')
     local eps = opt_number(opts.eps, 1e-5, 'batch_norm', 'eps')
-    return W.call(C.cr_op_batch_norm, x, weight, bias, running_mean, running_var,
-                  opts.training and true or false, momentum, eps)
+    return W.call(opts.relu and C.cr_op_batch_norm_relu or C.cr_op_batch_norm, x, weight, bias,
+                  running_mean, running_var, opts.training and true or false, momentum, eps)
   end
 
   -- cr.layer_norm(x, normalized_shape, {weight, bias, eps = 1e-5}); normalized_shape is a

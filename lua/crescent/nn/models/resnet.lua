@@ -30,7 +30,7 @@ return function(cr, nn)
     self.stride = stride
   end
   function BasicBlock:forward(x)
-    local out = call(relu_op, self.bn1:forward(self.conv1:forward(x)))
+    local out = self.bn1:forward(self.conv1:forward(x), true) -- relu fused into bn1
     out = self.bn2:forward(self.conv2:forward(out))
     local ds = self.downsample
     return call(relu_op, call(add_op, out, ds and ds:forward(x) or x))
@@ -52,8 +52,8 @@ return function(cr, nn)
     self.stride = stride
   end
   function Bottleneck:forward(x)
-    local out = call(relu_op, self.bn1:forward(self.conv1:forward(x)))
-    out = call(relu_op, self.bn2:forward(self.conv2:forward(out)))
+    local out = self.bn1:forward(self.conv1:forward(x), true) -- relu fused into the bn
+    out = self.bn2:forward(self.conv2:forward(out), true)
     out = self.bn3:forward(self.conv3:forward(out))
     local ds = self.downsample
     return call(relu_op, call(add_op, out, ds and ds:forward(x) or x))
@@ -127,7 +127,7 @@ return function(cr, nn)
   -- num_classes = 0.
   function ResNet:forward(x)
     nn._check_input(self, x)
-    x = self.maxpool:forward(call(relu_op, self.bn1:forward(self.conv1:forward(x))))
+    x = self.maxpool:forward(self.bn1:forward(self.conv1:forward(x), true))
     x = self.layer1:forward(x)
     x = self.layer2:forward(x)
     x = self.layer3:forward(x)

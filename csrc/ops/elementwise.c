@@ -340,3 +340,62 @@ cr_status cr_grad_maximum(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
 cr_status cr_grad_minimum(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     return grad_max_min(n, gout, gin, false);
 }
+
+/* ---- add_relu: relu(a + b), the residual join; one pass instead of add then relu ---- */
+static void loop_add_relu(char **p, const int64_t *s, int64_t n, const void *ctx) {
+    cr_dtype dt = *(const cr_dtype *)ctx; /* float dtypes only; NaN stays NaN, as in relu */
+    switch (dt) {
+    case CR_DT_F32: BIN_LOOP(float, a + b < 0 ? 0.0f : a + b); break;
+    case CR_DT_F64: BIN_LOOP(double, a + b < 0 ? 0.0 : a + b); break;
+    case CR_DT_F16: BIN_LOOP_HALF(cr_f16_to_f32, cr_f32_to_f16, a + b < 0 ? 0.0f : a + b); break;
+    case CR_DT_BF16: BIN_LOOP_HALF(cr_bf16_to_f32, cr_f32_to_bf16, a + b < 0 ? 0.0f : a + b); break;
+    default: break;
+    }
+}
+cr_status cr_cpu_add_relu(cr_call *c) { return cr_run_binary(c, loop_add_relu); }
+
+cr_status cr_op_add_relu(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
+    *out = NULL;
+    cr_status st = cr_check_binary("add_relu", a, b);
+    if (st) return st;
+    cr_dtype dt = cr_result_dtype(a, b);
+    if (!cr_dtype_is_float(dt))
+        return cr_fail(CR_ERR_ARG, "add_relu: needs floating tensors (got %s and %s); use "
+                       "add then relu for integers", cr_dtype_name(a->dtype),
+                       cr_dtype_name(b->dtype));
+    int ndim;
+    int64_t shape[CR_MAX_DIMS];
+    if ((st = cr_broadcast_shapes("add_relu", a, b, &ndim, shape))) return st;
+    cr_tensor *ca = NULL, *cb = NULL;
+    if ((st = cr_cast_if_needed(&ca, a, dt))) return st;
+    if ((st = cr_cast_if_needed(&cb, b, dt))) {
+        cr_tensor_free(ca);
+        return st;
+    }
+    cr_call c;
+    cr_call_init(&c, CR_OP_ADD_RELU, 2, 1);
+    c.in[0] = ca;
+    c.in[1] = cb;
+    st = cr_tensor_alloc(&c.out[0], ndim, shape, dt, a->storage->device);
+    if (!st) st = cr_dispatch(&c);
+    if (!st) st = cr_autograd_record(&c, 0, 1u); /* the output masks the grad */
+    cr_tensor_free(ca);
+    cr_tensor_free(cb);
+    if (st) {
+        cr_call_drop_outs(&c);
+        return st;
+    }
+    *out = c.out[0];
+    return CR_OK;
+}
+/* d relu(a+b) = g where the output is positive, summed back to each input's shape. */
+cr_status cr_grad_add_relu(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
+    cr_tensor *y, *g;
+    cr_status st = cr_saved_out(n, 0, &y);
+    if (st || (st = cr_op_relu_backward(&g, gout[0], y))) return st;
+    for (int i = 0; i < 2 && !st; i++)
+        if (n->edges[i].node)
+            st = cr_sum_to_shape(&gin[i], g, n->in_meta[i].ndim, n->in_meta[i].shape);
+    cr_tensor_free(g);
+    return st;
+}

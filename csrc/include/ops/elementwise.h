@@ -37,6 +37,7 @@
     X(WHERE, "where", cr_cpu_where, cr_grad_where)                                   \
     X(MASKED_FILL, "masked_fill", cr_cpu_masked_fill, cr_grad_masked_fill)           \
     X(RELU_BACKWARD, "relu_backward", cr_cpu_relu_backward, cr_grad_none)            \
+    X(ADD_RELU, "add_relu", cr_cpu_add_relu, cr_grad_add_relu)                       \
     X(SIGMOID_BACKWARD, "sigmoid_backward", cr_cpu_sigmoid_backward, cr_grad_none)   \
     X(TANH_BACKWARD, "tanh_backward", cr_cpu_tanh_backward, cr_grad_none)            \
     X(GELU_BACKWARD, "gelu_backward", cr_cpu_gelu_backward, cr_grad_none)            \
@@ -85,6 +86,8 @@ cr_status cr_op_masked_fill(cr_tensor **out, cr_tensor *t, cr_tensor *mask, doub
  * norm kernels may too): grad * f'(x), from the saved output y for relu, sigmoid and tanh
  * and from the input x for gelu. grad and the saved tensor have the same shape. */
 cr_status cr_op_relu_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *y);
+/* relu(a + b) in one pass (the residual join of ResNet blocks); float dtypes. */
+cr_status cr_op_add_relu(cr_tensor **out, cr_tensor *a, cr_tensor *b);
 cr_status cr_op_sigmoid_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *y);
 cr_status cr_op_tanh_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *y);
 cr_status cr_op_gelu_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *x);

@@ -6,7 +6,7 @@ local util = require 'crescent.util'
 
 return function(cr, Tensor, W)
   local binary = { 'add', 'sub', 'mul', 'div', 'maximum', 'minimum', 'eq', 'ne', 'lt', 'le', 'gt',
-                   'ge', 'logical_and', 'logical_or' }
+                   'ge', 'logical_and', 'logical_or', 'add_relu' }
   for _, name in ipairs(binary) do
     Tensor[name] = W.binary(C['cr_op_' .. name], name)
   end

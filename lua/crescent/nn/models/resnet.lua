@@ -8,7 +8,7 @@ return function(cr, nn)
   local Module = nn.Module
   local C = cr.C
   local call = cr.Tensor._wrap.call
-  local add_op, relu_op, flatten_op = C.cr_op_add, C.cr_op_relu, C.cr_op_flatten
+  local add_relu_op, flatten_op = C.cr_op_add_relu, C.cr_op_flatten
 
   local function conv3x3(cin, cout, stride)
     return nn.Conv2d(cin, cout, 3, { stride = stride, padding = 1, bias = false })
@@ -33,7 +33,7 @@ return function(cr, nn)
     local out = self.bn1:forward(self.conv1:forward(x), true) -- relu fused into bn1
     out = self.bn2:forward(self.conv2:forward(out))
     local ds = self.downsample
-    return call(relu_op, call(add_op, out, ds and ds:forward(x) or x))
+    return call(add_relu_op, out, ds and ds:forward(x) or x) -- relu(out + identity), one pass
   end
   BasicBlock.last_bn = 'bn2'
 
@@ -56,7 +56,7 @@ return function(cr, nn)
     out = self.bn2:forward(self.conv2:forward(out), true)
     out = self.bn3:forward(self.conv3:forward(out))
     local ds = self.downsample
-    return call(relu_op, call(add_op, out, ds and ds:forward(x) or x))
+    return call(add_relu_op, out, ds and ds:forward(x) or x) -- relu(out + identity), one pass
   end
   Bottleneck.last_bn = 'bn3'
 

@@ -65,7 +65,7 @@ cr_status cr_cpu_logical_or(cr_call *c) { return cr_run_binary(c, loop_logical_o
 static cr_status compare(cr_tensor **out, cr_op op, cr_tensor *a, cr_tensor *b) {
     cr_status st = cr_check_binary(cr_op_name(op), a, b);
     if (st) return st;
-    return cr_binary_op(out, op, a, b, cr_result_dtype(a, b), CR_DT_BOOL, 0);
+    return cr_binary_op(out, op, a, b, cr_result_dtype(a, b), CR_DT_BOOL, 0, 0);
 }
 cr_status cr_op_eq(cr_tensor **out, cr_tensor *a, cr_tensor *b) { return compare(out, CR_OP_EQ, a, b); }
 cr_status cr_op_ne(cr_tensor **out, cr_tensor *a, cr_tensor *b) { return compare(out, CR_OP_NE, a, b); }

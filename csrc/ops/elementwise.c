@@ -30,7 +30,7 @@ cr_status cr_cast_if_needed(cr_tensor **out, cr_tensor *t, cr_dtype dt) {
 }
 
 cr_status cr_binary_op(cr_tensor **out, cr_op op, cr_tensor *a, cr_tensor *b,
-                       cr_dtype compute, cr_dtype result, unsigned save_in) {
+                       cr_dtype compute, cr_dtype result, unsigned save_in, unsigned save_out) {
     const char *name = cr_op_name(op);
     *out = NULL;
     cr_call c;
@@ -48,7 +48,7 @@ cr_status cr_binary_op(cr_tensor **out, cr_op op, cr_tensor *a, cr_tensor *b,
     c.in[1] = cb;
     st = cr_tensor_alloc(&c.out[0], ndim, shape, result, a->storage->device);
     if (!st) st = cr_dispatch(&c);
-    if (!st) st = cr_autograd_record(&c, save_in, 0);
+    if (!st) st = cr_autograd_record(&c, save_in, save_out);
     cr_tensor_free(ca);
     cr_tensor_free(cb);
     if (st) {
@@ -114,7 +114,7 @@ cr_status cr_op_add(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     cr_status st = cr_check_binary("add", a, b);
     if (st) return st;
     cr_dtype dt = cr_result_dtype(a, b);
-    return cr_binary_op(out, CR_OP_ADD, a, b, dt, dt, 0);
+    return cr_binary_op(out, CR_OP_ADD, a, b, dt, dt, 0, 0);
 }
 cr_status cr_grad_add(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     for (int i = 0; i < 2; i++) {
@@ -134,7 +134,7 @@ cr_status cr_op_sub(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
         return cr_fail(CR_ERR_ARG, "sub: subtracting bool tensors is not defined; use "
                        "logical_xor or convert with :long()");
     cr_dtype dt = cr_result_dtype(a, b);
-    return cr_binary_op(out, CR_OP_SUB, a, b, dt, dt, 0);
+    return cr_binary_op(out, CR_OP_SUB, a, b, dt, dt, 0, 0);
 }
 cr_status cr_grad_sub(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     cr_status st;
@@ -157,7 +157,7 @@ cr_status cr_op_mul(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     cr_status st = cr_check_binary("mul", a, b);
     if (st) return st;
     cr_dtype dt = cr_result_dtype(a, b);
-    return cr_binary_op(out, CR_OP_MUL, a, b, dt, dt, 3);
+    return cr_binary_op(out, CR_OP_MUL, a, b, dt, dt, 3, 0);
 }
 /* d(a*b) = g*b, g*a, each summed back to its input's shape. */
 cr_status cr_grad_mul(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
@@ -181,7 +181,7 @@ cr_status cr_op_div(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     if (st) return st;
     cr_dtype dt = cr_result_dtype(a, b);
     if (!cr_dtype_is_float(dt)) dt = CR_DT_F32;
-    return cr_binary_op(out, CR_OP_DIV, a, b, dt, dt, 3);
+    return cr_binary_op(out, CR_OP_DIV, a, b, dt, dt, 3, 0);
 }
 /* d(a/b) = g/b, -g*a/b^2 */
 cr_status cr_grad_div(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
@@ -248,7 +248,7 @@ cr_status cr_op_pow(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     if (st) return st;
     cr_dtype dt = cr_result_dtype(a, b);
     if (dt == CR_DT_BOOL) dt = CR_DT_I64;
-    return cr_binary_op(out, CR_OP_POW, a, b, dt, dt, 3);
+    return cr_binary_op(out, CR_OP_POW, a, b, dt, dt, 3, 0);
 }
 /* As PyTorch: d/da = g*b*a^(b-1), zero where b == 0; d/db = g*a^b*log(a), zero where
  * a == 0 and b >= 0 (the limit, instead of 0*-inf). */
@@ -300,13 +300,13 @@ cr_status cr_op_maximum(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     cr_status st = cr_check_binary("maximum", a, b);
     if (st) return st;
     cr_dtype dt = cr_result_dtype(a, b);
-    return cr_binary_op(out, CR_OP_MAXIMUM, a, b, dt, dt, 3);
+    return cr_binary_op(out, CR_OP_MAXIMUM, a, b, dt, dt, 3, 0);
 }
 cr_status cr_op_minimum(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     cr_status st = cr_check_binary("minimum", a, b);
     if (st) return st;
     cr_dtype dt = cr_result_dtype(a, b);
-    return cr_binary_op(out, CR_OP_MINIMUM, a, b, dt, dt, 3);
+    return cr_binary_op(out, CR_OP_MINIMUM, a, b, dt, dt, 3, 0);
 }
 /* The grad goes to the input that was picked, split evenly on ties (as PyTorch:
  * where(a == b, g/2, g) with the loser's side zeroed). */
@@ -355,7 +355,6 @@ static void loop_add_relu(char **p, const int64_t *s, int64_t n, const void *ctx
 cr_status cr_cpu_add_relu(cr_call *c) { return cr_run_binary(c, loop_add_relu); }
 
 cr_status cr_op_add_relu(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
-    *out = NULL;
     cr_status st = cr_check_binary("add_relu", a, b);
     if (st) return st;
     cr_dtype dt = cr_result_dtype(a, b);
@@ -363,30 +362,7 @@ cr_status cr_op_add_relu(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
         return cr_fail(CR_ERR_ARG, "add_relu: needs floating tensors (got %s and %s); use "
                        "add then relu for integers", cr_dtype_name(a->dtype),
                        cr_dtype_name(b->dtype));
-    int ndim;
-    int64_t shape[CR_MAX_DIMS];
-    if ((st = cr_broadcast_shapes("add_relu", a, b, &ndim, shape))) return st;
-    cr_tensor *ca = NULL, *cb = NULL;
-    if ((st = cr_cast_if_needed(&ca, a, dt))) return st;
-    if ((st = cr_cast_if_needed(&cb, b, dt))) {
-        cr_tensor_free(ca);
-        return st;
-    }
-    cr_call c;
-    cr_call_init(&c, CR_OP_ADD_RELU, 2, 1);
-    c.in[0] = ca;
-    c.in[1] = cb;
-    st = cr_tensor_alloc(&c.out[0], ndim, shape, dt, a->storage->device);
-    if (!st) st = cr_dispatch(&c);
-    if (!st) st = cr_autograd_record(&c, 0, 1u); /* the output masks the grad */
-    cr_tensor_free(ca);
-    cr_tensor_free(cb);
-    if (st) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *out = c.out[0];
-    return CR_OK;
+    return cr_binary_op(out, CR_OP_ADD_RELU, a, b, dt, dt, 0, 1); /* the output masks the grad */
 }
 /* d relu(a+b) = g where the output is positive, summed back to each input's shape. */
 cr_status cr_grad_add_relu(cr_node *n, cr_tensor **gout, cr_tensor **gin) {

@@ -11,9 +11,9 @@ cr_dtype cr_result_dtype(const cr_tensor *a, const cr_tensor *b);
 cr_status cr_cast_if_needed(cr_tensor **out, cr_tensor *t, cr_dtype dt);
 cr_status cr_check_binary(const char *op, cr_tensor *a, cr_tensor *b);
 /* Broadcast a and b, cast both to `compute`, allocate a `result` output, dispatch and
- * record (saving the cast inputs in save_in). */
+ * record (saving the cast inputs in save_in, the output when save_out is 1). */
 cr_status cr_binary_op(cr_tensor **out, cr_op op, cr_tensor *a, cr_tensor *b,
-                       cr_dtype compute, cr_dtype result, unsigned save_in);
+                       cr_dtype compute, cr_dtype result, unsigned save_in, unsigned save_out);
 /* Kernel body for 2-input ops: iterates out, in[0], in[1]; ctx = &in[0]->dtype. */
 cr_status cr_run_binary(cr_call *c, cr_loop_fn fn);
 

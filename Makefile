@@ -17,12 +17,12 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 $(ARCH) -fPIC -fopenmp -g -fno-trappin
                -Wall -Wextra -Werror -Wno-unused-parameter -Icsrc/include -Icsrc/core -Icsrc/ops
 # -z defs: every symbol resolved at link time. -z nodelete: LuaJIT dlcloses the library
 # at exit while libgomp's idle threads still run in it, which crashed at exit.
-LDLIBS := -lm -lz -lpthread -fopenmp -Wl,-z,defs -Wl,-z,nodelete
+LDLIBS := -lm -lz -lturbojpeg -lpng -lpthread -fopenmp -Wl,-z,defs -Wl,-z,nodelete
 
 # Debian packages: what building and testing need, and what benchmarks add.
 # dataset-fashion-mnist: the data of recipes/supervised.lua (/usr/share/datasets/fashion-mnist).
 DEPS_TEST := luajit libluajit-5.1-dev lua-busted lua-check libdnnl-dev lua-cjson zlib1g-dev \
-             dataset-fashion-mnist
+             libturbojpeg0-dev libpng-dev dataset-fashion-mnist
 # libopenblas0-openmp: Debian's torch calls the system BLAS, the slow netlib one unless
 # OpenBLAS is installed; a fair matmul comparison needs the fast one.
 DEPS_BENCH := python3-torch libopenblas0-openmp
@@ -43,9 +43,11 @@ CFLAGS += -DCR_HAVE_DNNL
 LDLIBS += -ldnnl
 endif
 
-SRCS := $(wildcard csrc/core/*.c csrc/ops/*.c csrc/autograd/*.c csrc/optim/*.c csrc/data/*.c)
+SRCS := $(wildcard csrc/core/*.c csrc/ops/*.c csrc/autograd/*.c csrc/optim/*.c csrc/data/*.c \
+                  csrc/ssl/*.c)
 OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(SRCS))
-HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/ops/*.h csrc/optim/*.h csrc/data/*.h csrc/loop/*.h)
+HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/ops/*.h csrc/optim/*.h \
+                  csrc/data/*.h csrc/loop/*.h csrc/ssl/*.h)
 
 .PHONY: all deps test bench clean probes lint run FORCE
 LOOP_SRCS := $(wildcard csrc/loop/*.c)

@@ -173,9 +173,11 @@ int cr_autograd_reap_custom(int *ids, int cap);
 
 /* ---- data: IDX reader, sampler order, batch assembly (csrc/data/) ----------- */
 #include "crescent_data.h"
+#include "crescent_images.h"
 
 /* ---- fused optimizer updates, gradient clipping --------------------------------- */
 #include "crescent_optim.h"
+#include "crescent_ssl.h" /* SSL: Sinkhorn-Knopp, momentum (EMA) update */
 
 #ifdef __cplusplus
 }

@@ -53,6 +53,7 @@ end
 local lazy = {
   nn = { 'crescent.nn' },
   optim = { 'crescent.optim' },
+  ssl = { 'crescent.ssl' },
   schedule = { 'crescent.optim.schedule', 'crescent.optim.schedules', 'crescent.schedule' },
   data = { 'crescent.data' },
   config = { 'crescent.config' },

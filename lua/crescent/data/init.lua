@@ -12,4 +12,10 @@ return {
   is_dataset = dataset.is_dataset,
   fashion_mnist = require 'crescent.data.fashion_mnist',
   Loader = require 'crescent.data.loader',
+  cifar10 = require('crescent.data.cifar').cifar10,
+  cifar100 = require('crescent.data.cifar').cifar100,
+  synthetic = require 'crescent.data.synthetic',
+  image_folder = require('crescent.data.image_folder').image_folder,
+  images = require 'crescent.data.image_folder',   -- read/decode/probe/resize/write_jpeg/write_png
+  transforms = require 'crescent.data.transforms',
 }

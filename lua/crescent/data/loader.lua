@@ -9,6 +9,11 @@
 --   for batch in loader:iter(epoch) do ... end   -- batch.input f32 [B, C, H, W] normalised,
 --                                                -- batch.target i64 [B], batch.index i64 [B]
 --   loader:num_batches(); loader:state_dict() / load_state_dict{epoch =, batch =}
+--
+-- views = an object with :apply(images, index, seed, epoch, {mean =, std =}) returning a
+-- list of f32 tensors (cr.data.transforms.multicrop / two_views): the batch then holds
+-- input = that list of crops (from the u8 images, keyed by the loader's seed), size = B,
+-- target and index; augment must be off, mean/std default to the data set's.
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
@@ -17,7 +22,7 @@ local Loader = {}
 Loader.__index = Loader
 
 local OPTS = { batch_size = 'number', shuffle = 'boolean', drop_last = 'boolean', seed = 'number',
-               augment = 'boolean or table', transform = 'function' }
+               augment = 'boolean or table', transform = 'function', views = 'table' }
 -- augment = true: torchvision's RandomCrop(size, padding = 4) + RandomHorizontalFlip.
 local AUGMENT_DEFAULT = { pad = 4, flip = true }
 
@@ -83,7 +88,11 @@ local function new(_, ds, opts)
   end
   local nchan = ds.images:dim() == 4 and ds.images:size(1) or 1
   local mean, std = per_channel(ds._mean or ds.mean, 0, 'mean', nchan), per_channel(ds._std or ds.std, 1, 'std', nchan)
+  if opts.views ~= nil and (type(opts.views.apply) ~= 'function' or opts.augment) then
+    error('Loader: views must be a transform with :apply (cr.data.transforms.multicrop{...}) and excludes augment', 2)
+  end
   local self = setmetatable({
+    views = opts.views, stats = { mean = mean, std = std },
     ds = ds, batch_size = bs, seed = seed,
     shuffle = opts.shuffle ~= false, drop_last = opts.drop_last ~= false,
     transform = opts.transform, aug = aug_from(opts.augment),
@@ -109,6 +118,12 @@ end
 
 -- The batch of the given dataset rows (i64 [B]), assembled (and augmented) in C.
 function Loader:make_batch(index, epoch)
+  if self.views then
+    local ds = self.ds
+    local input = self.views:apply(ds.images, index, self.seed, epoch, self.stats)
+    local target = ds.labels and ds.labels:index_select(0, index):long() or nil
+    return { input = input, target = target, index = index, size = #index }
+  end
   local aug = self.aug
   if aug then aug.seed, aug.epoch = self.seed, epoch end
   local box, ds = util.box, self.ds

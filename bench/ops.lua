@@ -9,19 +9,11 @@
 -- Threads: env CRESCENT_THREADS, default the machine's core count, for both libraries.
 -- Run from the repository root: luajit bench/ops.lua
 package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
-local ffi = require 'ffi'
 local cjson = require 'cjson'
 local cr = require 'crescent'
-
-ffi.cdef [[
-typedef struct { long tv_sec; long tv_nsec; } cr_bench_timespec;
-int clock_gettime(int clk, cr_bench_timespec *ts);
-]]
-local ts = ffi.new('cr_bench_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
+package.path = 'bench/?.lua;' .. package.path
+local harness = require 'harness'
+local median_time = harness.median_time
 
 local REPEATS = 7
 local CONV_LAYERS = { -- name, input shape, out channels, kernel, padding (as in ops_torch.py)
@@ -30,32 +22,6 @@ local CONV_LAYERS = { -- name, input shape, out channels, kernel, padding (as in
   { 'conv_256x14x14_1x1_to_1024', { 8, 256, 14, 14 }, 1024, 1, 0 },
 }
 
-local function median(xs)
-  table.sort(xs)
-  local n = #xs
-  if n % 2 == 1 then return xs[(n + 1) / 2] end
-  return (xs[n / 2] + xs[n / 2 + 1]) / 2
-end
-
-local function median_time(fn, repeats)
-  fn() -- warm up (JIT traces, oneDNN primitives, allocator)
-  local times = {}
-  for i = 1, repeats or REPEATS do
-    local t0 = now()
-    fn()
-    times[i] = now() - t0
-  end
-  return median(times)
-end
-
-local function core_count()
-  local p = io.popen('nproc 2>/dev/null')
-  local n = p and tonumber(p:read('*l'))
-  if p then p:close() end
-  return n or cr.get_num_threads()
-end
-
--- Values do not matter for timing; random ones where the creation family provides them.
 local function filled(shape)
   if cr.randn then return cr.randn(shape) end
   return cr.full(shape, 0.1)
@@ -69,7 +35,7 @@ local function bench_add(requires_grad, n)
     for _ = 1, n do local _ = a + b end
   end
   collectgarbage()
-  return median_time(loop) / n * 1e6
+  return median_time(loop, REPEATS) / n * 1e6
 end
 
 local function bench_matmul(size)
@@ -92,27 +58,10 @@ local function bench_conv(shape, cout, k, pad)
   return median_time(step, 11) * 1e3
 end
 
-local function run_torch(threads)
-  local cmd = string.format('CRESCENT_THREADS=%d /usr/bin/python3 bench/ops_torch.py 2>&1', threads)
-  local p = io.popen(cmd)
-  local figures, raw = {}, {}
-  for line in p:lines() do
-    raw[#raw + 1] = line
-    local ok, obj = pcall(cjson.decode, line)
-    if ok and type(obj) == 'table' and obj.value ~= nil then figures[obj.bench] = obj.value end
-  end
-  p:close()
-  if next(figures) == nil then
-    print('torch twin gave no figures (is python3-torch installed?): ' .. table.concat(raw, ' | '))
-  end
-  return figures
-end
-
 local function main()
-  local threads = tonumber(os.getenv('CRESCENT_THREADS')) or core_count()
-  cr.set_num_threads(threads)
+  local threads = harness.threads()
   print(string.format('crescent %s vs PyTorch, %d threads (features: %s)', cr.version, threads, cr.features()))
-  local torch = run_torch(threads)
+  local torch = harness.run_twin('bench/ops_torch.py', threads)
 
   -- the summary keeps DESIGN's keys: crescent/torch/unit map each measurement, ratio is
   -- the geometric mean of the per-measurement ratios (ratios has each one)

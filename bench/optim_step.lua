@@ -7,22 +7,14 @@
 -- Threads: env CRESCENT_THREADS, default the machine's core count, for both libraries.
 -- Run from the repository root: luajit bench/optim_step.lua
 package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
-local ffi = require 'ffi'
 local cjson = require 'cjson'
 local cr = require 'crescent'
 local optim = require 'crescent.optim'
-
-ffi.cdef [[
-typedef struct { long tv_sec; long tv_nsec; } cr_bench_timespec;
-int clock_gettime(int clk, cr_bench_timespec *ts);
-]]
-local ts = ffi.new('cr_bench_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
+package.path = 'bench/?.lua;' .. package.path
+local harness = require 'harness'
 
 local REPEATS = 11
+local function median_time(fn) return harness.median_time(fn, REPEATS, 2) end
 
 -- torchvision's resnet18 parameter shapes (ImageNet stem, 1000 classes), in order
 local function resnet18_shapes()
@@ -46,44 +38,8 @@ local function resnet18_shapes()
   return shapes
 end
 
-local function median_time(fn)
-  fn()
-  fn()
-  local times = {}
-  for i = 1, REPEATS do
-    local t0 = now()
-    fn()
-    times[i] = now() - t0
-  end
-  table.sort(times)
-  return times[(REPEATS + 1) / 2]
-end
-
-local function core_count()
-  local p = io.popen('nproc 2>/dev/null')
-  local n = p and tonumber(p:read('*l'))
-  if p then p:close() end
-  return n or cr.get_num_threads()
-end
-
-local function run_torch(threads)
-  local p = io.popen(string.format('CRESCENT_THREADS=%d /usr/bin/python3 bench/optim_step_torch.py 2>&1', threads))
-  local figures, raw = {}, {}
-  for line in p:lines() do
-    raw[#raw + 1] = line
-    local ok, obj = pcall(cjson.decode, line)
-    if ok and type(obj) == 'table' and obj.value ~= nil then figures[obj.bench] = obj.value end
-  end
-  p:close()
-  if next(figures) == nil then
-    print('torch twin gave no figures (is python3-torch installed?): ' .. table.concat(raw, ' | '))
-  end
-  return figures
-end
-
 local function main()
-  local threads = tonumber(os.getenv('CRESCENT_THREADS')) or core_count()
-  cr.set_num_threads(threads)
+  local threads = harness.threads()
   cr.manual_seed(0)
   local named, numel = {}, 0
   for i, sh in ipairs(resnet18_shapes()) do
@@ -99,7 +55,7 @@ local function main()
     adamw_step_resnet18 = median_time(function() adamw:step() end) * 1e3,
     clip_grad_norm_resnet18 = median_time(function() optim.clip_grad_norm(sgd, 1e9) end) * 1e3,
   }
-  local torch = run_torch(threads)
+  local torch = harness.run_twin('bench/optim_step_torch.py', threads)
   local summary = { bench = 'optim_step', threads = threads, numel = numel, crescent = {}, torch = {}, unit = {},
                     ratios = {} }
   local logsum, n = 0, 0

@@ -12,6 +12,8 @@ package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
 local cjson = require 'cjson'
 local cr = require 'crescent'
 local loop = require 'crescent.engine.loop'
+package.path = 'bench/?.lua;' .. package.path
+local harness = require 'harness'
 
 local args = { width = 16, batch = 128, windows = 5, steps = 5, warmup = 3 }
 for _, a in ipairs(arg) do
@@ -22,23 +24,8 @@ for _, a in ipairs(arg) do
   args[k] = tonumber(v)
 end
 
-local function core_count()
-  local p = io.popen('nproc 2>/dev/null')
-  local n = p and tonumber(p:read('*l'))
-  if p then p:close() end
-  return n or cr.get_num_threads()
-end
-local threads = tonumber(os.getenv('CRESCENT_THREADS')) or core_count()
-cr.set_num_threads(threads)
-
-local function median(xs)
-  local t = {}
-  for i, x in ipairs(xs) do t[i] = x end
-  table.sort(t)
-  local n = #t
-  if n % 2 == 1 then return t[(n + 1) / 2] end
-  return (t[n / 2] + t[n / 2 + 1]) / 2
-end
+local threads = harness.threads()
+local median = harness.median
 
 local function crescent_rate()
   cr.manual_seed(0)

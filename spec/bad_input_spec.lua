@@ -76,3 +76,19 @@ describe('every op under bad input', function()
     end
   end)
 end)
+
+describe('every SSL, init and clipping function under bad input', function()
+  it('raises messages, never crashes', function()
+    local groups = { ssl = cr.ssl, init = cr.nn.init, optim = cr.optim }
+    for gname, g in pairs(groups) do
+      for _, name in ipairs(names(g)) do
+        for _, fx in ipairs(fixtures()) do
+          local good = cr.ones(2, 3)
+          attempt(gname .. '.' .. name .. '(' .. fx[1] .. ')', g[name], fx[2])
+          attempt(gname .. '.' .. name .. '(tensor, ' .. fx[1] .. ')', g[name], good, fx[2])
+          attempt(gname .. '.' .. name .. '(' .. fx[1] .. ', tensor)', g[name], fx[2], good)
+        end
+      end
+    end
+  end)
+end)

@@ -160,23 +160,27 @@ local function walk(self, prefix, fn, seen)
   end
 end
 
--- m:named_parameters() -> array of {name, tensor}; a tensor shared by two modules appears
--- once (under its first name), as in PyTorch. {recurse = false} lists only own ones.
-function Module:named_parameters(opts)
+-- {name, tensor} for the registry `key` ('_params' or '_buffers') of self and its
+-- descendants; a tensor shared by two modules appears once (under its first name), as in
+-- PyTorch. {recurse = false} lists only own ones.
+local function named_tensors(self, key, opts)
   local out, seen_t = {}, {}
   local function own(prefix, m)
-    local ps = m._params
-    for i = 1, #ps do
-      local t = rawget(m, ps[i])
+    local names = m[key]
+    for i = 1, #names do
+      local t = rawget(m, names[i])
       if is_tensor(t) and not seen_t[t] then
         seen_t[t] = true
-        out[#out + 1] = { join(prefix, ps[i]), t }
+        out[#out + 1] = { join(prefix, names[i]), t }
       end
     end
   end
   if opts and opts.recurse == false then own('', self) else walk(self, '', own, {}) end
   return out
 end
+
+-- m:named_parameters() -> array of {name, tensor}
+function Module:named_parameters(opts) return named_tensors(self, '_params', opts) end
 
 function Module:parameters(opts)
   local out = {}
@@ -184,21 +188,7 @@ function Module:parameters(opts)
   return out
 end
 
-function Module:named_buffers(opts)
-  local out, seen_t = {}, {}
-  local function own(prefix, m)
-    local bs = m._buffers
-    for i = 1, #bs do
-      local t = rawget(m, bs[i])
-      if is_tensor(t) and not seen_t[t] then
-        seen_t[t] = true
-        out[#out + 1] = { join(prefix, bs[i]), t }
-      end
-    end
-  end
-  if opts and opts.recurse == false then own('', self) else walk(self, '', own, {}) end
-  return out
-end
+function Module:named_buffers(opts) return named_tensors(self, '_buffers', opts) end
 
 function Module:buffers(opts)
   local out = {}

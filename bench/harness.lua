@@ -1,0 +1,72 @@
+-- bench/harness.lua — what every benchmark shares: a monotonic clock, medians of timed
+-- repeats, the thread count both libraries use (env CRESCENT_THREADS, default the core
+-- count), and running a PyTorch twin that prints JSON lines {"bench": name, "value": x}.
+local ffi = require 'ffi'
+local cjson = require 'cjson'
+local cr = require 'crescent'
+
+local H = {}
+
+ffi.cdef [[
+typedef struct { long tv_sec; long tv_nsec; } cr_bench_timespec;
+int clock_gettime(int clk, cr_bench_timespec *ts);
+]]
+local ts = ffi.new('cr_bench_timespec')
+function H.now()
+  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
+  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
+
+function H.median(xs)
+  local t = {}
+  for i, x in ipairs(xs) do t[i] = x end
+  table.sort(t)
+  local n = #t
+  if n % 2 == 1 then return t[(n + 1) / 2] end
+  return (t[n / 2] + t[n / 2 + 1]) / 2
+end
+
+-- Median seconds of fn() over `repeats` runs after `warmup` untimed ones (JIT traces,
+-- oneDNN primitives, allocator).
+function H.median_time(fn, repeats, warmup)
+  for _ = 1, warmup or 1 do fn() end
+  local times = {}
+  for i = 1, repeats or 7 do
+    local t0 = H.now()
+    fn()
+    times[i] = H.now() - t0
+  end
+  return H.median(times)
+end
+
+-- The thread count for both libraries; also applies it to crescent.
+function H.threads()
+  local n = tonumber(os.getenv('CRESCENT_THREADS'))
+  if not n then
+    local p = io.popen('nproc 2>/dev/null')
+    n = p and tonumber(p:read('*l'))
+    if p then p:close() end
+  end
+  n = n or cr.get_num_threads()
+  cr.set_num_threads(n)
+  return n
+end
+
+-- Runs /usr/bin/python3 <script> [args] on `threads`; returns {bench = value} from its
+-- JSON lines (empty, with a printed reason, when the twin could not run).
+function H.run_twin(script, threads, args)
+  local p = io.popen(string.format('CRESCENT_THREADS=%d /usr/bin/python3 %s %s 2>&1', threads, script, args or ''))
+  local figures, raw = {}, {}
+  for line in p:lines() do
+    raw[#raw + 1] = line
+    local ok, obj = pcall(cjson.decode, line)
+    if ok and type(obj) == 'table' and obj.value ~= nil then figures[obj.bench] = obj.value end
+  end
+  p:close()
+  if next(figures) == nil then
+    print('torch twin gave no figures (is python3-torch installed?): ' .. table.concat(raw, ' | '))
+  end
+  return figures
+end
+
+return H

@@ -44,10 +44,10 @@ LDLIBS += -ldnnl
 endif
 
 SRCS := $(wildcard csrc/core/*.c csrc/ops/*.c csrc/autograd/*.c csrc/optim/*.c csrc/data/*.c \
-                  csrc/ssl/*.c)
+                  csrc/ssl/*.c csrc/io/*.c)
 OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(SRCS))
 HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/ops/*.h csrc/optim/*.h \
-                  csrc/data/*.h csrc/loop/*.h csrc/ssl/*.h)
+                  csrc/data/*.h csrc/loop/*.h csrc/ssl/*.h csrc/io/*.h)
 
 .PHONY: all deps test bench clean probes lint run FORCE
 LOOP_SRCS := $(wildcard csrc/loop/*.c)
@@ -105,10 +105,11 @@ test: deps
 	@$(MAKE) --no-print-directory all
 	@bash tools/run_specs.sh
 
-# The main recipe: ResNet-18 on Fashion-MNIST (the README tour is examples/tour.lua).
+# The main recipe: SwAV on Fashion-MNIST with a kNN evaluation (the README tour is
+# examples/tour.lua; recipes/supervised.lua trains the same ResNet with labels).
 run: deps
 	@$(MAKE) --no-print-directory all
-	@luajit recipes/supervised.lua
+	@luajit recipes/swav.lua
 
 bench: EXTRA_DEPS = $(DEPS_BENCH)
 bench: deps

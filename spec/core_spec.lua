@@ -70,6 +70,12 @@ describe('tensor basics', function()
     assert.same({ 1.5, 3 }, (h * 1.5):float():totable())
   end)
 
+  it('rounds f32 to f16 subnormals to nearest even (2^-24 steps)', function()
+    local u = 2 ^ -24
+    local h = cr.tensor({ 1e-5, -1e-5, 3 * u, 2.5 * u, 3.5 * u, 0.4 * u, 2 ^ -14, 2 ^ -15 }, { dtype = 'f16' })
+    assert.same({ 168 * u, -168 * u, 3 * u, 2 * u, 4 * u, 0, 2 ^ -14, 2 ^ -15 }, h:double():totable())
+  end)
+
   it('converts between every dtype', function()
     local t = cr.tensor({ -1.5, 0, 2.25, 100 }, { dtype = 'f64' })
     assert.same({ -1.5, 0, 2.25, 100 }, t:float():totable())

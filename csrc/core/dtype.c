@@ -72,7 +72,7 @@ uint16_t cr_f32_to_f16(float f) {
     if (absx < 0x38800000u) {                                   /* subnormal or zero */
         if (absx < 0x33000000u) return (uint16_t)sign;
         uint32_t e = absx >> 23, m = (absx & 0x7fffff) | 0x800000;
-        int shift = (int)(126 - e) + 14; /* bits dropped to reach 2^-24 units */
+        int shift = 126 - (int)e; /* value = m 2^(e - 150): bits dropped to reach 2^-24 units */
         uint32_t half = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
         if (rem > mid || (rem == mid && (half & 1))) half++;
         return (uint16_t)(sign | half);

@@ -178,6 +178,7 @@ int cr_autograd_reap_custom(int *ids, int cap);
 /* ---- fused optimizer updates, gradient clipping --------------------------------- */
 #include "crescent_optim.h"
 #include "crescent_ssl.h" /* SSL: Sinkhorn-Knopp, momentum (EMA) update */
+#include "crescent_io.h"  /* weights on disk: safetensors */
 
 #ifdef __cplusplus
 }

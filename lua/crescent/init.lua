@@ -59,6 +59,7 @@ local lazy = {
   config = { 'crescent.config' },
   engine = { 'crescent.engine' },
   hooks = { 'crescent.hooks' },
+  io = { 'crescent.io' },
 }
 local function load_lazy(key)
   local errs = {}
@@ -83,6 +84,11 @@ setmetatable(cr, { __index = function(t, k)
   end
   if k == 'train' then
     local f = load_lazy('engine').train
+    rawset(t, k, f)
+    return f
+  end
+  if k == 'save' or k == 'load' then -- cr.save / cr.load are cr.io's
+    local f = (rawget(t, 'io') or t.io)[k]
     rawset(t, k, f)
     return f
   end

@@ -9,6 +9,7 @@
 -- reassigning `self.fc = nn.Linear(...)` replaces what state_dict and named_parameters see.
 local Tensor = require 'crescent.tensor'
 local autograd = require 'crescent.autograd'
+local util = require 'crescent.util'
 
 local is_tensor = Tensor._wrap.is_tensor
 local no_grad = autograd.no_grad
@@ -349,39 +350,77 @@ local function list_str(xs, max)
   return s
 end
 
--- m:load_state_dict(sd, {strict = true}) copies each tensor of sd into the module's tensor
--- of the same name (in place, so optimizers keep their references). Strict (the default)
--- checks everything first and raises, copying nothing, when keys are missing, unexpected
--- or of another shape. Non-strict copies what fits and reports the rest.
--- Returns {missing = {names}, unexpected = {names}, mismatched = {{name, expected, got}}}.
+-- Lua patterns `skip` (a string or a list of them); a name that matches one is skipped.
+local function skip_matcher(skip, what)
+  if skip == nil then return function() return false end end
+  if type(skip) == 'string' then skip = { skip } end
+  if type(skip) ~= 'table' then
+    error(string.format('%s: skip must be a Lua pattern or a list of them, got %s', what, type(skip)), util.user_level())
+  end
+  for i, p in ipairs(skip) do
+    if type(p) ~= 'string' then
+      error(string.format('%s: skip[%d] must be a Lua pattern (a string), got %s', what, i, type(p)), util.user_level())
+    end
+    local ok, err = pcall(string.find, '', p)
+    if not ok then
+      error(string.format("%s: skip pattern '%s' is not a valid Lua pattern (%s)", what, p,
+        (tostring(err):gsub('^.-:%d+: ', ''))), util.user_level())
+    end
+  end
+  return function(name)
+    for _, p in ipairs(skip) do
+      if name:find(p) then return true end
+    end
+    return false
+  end
+end
+
+-- m:load_state_dict(sd, {strict = true, skip = nil}) copies each tensor of sd into the
+-- module's tensor of the same name (in place, so optimizers keep their references),
+-- converting the dtype if it differs. Strict (the default) checks everything first and
+-- raises, copying nothing, when keys are missing, unexpected or of another shape.
+-- Non-strict copies what fits and reports the rest. Names (of the module or of sd) that
+-- match a Lua pattern of skip are left alone and not reported.
+-- Returns {missing = {names}, unexpected = {names}, mismatched = {{name, expected, got}}}
+-- and the number of tensors copied. Callers such as cr.io.load_into name themselves in
+-- errors with opts.what, and the source with opts.source ("the file 'x'") and
+-- opts.source_short ('the file', in the shape mismatch lines).
 function Module:load_state_dict(sd, opts)
+  local what = opts and opts.what or 'load_state_dict'
+  local source = opts and opts.source or 'the state dict'
+  local source_short = opts and opts.source_short or source
   if type(sd) ~= 'table' or is_module(sd) then
-    error('load_state_dict: expected a table name -> tensor (from state_dict or a checkpoint), got '
-      .. (is_module(sd) and 'a module; pass m:state_dict()' or type(sd)), 2)
+    error(what .. ': expected a table name -> tensor (from state_dict or a checkpoint), got '
+      .. (is_module(sd) and 'a module; pass m:state_dict()' or type(sd)), util.user_level())
   end
   local strict = not (opts and opts.strict == false)
+  local skipped = skip_matcher(opts and opts.skip, what)
   local report = { missing = {}, unexpected = {}, mismatched = {} }
   local own, copies = {}, {}
   for _, e in ipairs(self:named_state()) do
     local name, dst = e[1], e[2]
     own[name] = true
     local src = sd[name]
-    if src == nil then
-      report.missing[#report.missing + 1] = name
-    elseif not is_tensor(src) then
-      error(string.format("load_state_dict: entry '%s' is a %s, expected a tensor", name, type(src)), 2)
-    elseif not same_shape(dst, src) then
-      report.mismatched[#report.mismatched + 1] = { name, shape_str(dst), shape_str(src) }
-    else
-      copies[#copies + 1] = { dst, src }
+    if not skipped(name) then
+      if src == nil then
+        report.missing[#report.missing + 1] = name
+      elseif not is_tensor(src) then
+        error(string.format("%s: entry '%s' is a %s, expected a tensor", what, name, type(src)), util.user_level())
+      elseif not same_shape(dst, src) then
+        report.mismatched[#report.mismatched + 1] = { name, shape_str(dst), shape_str(src) }
+      else
+        copies[#copies + 1] = { dst, src }
+      end
     end
   end
   for k in pairs(sd) do
-    if not own[k] then report.unexpected[#report.unexpected + 1] = tostring(k) end
+    if not own[k] and not (type(k) == 'string' and skipped(k)) then
+      report.unexpected[#report.unexpected + 1] = tostring(k)
+    end
   end
   table.sort(report.unexpected)
   if strict and (#report.missing > 0 or #report.unexpected > 0 or #report.mismatched > 0) then
-    local lines = { 'load_state_dict: the state dict does not match ' .. self.__name .. ':' }
+    local lines = { string.format('%s: %s does not match %s:', what, source, self.__name) }
     if #report.missing > 0 then
       lines[#lines + 1] = '  missing keys: ' .. list_str(report.missing)
     end
@@ -390,15 +429,15 @@ function Module:load_state_dict(sd, opts)
     end
     for i, mm in ipairs(report.mismatched) do
       if i > 8 then lines[#lines + 1] = string.format('  ... %d shape mismatches in all', #report.mismatched); break end
-      lines[#lines + 1] = string.format('  shape mismatch for %s: the model has %s, the state dict %s', mm[1], mm[2], mm[3])
+      lines[#lines + 1] = string.format('  shape mismatch for %s: the model has %s, %s %s', mm[1], mm[2], source_short, mm[3])
     end
     lines[#lines + 1] = '  (pass {strict = false} to load the keys that match and get this report back)'
-    error(table.concat(lines, '\n'), 2)
+    error(table.concat(lines, '\n'), util.user_level())
   end
   no_grad(function()
     for _, c in ipairs(copies) do c[1]:copy_(c[2]) end
   end)
-  return report
+  return report, #copies
 end
 
 -- ---- repr ------------------------------------------------------------------------------------------------

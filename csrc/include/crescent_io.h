@@ -1,0 +1,49 @@
+/* crescent_io.h — weights on disk: the safetensors format (csrc/io/), read and written
+ * in C with strict validation. Included by crescent.h, so it is FFI-clean like it.
+ *
+ * The format, exactly: 8 bytes u64 little-endian N, then N bytes of UTF-8 JSON (padded
+ * at its end with spaces so that 8 + N is a multiple of 8), then the data section. The
+ * JSON object maps each tensor name to {"dtype": "F32", "shape": [..], "data_offsets":
+ * [begin, end]} (byte offsets into the data section, end exclusive; little-endian,
+ * row-major data), plus an optional "__metadata__": {string: string}. Dtypes: F64 F32
+ * F16 BF16 I64 I32 U8 BOOL map to crescent's; I8 I16 U16 U32 U64 and the F8/complex
+ * ones are known but crescent has no such dtype (an error naming tensor and dtype).
+ *
+ * Writing is byte-reproducible: tensors sorted by name (bytewise), their data laid out
+ * contiguously in that order, the JSON compact ({"__metadata__":{...} first, keys
+ * sorted), as the reference writer lays out data. Reading checks everything before a
+ * byte of tensor data is read: header length (at most 100 MB and within the file), the
+ * JSON (strict; UTF-8), the keys of every entry, dtypes, shapes (at most 8 dims),
+ * end - begin == numel * itemsize, and that the offsets tile the data section exactly
+ * (no overlap, no hole, no truncation, no trailing bytes); BOOL bytes must be 0 or 1.
+ * Every failure names the file and the key; no byte sequence crashes the reader. */
+#ifndef CRESCENT_IO_H
+#define CRESCENT_IO_H
+
+/* Writes n tensors (CPU, any strides: non-contiguous ones are written from a contiguous
+ * copy) under names[i] to `path` atomically: into `path.tmp.<pid>`, flushed and fsynced,
+ * renamed over `path`, then the directory fsynced. metadata_json is NULL, "" or a JSON
+ * object of string values ({"epoch": "3"}); it is stored with its keys sorted. Names
+ * must be distinct, valid UTF-8, and not "__metadata__". */
+cr_status cr_io_save_safetensors(const char *path, const char *const *names,
+                                 cr_tensor *const *tensors, int64_t n,
+                                 const char *metadata_json);
+
+/* A loaded file: its tensors sorted by name, and its metadata. */
+typedef struct cr_io_file cr_io_file;
+
+cr_status cr_io_load_safetensors(cr_io_file **out, const char *path);
+int64_t cr_io_file_count(const cr_io_file *f);
+/* Borrowed strings, valid until cr_io_file_free; NULL when i is out of range. */
+const char *cr_io_file_name(const cr_io_file *f, int64_t i);
+/* A new reference (release with cr_tensor_free); NULL when i is out of range. */
+cr_tensor *cr_io_file_tensor(const cr_io_file *f, int64_t i);
+/* The metadata as a compact JSON object with sorted keys ("{}" when there is none), and
+ * the same pairs one by one (sorted by key). */
+const char *cr_io_file_metadata_json(const cr_io_file *f);
+int64_t cr_io_file_metadata_count(const cr_io_file *f);
+const char *cr_io_file_metadata_key(const cr_io_file *f, int64_t i);
+const char *cr_io_file_metadata_value(const cr_io_file *f, int64_t i);
+void cr_io_file_free(cr_io_file *f);
+
+#endif

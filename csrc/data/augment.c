@@ -1,10 +1,12 @@
 /* augment.c — the crops of self-supervised training, one C call per batch and crop
  * spec: for every (crop, sample) draw the parameters from Philox (layout in
- * crescent_data.h), cut the RandomResizedCrop box out of the u8 image and resize it with
- * torchvision's antialiased bilinear filter (PIL's; plain bilinear when enlarging),
- * flipping on the way, then run the colour ops (augment_color.c) on the f32 result and
- * write it normalised. OpenMP over (crop, sample) with per-thread scratch; the draws
- * depend only on (seed, epoch, sample index, crop index), never on the thread. */
+ * crescent_data.h), cut the RandomResizedCrop box out of the image (u8, or f32 in [0, 1]
+ * read as 255 x value) and resize it with torchvision's antialiased bilinear filter
+ * (PIL's; plain bilinear when enlarging), flipping on the way, then run the colour ops
+ * (augment_color.c) on the f32 result and write it normalised. OpenMP over (crop,
+ * sample) with per-thread scratch, or serial on the calling thread for the loader's
+ * workers (cr_augment_crops); the draws depend only on (seed, epoch, sample index, crop
+ * index), never on the thread. */
 #include <math.h>
 #include <omp.h>
 
@@ -24,7 +26,7 @@ static void block(uint64_t base, uint64_t crop, int blk, uint64_t counter, uint3
     cr_philox_block(cr_data_mix(base + 16 * crop + (uint64_t)blk), counter, w);
 }
 
-static cr_status check_spec(const cr_data_crop_spec *s, int64_t nchan) {
+cr_status cr_augment_check_spec(const cr_data_crop_spec *s, int64_t nchan) {
     const char *op = "augment";
     if (!s) return cr_fail(CR_ERR_ARG, "%s: spec is nil", op);
     if (s->size_h < 1 || s->size_w < 1 || s->size_h > 65536 || s->size_w > 65536)
@@ -130,7 +132,7 @@ cr_status cr_data_augment_draw(cr_data_crop_draw *out, const cr_data_crop_spec *
                                int64_t height, int64_t width, uint64_t seed, uint64_t epoch,
                                int64_t index, int64_t crop) {
     if (!out) return cr_fail(CR_ERR_ARG, "augment_draw: out is nil");
-    cr_status st = check_spec(spec, 0);
+    cr_status st = cr_augment_check_spec(spec, 0);
     if (st) return st;
     if (height < 1 || width < 1)
         return cr_fail(CR_ERR_ARG, "augment_draw: image size %lld x %lld must be positive",
@@ -205,9 +207,43 @@ static bool grow(void **p, int64_t *have, int64_t want, size_t elem) {
     return true;
 }
 
-/* One crop of one image (u8 planes of H x W) into dst (C x oh x ow, normalised with
- * x * na[c] - nb[c]); false when out of memory. */
-static bool one_crop(scratch *sc, float *dst, const uint8_t *src, int64_t nchan, int64_t H,
+/* The horizontal pass over the crop's rows: source rows -> tmp [ch][ow], flipped if
+ * drawn. u8 pixels are read as they are, f32 ones (in [0, 1]) as 255 x value. */
+static void resample_rows_u8(float *tmp, const uint8_t *sp, int64_t W, int64_t ch, int64_t ow,
+                             const cr_data_crop_draw *d, const taps *hx) {
+    for (int64_t y = 0; y < ch; y++) {
+        const uint8_t *row = sp + (d->top + y) * W + d->left;
+        float *t = tmp + y * ow;
+        for (int64_t x = 0; x < ow; x++) {
+            int64_t xs = d->flip ? ow - 1 - x : x;
+            const uint8_t *p = row + hx->first[xs];
+            const float *wt = hx->wt + xs * hx->maxtaps;
+            float acc = 0;
+            for (int64_t k = 0; k < hx->count[xs]; k++) acc += wt[k] * (float)p[k];
+            t[x] = acc;
+        }
+    }
+}
+
+static void resample_rows_f32(float *tmp, const float *sp, int64_t W, int64_t ch, int64_t ow,
+                              const cr_data_crop_draw *d, const taps *hx) {
+    for (int64_t y = 0; y < ch; y++) {
+        const float *row = sp + (d->top + y) * W + d->left;
+        float *t = tmp + y * ow;
+        for (int64_t x = 0; x < ow; x++) {
+            int64_t xs = d->flip ? ow - 1 - x : x;
+            const float *p = row + hx->first[xs];
+            const float *wt = hx->wt + xs * hx->maxtaps;
+            float acc = 0;
+            for (int64_t k = 0; k < hx->count[xs]; k++) acc += wt[k] * p[k];
+            t[x] = 255.0f * acc;
+        }
+    }
+}
+
+/* One crop of one image (planes of H x W, u8 or f32 as `f32` says) into dst (C x oh x ow,
+ * normalised with x * na[c] - nb[c]); false when out of memory. */
+static bool one_crop(scratch *sc, float *dst, const void *src, bool f32, int64_t nchan, int64_t H,
                      int64_t W, const cr_data_crop_spec *s, const cr_data_crop_draw *d,
                      const float *na, const float *nb) {
     int64_t oh = s->size_h, ow = s->size_w, ch = d->height, cw = d->width;
@@ -222,20 +258,8 @@ static bool one_crop(scratch *sc, float *dst, const uint8_t *src, int64_t nchan,
     make_taps(&hx, cw, ow);
     make_taps(&hy, ch, oh);
     for (int64_t c = 0; c < nchan; c++) {
-        const uint8_t *sp = src + c * H * W;
-        /* horizontal pass over the crop's rows: u8 -> tmp [ch][ow], flipped if drawn */
-        for (int64_t y = 0; y < ch; y++) {
-            const uint8_t *row = sp + (d->top + y) * W + d->left;
-            float *t = sc->tmp + y * ow;
-            for (int64_t x = 0; x < ow; x++) {
-                int64_t xs = d->flip ? ow - 1 - x : x;
-                const uint8_t *p = row + hx.first[xs];
-                const float *wt = hx.wt + xs * hx.maxtaps;
-                float acc = 0;
-                for (int64_t k = 0; k < hx.count[xs]; k++) acc += wt[k] * (float)p[k];
-                t[x] = acc;
-            }
-        }
+        if (f32) resample_rows_f32(sc->tmp, (const float *)src + c * H * W, W, ch, ow, d, &hx);
+        else resample_rows_u8(sc->tmp, (const uint8_t *)src + c * H * W, W, ch, ow, d, &hx);
         /* vertical pass: tmp -> img plane c */
         float *o = sc->img + c * plane;
         for (int64_t y = 0; y < oh; y++) {
@@ -263,21 +287,29 @@ static bool one_crop(scratch *sc, float *dst, const uint8_t *src, int64_t nchan,
     return true;
 }
 
-static cr_status check_args(const cr_tensor *images, const cr_tensor *index, int64_t ncrops,
-                            int64_t first_crop) {
+cr_status cr_augment_check_images(const char *op, const cr_tensor *images) {
     char buf[160];
-    if (!images) return cr_fail(CR_ERR_ARG, "augment: images is nil; pass a u8 tensor");
-    if (!index) return cr_fail(CR_ERR_ARG, "augment: index is nil; pass an i64 tensor");
-    if (cr_tensor_device(images) != CR_DEV_CPU || images->dtype != CR_DT_U8 ||
+    if (!images) return cr_fail(CR_ERR_ARG, "%s: images is nil; pass a u8 or f32 tensor", op);
+    if (cr_tensor_device(images) != CR_DEV_CPU ||
+        (images->dtype != CR_DT_U8 && images->dtype != CR_DT_F32) ||
         (images->ndim != 3 && images->ndim != 4) || !cr_tensor_is_contiguous(images) ||
         (images->ndim == 4 && images->shape[1] != 1 && images->shape[1] != 3))
         return cr_fail(CR_ERR_ARG,
-                       "augment: images must be a contiguous CPU u8 tensor [N, H, W] or [N, C, H, W] "
-                       "with C = 1 or 3, got %s %s",
-                       cr_dtype_name(images->dtype), cr_shape_str(images, buf, sizeof buf));
+                       "%s: images must be a contiguous CPU tensor [N, H, W] or [N, C, H, W] with "
+                       "C = 1 or 3, u8 (0..255) or f32 (0..1), got %s %s",
+                       op, cr_dtype_name(images->dtype), cr_shape_str(images, buf, sizeof buf));
     int nd = images->ndim;
     if (images->shape[nd - 1] < 1 || images->shape[nd - 2] < 1)
-        return cr_fail(CR_ERR_ARG, "augment: images %s are empty", cr_shape_str(images, buf, sizeof buf));
+        return cr_fail(CR_ERR_ARG, "%s: images %s are empty", op, cr_shape_str(images, buf, sizeof buf));
+    return CR_OK;
+}
+
+static cr_status check_args(const cr_tensor *images, const cr_tensor *index, int64_t ncrops,
+                            int64_t first_crop) {
+    char buf[160];
+    cr_status st = cr_augment_check_images("augment", images);
+    if (st) return st;
+    if (!index) return cr_fail(CR_ERR_ARG, "augment: index is nil; pass an i64 tensor");
     if (index->dtype != CR_DT_I64 || index->ndim != 1 || cr_tensor_device(index) != CR_DEV_CPU)
         return cr_fail(CR_ERR_ARG, "augment: index must be a CPU i64 tensor [B], got %s %s",
                        cr_dtype_name(index->dtype), cr_shape_str(index, buf, sizeof buf));
@@ -295,58 +327,92 @@ static cr_status check_args(const cr_tensor *images, const cr_tensor *index, int
     return CR_OK;
 }
 
-cr_status cr_data_augment_crops(cr_tensor **out, const cr_tensor *images, const cr_tensor *index,
-                                const cr_data_crop_spec *spec, int64_t ncrops,
-                                int64_t first_crop, uint64_t seed, uint64_t epoch) {
+/* What every (crop, sample) of one call shares. */
+typedef struct {
+    const cr_data_crop_spec *spec;
+    const char *src;
+    const int64_t *ix;
+    float *dst;
+    int64_t B, H, W, nchan, istride, osample, first_crop;
+    size_t ssample; /* bytes of one source image */
+    bool f32;
+    uint64_t base, epoch;
+    float na[3], nb[3];
+} crop_job;
+
+/* Crop t = k * B + b (crop k of batch row b); false when out of memory. */
+static bool crop_one(const crop_job *j, scratch *sc, int64_t t) {
+    int64_t k = t / j->B, b = t % j->B, row = j->ix[b * j->istride];
+    cr_data_crop_draw d;
+    draw(&d, j->spec, j->H, j->W, j->base, j->epoch, (uint64_t)row, (uint64_t)(j->first_crop + k));
+    return one_crop(sc, j->dst + t * j->osample, j->src + (size_t)row * j->ssample, j->f32, j->nchan,
+                    j->H, j->W, j->spec, &d, j->na, j->nb);
+}
+
+static void scratch_free(scratch *sc) {
+    free(sc->img);
+    free(sc->tmp);
+    free(sc->idx);
+    free(sc->wt);
+}
+
+cr_status cr_augment_crops(cr_tensor **out, const cr_tensor *images, const cr_tensor *index,
+                           const cr_data_crop_spec *spec, int64_t ncrops, int64_t first_crop,
+                           uint64_t seed, uint64_t epoch, bool parallel) {
     *out = NULL;
     cr_status st = check_args(images, index, ncrops, first_crop);
     if (st) return st;
     int nd = images->ndim;
     int64_t nchan = nd == 4 ? images->shape[1] : 1;
-    st = check_spec(spec, nchan);
+    st = cr_augment_check_spec(spec, nchan);
     if (st) return st;
-    int64_t B = index->shape[0], H = images->shape[nd - 2], W = images->shape[nd - 1];
-    int64_t oh = spec->size_h, ow = spec->size_w, osample = nchan * oh * ow;
-    int64_t shape[5] = {ncrops, B, nchan, oh, ow};
+    crop_job j = {.spec = spec, .src = cr_tensor_ptr(images), .ix = (const int64_t *)cr_tensor_ptr(index),
+                  .B = index->shape[0], .H = images->shape[nd - 2], .W = images->shape[nd - 1],
+                  .nchan = nchan, .istride = index->stride[0], .first_crop = first_crop,
+                  .f32 = images->dtype == CR_DT_F32, .epoch = epoch,
+                  .base = cr_data_mix(seed ^ CR_DATA_TAG_CROPS)};
+    j.osample = nchan * spec->size_h * spec->size_w;
+    j.ssample = (size_t)(nchan * j.H * j.W) * cr_dtype_size(images->dtype);
+    int64_t shape[5] = {ncrops, j.B, nchan, spec->size_h, spec->size_w};
     st = cr_tensor_alloc(out, 5, shape, CR_DT_F32, CR_DEV_CPU);
     if (st) return st;
-    float na[3], nb[3];
     for (int64_t c = 0; c < nchan; c++) {
-        na[c] = (float)(1.0 / (255.0 * spec->std[c]));
-        nb[c] = (float)(spec->mean[c] / spec->std[c]);
+        j.na[c] = (float)(1.0 / (255.0 * spec->std[c]));
+        j.nb[c] = (float)(spec->mean[c] / spec->std[c]);
     }
-    const uint8_t *src = (const uint8_t *)cr_tensor_ptr(images);
-    const int64_t *ix = (const int64_t *)cr_tensor_ptr(index);
-    int64_t istride = index->stride[0], total = ncrops * B;
-    float *dst = (float *)cr_tensor_ptr(*out);
-    uint64_t base = cr_data_mix(seed ^ CR_DATA_TAG_CROPS);
-    bool par = total > 1 && total * osample >= CR_AUG_PAR_GRAIN && cr_threads() > 1;
+    j.dst = (float *)cr_tensor_ptr(*out);
+    int64_t total = ncrops * j.B;
+    bool par = parallel && total > 1 && total * j.osample >= CR_AUG_PAR_GRAIN && cr_threads() > 1;
     int oom = 0;
-
-#pragma omp parallel if (par)
-    {
+    if (!par) { /* no OpenMP at all: the loader's worker threads call this */
         scratch sc = {0};
+        for (int64_t t = 0; t < total && !oom; t++) oom = !crop_one(&j, &sc, t);
+        scratch_free(&sc);
+    } else {
+#pragma omp parallel
+        {
+            scratch sc = {0};
 #pragma omp for schedule(static)
-        for (int64_t t = 0; t < total; t++) {
-            int64_t k = t / B, b = t % B, row = ix[b * istride];
-            cr_data_crop_draw d;
-            draw(&d, spec, H, W, base, epoch, (uint64_t)row, (uint64_t)(first_crop + k));
-            if (!one_crop(&sc, dst + t * osample, src + row * nchan * H * W, nchan, H, W, spec, &d,
-                          na, nb)) {
+            for (int64_t t = 0; t < total; t++) {
+                if (!crop_one(&j, &sc, t)) {
 #pragma omp atomic write
-                oom = 1;
+                    oom = 1;
+                }
             }
+            scratch_free(&sc);
         }
-        free(sc.img);
-        free(sc.tmp);
-        free(sc.idx);
-        free(sc.wt);
     }
     if (oom) {
         cr_tensor_free(*out);
         *out = NULL;
         return cr_fail(CR_ERR_OOM, "augment: out of memory for the scratch of a %lld x %lld crop",
-                       (long long)oh, (long long)ow);
+                       (long long)spec->size_h, (long long)spec->size_w);
     }
     return CR_OK;
+}
+
+cr_status cr_data_augment_crops(cr_tensor **out, const cr_tensor *images, const cr_tensor *index,
+                                const cr_data_crop_spec *spec, int64_t ncrops,
+                                int64_t first_crop, uint64_t seed, uint64_t epoch) {
+    return cr_augment_crops(out, images, index, spec, ncrops, first_crop, seed, epoch, true);
 }

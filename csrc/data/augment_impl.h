@@ -1,6 +1,8 @@
 /* augment_impl.h — what augment.c (draws, crop + resize, the batch driver) shares with
- * augment_color.c (the per-image colour and blur ops). Images here are f32 planes
- * [C][h*w] holding values in [0, 255]; every op works in place on one image. */
+ * augment_color.c (the per-image colour and blur ops), and the entry points of augment.c
+ * and batch.c with a thread switch that the loader pipeline (pipeline.c) calls from its
+ * worker threads. Images in the colour ops are f32 planes [C][h*w] holding values in
+ * [0, 255]; every op works in place on one image. */
 #ifndef CR_AUGMENT_IMPL_H
 #define CR_AUGMENT_IMPL_H
 
@@ -16,5 +18,26 @@ void cr_augment_blur(float *img, float *tmp, int64_t nchan, int64_t h, int64_t w
                      int64_t ksize);
 /* x >= threshold -> 255 - x. */
 void cr_augment_solarize(float *img, int64_t n, float threshold);
+
+/* ---- entry points for pipeline.c ---- */
+/* Checks a crop spec for images of nchan channels (0: skip mean/std). */
+cr_status cr_augment_check_spec(const cr_data_crop_spec *s, int64_t nchan);
+/* Checks the images of the augmentation: contiguous CPU u8 or f32, [N, H, W] or
+ * [N, C, H, W] with C = 1 or 3, not empty; op names the caller in the message. */
+cr_status cr_augment_check_images(const char *op, const cr_tensor *images);
+/* cr_data_augment_crops; parallel = false runs on the calling thread without entering
+ * OpenMP (same result: every crop is computed alone). */
+cr_status cr_augment_crops(cr_tensor **out, const cr_tensor *images, const cr_tensor *index,
+                           const cr_data_crop_spec *spec, int64_t ncrops, int64_t first_crop,
+                           uint64_t seed, uint64_t epoch, bool parallel);
+/* cr_data_make_batch, with the same switch. */
+cr_status cr_batch_make(cr_tensor **input, cr_tensor **target, const cr_tensor *images,
+                        const cr_tensor *labels, const cr_tensor *index, const double *mean,
+                        const double *std, const cr_data_augment *aug, bool parallel);
+/* The checks of cr_data_make_batch that do not depend on the index. */
+cr_status cr_batch_check(const cr_tensor *images, const cr_tensor *labels, const double *mean,
+                         const double *std, const cr_data_augment *aug);
+/* *out = i64 [B] with labels[index[b]] (labels: a CPU integer tensor [N], checked). */
+cr_status cr_batch_targets(cr_tensor **out, const cr_tensor *labels, const cr_tensor *index);
 
 #endif

@@ -1,6 +1,7 @@
 /* crescent_data.h — data sets on the C side (csrc/data/): the IDX file reader, the
- * epoch permutation of the sampler, and batch assembly (u8 images -> normalised f32,
- * optional random crop + horizontal flip). Included by crescent.h, so it is FFI-clean
+ * epoch permutation of the sampler, batch assembly (u8 or f32 images -> normalised f32,
+ * optional random crop + horizontal flip), the SSL crops, and the loader's worker
+ * pipeline. Included by crescent.h, so it is FFI-clean
  * like it: no macros in declarations, POD structs only.
  *
  * Randomness here never touches the global RNG stream: the shuffle and the per-sample
@@ -43,8 +44,9 @@ typedef struct {
     uint64_t epoch;
 } cr_data_augment;
 
-/* Assembles one batch: images u8 [N, H, W] or [N, C, H, W] (contiguous, CPU), labels
- * [N] of an integer dtype or NULL, index i64 [B] (dataset rows, each in [0, N)),
+/* Assembles one batch: images u8 [N, H, W] or [N, C, H, W] (contiguous, CPU), or f32
+ * with values in [0, 1] (torchvision's float convention, read as x = 255 * value),
+ * labels [N] of an integer dtype or NULL, index i64 [B] (dataset rows, each in [0, N)),
  * mean/std arrays of C values (one per channel). Writes *input = f32 [B, C, H, W] with
  * (x / 255 - mean[c]) / std[c], and *target = i64 [B] (left NULL when labels is NULL).
  * aug may be NULL (no augmentation). Runs OpenMP over the batch; the result does not
@@ -58,8 +60,9 @@ cr_status cr_data_make_batch(cr_tensor **input, cr_tensor **target, const cr_ten
  * Crops for self-supervised training: RandomResizedCrop, horizontal flip, colour jitter,
  * grayscale, gaussian blur, solarize and normalize, in that fixed order (flip commutes
  * with everything after the crop, so it is folded into the resampling), with
- * torchvision's semantics applied to the float image x = u8 value in [0, 255] (that is
- * torchvision on a float tensor x/255, scaled by 255): values stay f32 between steps and
+ * torchvision's semantics applied to the float image x = u8 value in [0, 255], or
+ * 255 * value for f32 images in [0, 1] (that is torchvision on a float tensor x/255,
+ * scaled by 255): values stay f32 between steps and
  * are never rounded; blends clamp to [0, 255] as torchvision clamps to [0, 1].
  * Differences from torchvision, on purpose: grayscale (and the mean of contrast, and the
  * grey of saturation) use the ITU-R 601 weights 0.299/0.587/0.114 (PIL's; torchvision's
@@ -123,7 +126,9 @@ cr_status cr_data_augment_draw(cr_data_crop_draw *out, const cr_data_crop_spec *
                                int64_t index, int64_t crop);
 
 /* ncrops crops (crop indices first_crop .. first_crop + ncrops - 1) of every image of the
- * batch: images u8 [N, H, W] or [N, C, H, W] (C = 1 or 3, contiguous, CPU), index i64 [B]
+ * batch: images u8 [N, H, W] or [N, C, H, W] (C = 1 or 3, contiguous, CPU), or f32 in
+ * [0, 1] (x = 255 * value: an f32 image equal to u8 / 255 gives the u8 crops to within
+ * float rounding), index i64 [B]
  * (rows in [0, N), below 2^32). Writes *out = f32 [ncrops, B, C, size_h, size_w],
  * normalised. OpenMP over (crop, sample); the result does not depend on the thread
  * count. */
@@ -131,5 +136,71 @@ cr_status cr_data_augment_crops(cr_tensor **out, const cr_tensor *images, const 
                                 const cr_data_crop_spec *spec, int64_t ncrops,
                                 int64_t first_crop, uint64_t seed, uint64_t epoch);
 /* ==== end of the augmentation pipeline ================================================ */
+
+/* ==== loader pipeline (csrc/data/pipeline.c) ==========================================
+ * Worker threads (pthreads) that build an epoch's batches ahead of the consumer, for
+ * cr.data.Loader's `workers` option. Workers claim batch numbers in order, build each
+ * one single-threaded with the code of cr_data_make_batch / cr_data_augment_crops (no
+ * OpenMP inside a worker) and publish it into ring slot b % prefetch; the consumer takes
+ * batch b when it is ready and frees the slot. A worker starts batch b only once batch
+ * b - prefetch was taken, so at most `prefetch` batches are alive in the ring besides
+ * those handed out. Every draw is keyed by (seed, epoch, sample, crop), so the batches
+ * are bit-identical to the synchronous calls for any worker count. */
+
+/* One crop group of a multi-crop job: the arguments of one cr_data_augment_crops call. */
+typedef struct {
+    cr_data_crop_spec spec;
+    int64_t ncrops;
+    int64_t first_crop;
+} cr_data_crop_group;
+
+/* The epoch's batch job. Batch b (first_batch <= b < num_batches) holds the rows
+ * index = order[b * batch_size .. min(M, (b + 1) batch_size)) of the images. Plain
+ * batches (groups NULL) are cr_data_make_batch(images, labels, index, mean, std, aug);
+ * multi-crop batches one cr_data_augment_crops(images, index, groups[g]..., seed, epoch)
+ * per group. Everything is copied or referenced at start: the caller may free the job
+ * and its arrays right after. */
+typedef struct {
+    const cr_tensor *images;          /* u8 or f32 [N, H, W] / [N, C, H, W], contiguous, CPU */
+    const cr_tensor *labels;          /* an integer tensor [N], or NULL */
+    const cr_tensor *order;           /* i64 [M]: the epoch's rows (cr_data_permutation) */
+    int64_t batch_size;               /* >= 1 */
+    int64_t num_batches;              /* (num_batches - 1) * batch_size < M */
+    int64_t first_batch;              /* in [0, num_batches]: a resume starts later */
+    const double *mean, *std;         /* plain batches: one value per channel */
+    const cr_data_augment *aug;       /* plain batches: NULL or the pad-crop/flip */
+    const cr_data_crop_group *groups; /* multi-crop batches: ngroups groups (1 .. 64) */
+    int64_t ngroups;
+    uint64_t seed, epoch;             /* the crops' draws */
+    int32_t workers;                  /* threads, 1 .. 64 */
+    int32_t prefetch;                 /* ring slots, 1 .. 1024 */
+} cr_data_pipeline_job;
+
+typedef struct cr_data_pipeline cr_data_pipeline;
+
+/* Checks the job (errors name the field and the fix), takes references to its tensors
+ * and starts the workers. Release with cr_data_pipeline_free. */
+cr_status cr_data_pipeline_start(cr_data_pipeline **out, const cr_data_pipeline_job *job);
+
+/* Waits for the next batch (in order) and hands over its tensors, one reference each:
+ * outs[0 .. G-1] the inputs (G = 1 plain: f32 [B, C, H, W]; else one f32
+ * [ncrops, B, C, h, w] per group), outs[G] the targets i64 [B] (NULL without labels),
+ * outs[G + 1] the index i64 [B] (a view of order). After the last batch it returns
+ * CR_OK with every outs[k] NULL. A worker's failure (out of memory, an index out of
+ * range) is returned by the call that reaches its batch, with the worker's message, and
+ * by every later call. */
+cr_status cr_data_pipeline_next(cr_data_pipeline *p, cr_tensor **outs);
+
+/* Stops the workers: each finishes the batch it is building, then all are joined and
+ * the ring's batches freed. Idempotent; next fails afterwards. */
+void cr_data_pipeline_stop(cr_data_pipeline *p);
+
+/* Stops the pipeline, drops its references and frees it (NULL is fine). */
+void cr_data_pipeline_free(cr_data_pipeline *p);
+
+/* Worker threads started and not yet joined, over all pipelines (for tests: 0 once
+ * every pipeline was stopped). */
+int64_t cr_data_pipeline_threads(void);
+/* ==== end of the loader pipeline ====================================================== */
 
 #endif

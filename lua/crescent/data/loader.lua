@@ -12,8 +12,19 @@
 --
 -- views = an object with :apply(images, index, seed, epoch, {mean =, std =}) returning a
 -- list of f32 tensors (cr.data.transforms.multicrop / two_views): the batch then holds
--- input = that list of crops (from the u8 images, keyed by the loader's seed), size = B,
+-- input = that list of crops (from the images, keyed by the loader's seed), size = B,
 -- target and index; augment must be off, mean/std default to the data set's.
+-- Images are u8 (0..255) or f32 in [0, 1] (torchvision's float convention).
+--
+-- workers = N >= 1 (default 0: each batch is built on the calling thread when asked for)
+-- starts N C threads per iter() that build the epoch's batches ahead, in order, into a
+-- ring of `prefetch` slots (default 2 N): at most prefetch batches wait in the ring
+-- besides the one handed out, and the batches are bit-identical to workers = 0 (every
+-- draw is keyed by seed, epoch, sample and crop). `transform` still runs here, on the
+-- consumer's side. The threads stop at the end of the epoch, when the iterator is
+-- garbage (a `break`), at the next iter() on the same loader, at loader:close(), and on
+-- an error (a worker's error is raised by the iterator for its batch). Views need
+-- cr.data.transforms.multicrop / two_views with workers (the crops are built in C).
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
@@ -22,11 +33,17 @@ local Loader = {}
 Loader.__index = Loader
 
 local OPTS = { batch_size = 'number', shuffle = 'boolean', drop_last = 'boolean', seed = 'number',
-               augment = 'boolean or table', transform = 'function', views = 'table' }
+               augment = 'boolean or table', transform = 'function', views = 'table',
+               workers = 'number', prefetch = 'number' }
+local MAX_WORKERS, MAX_PREFETCH = 64, 1024   -- csrc/data/pipeline.c's limits
 -- augment = true: torchvision's RandomCrop(size, padding = 4) + RandomHorizontalFlip.
 local AUGMENT_DEFAULT = { pad = 4, flip = true }
 
 local tensor_ptr_ct = ffi.typeof('cr_tensor*') -- made once: see tensor.lua on C type strings
+local tensor_vla_ct = ffi.typeof('cr_tensor*[?]')
+local job_ct = ffi.typeof('cr_data_pipeline_job')
+local groups_ct = ffi.typeof('cr_data_crop_group[?]')
+local pipe_box = ffi.new('cr_data_pipeline*[1]')
 local function is_tensor(x) return type(x) == 'cdata' and ffi.istype(tensor_ptr_ct, x) end
 local function is_count(v, min) return type(v) == 'number' and v == math.floor(v) and v >= min end
 
@@ -62,8 +79,13 @@ end
 local function new(_, ds, opts)
   opts = opts or {}
   if (type(ds) ~= 'table' and type(ds) ~= 'userdata') or not is_tensor(ds.images) then
-    error('Loader: expected a data set with .images (a u8 tensor), e.g. cr.data.fashion_mnist{}, got ' ..
+    error('Loader: expected a data set with .images (a u8 or f32 tensor), e.g. cr.data.fashion_mnist{}, got ' ..
       type(ds), 2)
+  end
+  local dt = ds.images.dtype
+  if dt ~= 'u8' and dt ~= 'f32' then
+    error('Loader: the data set\'s images are ' .. dt .. '; pass u8 images (0..255) or f32 images (0..1), ' ..
+      'e.g. images:byte() or images:float()', 2)
   end
   for k, v in pairs(opts) do
     local want = OPTS[k]
@@ -91,6 +113,20 @@ local function new(_, ds, opts)
   if opts.views ~= nil and (type(opts.views.apply) ~= 'function' or opts.augment) then
     error('Loader: views must be a transform with :apply (cr.data.transforms.multicrop{...}) and excludes augment', 2)
   end
+  local workers = opts.workers or 0
+  if not is_count(workers, 0) or workers > MAX_WORKERS then
+    error(string.format('Loader: workers must be an integer in [0, %d] (0: batches built on the calling thread), ' ..
+      'got %s', MAX_WORKERS, tostring(workers)), 2)
+  end
+  local prefetch = opts.prefetch or math.max(2, 2 * workers)
+  if not is_count(prefetch, 1) or prefetch > MAX_PREFETCH then
+    error(string.format('Loader: prefetch must be an integer in [1, %d] (batches built ahead by the workers), ' ..
+      'got %s', MAX_PREFETCH, tostring(prefetch)), 2)
+  end
+  if workers > 0 and opts.views ~= nil and (type(opts.views._spec) ~= 'function' or type(opts.views.groups) ~= 'table') then
+    error('Loader: with workers, views must come from cr.data.transforms.multicrop or two_views ' ..
+      '(the workers build the crops in C); pass workers = 0 for a custom views object', 2)
+  end
   local self = setmetatable({
     views = opts.views, stats = { mean = mean, std = std },
     ds = ds, batch_size = bs, seed = seed,
@@ -98,6 +134,8 @@ local function new(_, ds, opts)
     transform = opts.transform, aug = aug_from(opts.augment),
     mean = ffi.new('double[?]', #mean, mean), std = ffi.new('double[?]', #std, std),
     epoch = 0, batch = 0,   -- the sampler position: the next batch to hand out
+    workers = workers, prefetch = prefetch, nchan = nchan,
+    runs = setmetatable({}, { __mode = 'k' }),   -- live worker runs; weak: a dropped iterator is collected
   }, Loader)
   return self
 end
@@ -150,9 +188,11 @@ function Loader:iter(epoch, start_batch)
   if not is_count(start_batch, 0) or start_batch > nb then
     error(string.format('Loader:iter: start_batch must be an integer in [0, %d], got %s', nb, tostring(start_batch)), 2)
   end
+  self:close()
   local order, n, bs = self:order(epoch), #self.ds, self.batch_size
   local b = start_batch
   self.epoch, self.batch = epoch, b
+  if self.workers > 0 then return self:_iter_workers(order, epoch, b, nb) end
   return function()
     if b >= nb then
       self.epoch, self.batch = epoch + 1, 0
@@ -166,6 +206,96 @@ function Loader:iter(epoch, start_batch)
     self.batch = b
     if self.transform then batch = self.transform(batch) or batch end
     return batch
+  end
+end
+
+-- ---- workers: the C pipeline (csrc/data/pipeline.c) --------------------------------
+
+-- Frees a run's pipeline: joins its threads and drops its batches and references.
+local function close_run(run)
+  local p = run.pipe
+  if p ~= nil then
+    run.pipe = nil
+    ffi.gc(p, nil)
+    C.cr_data_pipeline_free(p)
+  end
+end
+
+-- Starts the threads for batches first .. nb - 1 of the epoch with this order.
+function Loader:_start(order, epoch, first, nb)
+  local ds, job = self.ds, ffi.new(job_ct)
+  job.images, job.labels, job.order = ds.images, ds.labels, order
+  job.batch_size, job.num_batches, job.first_batch = self.batch_size, nb, first
+  job.workers, job.prefetch = self.workers, self.prefetch
+  job.seed, job.epoch = self.seed, epoch
+  local groups -- anchored in this frame until the start call copied it
+  if self.views then
+    local list = self.views.groups
+    groups = ffi.new(groups_ct, #list)
+    for g, grp in ipairs(list) do
+      groups[g - 1].spec = self.views:_spec(g, self.nchan, self.stats)
+      groups[g - 1].ncrops, groups[g - 1].first_crop = grp.n, grp.first
+    end
+    job.groups, job.ngroups = groups, #list
+  else
+    local aug = self.aug
+    if aug then aug.seed, aug.epoch = self.seed, epoch end
+    job.mean, job.std, job.aug = self.mean, self.std, aug
+  end
+  if C.cr_data_pipeline_start(pipe_box, job) ~= 0 then util.raise() end
+  return ffi.gc(pipe_box[0], C.cr_data_pipeline_free), groups  -- groups: kept alive past the call
+end
+
+-- The iterator of Loader:iter with workers: batches come from the pipeline in order.
+function Loader:_iter_workers(order, epoch, b, nb)
+  local run = {}
+  if b < nb then run.pipe = self:_start(order, epoch, b, nb) end
+  self.runs[run] = true
+  local views = self.views
+  local ngroups = views and #views.groups or 1
+  local outs = ffi.new(tensor_vla_ct, ngroups + 2)
+  return function()
+    if b >= nb then
+      close_run(run)
+      self.epoch, self.batch = epoch + 1, 0
+      return nil
+    end
+    local p = run.pipe
+    if p == nil then
+      error(run.failed or ('Loader: this iterator was stopped by loader:close() or a newer loader:iter(); ' ..
+        'start a new one with loader:iter()'), run.failed and 0 or 2)
+    end
+    if C.cr_data_pipeline_next(p, outs) ~= 0 then
+      close_run(run)   -- the message stays: freeing sets no error
+      run.failed = 'Loader: ' .. ffi.string(C.cr_last_error())
+      error(run.failed, util.user_level())
+    end
+    local input
+    if views then
+      local groups = {}
+      for g = 1, ngroups do groups[g] = util.own(outs[g - 1]) end
+      input = views:_crops(groups)
+    else
+      input = util.own(outs[0])
+    end
+    local target = outs[ngroups] ~= nil and util.own(outs[ngroups]) or nil
+    local index = util.own(outs[ngroups + 1])
+    local batch = { input = input, target = target, index = index, size = views and #index or nil,
+                    epoch = epoch, batch = b }
+    b = b + 1
+    self.batch = b
+    if b >= nb then close_run(run) end   -- the threads are done: release them now
+    if self.transform then batch = self.transform(batch) or batch end
+    return batch
+  end
+end
+
+-- Stops the worker threads of this loader's iterators (a no-op without workers). An
+-- iterator stopped this way raises an error if called again; iter() starts afresh.
+function Loader:close()
+  for run in pairs(self.runs) do
+    close_run(run)
+    self.runs[run] = nil
   end
 end
 

@@ -17,6 +17,7 @@
 --     total_num_crops = 6, crops_for_assign = {0, 1},  -- optional, checked (0-based)
 --   }
 --   local crops = mc:apply(images_u8, index_i64, seed, epoch)  -- {f32 [B, C, 28, 28] x2, [B, C, 14, 14] x4}
+--                                               -- images may also be f32 in [0, 1] (read as 255 x value)
 --   local groups = mc:apply_groups(images_u8, index_i64, seed, epoch) -- {f32 [2B, C, 28, 28], [4B, C, 14, 14]}
 --   local mv = T.two_views{size = 28, scale = {0.2, 1}, ...}       -- 2 global crops (MoCo, SimCLR)
 --   cr.data.Loader(ds, {batch_size = 256, views = mc})   -- batch.input = the crops, batch.size = B
@@ -238,7 +239,9 @@ function MultiCrop:_spec(g, nchan, fallback)
 end
 
 local function check_inputs(images, index, seed, epoch)
-  if not is_tensor(images) then fail('apply', 'images must be a u8 tensor [N, H, W] or [N, C, H, W]') end
+  if not is_tensor(images) then
+    fail('apply', 'images must be a u8 (0..255) or f32 (0..1) tensor [N, H, W] or [N, C, H, W]')
+  end
   if not is_tensor(index) then fail('apply', 'index must be an i64 tensor [B] of sample indices') end
   for _, p in ipairs { { 'seed', seed }, { 'epoch', epoch } } do
     local v = p[2]
@@ -262,14 +265,20 @@ function MultiCrop:_run(images, index, seed, epoch, fallback)
   return out
 end
 
--- A Lua array of total_num_crops f32 tensors [B, C, h, w], global crops first.
--- fallback = {mean =, std =} is used where the spec has none (the Loader passes the data set's).
-function MultiCrop:apply(images, index, seed, epoch, fallback)
+-- The crops of the group tensors [n_g, B, C, h, w] as one list (the Loader's workers
+-- build the group tensors in C and split them here).
+function MultiCrop._crops(_, groups)
   local crops = {}
-  for _, t in ipairs(self:_run(images, index, seed, epoch, fallback)) do
+  for _, t in ipairs(groups) do
     for k = 0, t:size(0) - 1 do crops[#crops + 1] = t:select(0, k) end
   end
   return crops
+end
+
+-- A Lua array of total_num_crops f32 tensors [B, C, h, w], global crops first.
+-- fallback = {mean =, std =} is used where the spec has none (the Loader passes the data set's).
+function MultiCrop:apply(images, index, seed, epoch, fallback)
+  return self:_crops(self:_run(images, index, seed, epoch, fallback))
 end
 
 -- One f32 tensor [n_g * B, C, h, w] per crop size: the crops of a group concatenated

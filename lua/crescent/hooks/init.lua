@@ -9,6 +9,7 @@ M.console = require 'crescent.hooks.console'      -- progress line / periodic li
 M.nan_guard = require 'crescent.hooks.nan_guard'  -- stop on NaN/Inf loss, grads, params (5)
 M.freeze = require 'crescent.hooks.freeze'        -- drop named grads for N iterations (30)
 M.eval = require 'crescent.hooks.eval'            -- top-1/top-5 over test phases (40)
+M.knn = require 'crescent.hooks.knn'              -- kNN monitor of SSL features (60)
 
 -- The usual set for a supervised run: schedule, timer, NaN guard, eval (when there is
 -- a test loader) and the console writer.

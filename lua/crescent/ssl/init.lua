@@ -5,7 +5,9 @@
 --   ssl.copy_tensors(target, source)        exact copies (buffers, any dtype)
 --   ssl.cosine_momentum(m0, progress)       1 - (1 - m0) * (cos(pi * progress) + 1) / 2
 --   ssl.swav_loss, ssl.infonce, ssl.nt_xent (crescent.ssl.losses)
---   ssl.Queue (crescent.ssl.queue), ssl.knn_classify (crescent.ssl.knn)
+--   ssl.Queue (crescent.ssl.queue), ssl.knn_classify (crescent.ssl.knn),
+--   ssl.extract_features (crescent.ssl.features)
+--   ssl.swav / ssl.moco / ssl.simclr: the methods as modules, with build(cfg) and task(cfg)
 -- The Sinkhorn and EMA kernels are C (csrc/ssl/, declared in csrc/include/crescent_ssl.h);
 -- the losses are composed from differentiable ops.
 local ffi = require 'ffi'
@@ -167,5 +169,16 @@ M.infonce = losses.infonce
 M.nt_xent = losses.nt_xent
 M.Queue = require 'crescent.ssl.queue'
 M.knn_classify = require('crescent.ssl.knn').classify
+M.extract_features = require('crescent.ssl.features').extract
 
-return M
+-- The methods and the recipe builder load on first use (they need cr.nn):
+-- ssl.swav.SwAV, ssl.moco.MoCo, ssl.simclr.SimCLR, ssl.recipe, ssl.linear_probe.
+local LAZY = { swav = 'crescent.ssl.swav', moco = 'crescent.ssl.moco', simclr = 'crescent.ssl.simclr',
+               recipe = 'crescent.ssl.recipe', linear_probe = 'crescent.ssl.linear_probe' }
+return setmetatable(M, { __index = function(t, k)
+  local path = LAZY[k]
+  if not path then return nil end
+  local v = require(path)
+  rawset(t, k, v)
+  return v
+end })

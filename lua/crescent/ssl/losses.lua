@@ -3,7 +3,8 @@
 -- cross_entropy), so their gradients come from the ops' own rules.
 --
 --   swav_loss(scores, {crops_for_assign = {0, 1}, temperature = 0.1, epsilon = 0.05,
---             iterations = 3, queue_scores = nil}) -> loss, codes
+--             iterations = 3, queue_scores = nil, reduce = nil}) -> loss, codes
+--       (reduce: Sinkhorn's distributed sums, see ssl.sinkhorn)
 --       scores: a list of V tensors [B, K], the prototype scores of crops 0 .. V-1.
 --       For each assigned crop i (0-based ids), q_i = sinkhorn(scores[i]) under no_grad;
 --       with queue_scores[j] ([L, K], for the j-th entry of crops_for_assign) the codes are
@@ -72,7 +73,8 @@ function M.swav_loss(scores, opts)
     end
   end
   local T = num(what, opts, 'temperature', 0.1, true)
-  local sk = { epsilon = num(what, opts, 'epsilon', 0.05, true), iterations = num(what, opts, 'iterations', 3) }
+  local sk = { epsilon = num(what, opts, 'epsilon', 0.05, true), iterations = num(what, opts, 'iterations', 3),
+               reduce = opts.reduce }
   local queue = opts.queue_scores
   if queue ~= nil and type(queue) ~= 'table' then
     fail(what .. ': queue_scores must be a list of tensors [L, K] (one per assigned crop) or nil')

@@ -1,0 +1,101 @@
+-- crescent.hooks.knn — the weighted kNN monitor of self-supervised training (InstDisc /
+-- DINO): every `every` train epochs and at the end of training, the features of a train
+-- set (the memory bank) and a test set, from the frozen network in eval mode, are
+-- classified by cr.ssl.knn_classify (k = 200, cosine, temperature 0.1). The figures go
+-- into the storage (knn/top1, knn/top5) and task.metrics (knn_top1, knn_top5), and a line
+-- is printed. at_start = true also measures the network before the first step (the
+-- random-init baseline: task.metrics.knn_top1_init).
+--
+--   task:add_hook(cr.hooks.knn{train_set = ds, test_set = ds_test, every = 1,
+--                              forward = function(x) return method:features(x) end})
+local cr = require 'crescent'
+local now = require('crescent.engine.loop').now
+
+local Knn = {}
+Knn.__index = Knn
+
+function Knn:measure(task, label)
+  local t0 = now()
+  local feats = require 'crescent.ssl.features'
+  local opts = { batch_size = self.batch_size, forward = self.forward }
+  local model = self.model or task.model
+  local ftr, ytr = feats.extract(model, self.train_set, opts)
+  local fte, yte = feats.extract(model, self.test_set, opts)
+  if not ytr or not yte then
+    error('knn: the train and test sets need labels', 0)
+  end
+  local top1, top5 = cr.ssl.knn_classify(ftr, ytr, fte, yte, { k = self.k, temperature = self.temperature })
+  local secs = now() - t0
+  self.out:write(string.format('knn %s: top1 %.2f%%  top5 %.2f%%  (k %d, T %g, %d train / %d test, %.1fs)\n',
+    label, top1, top5, self.k, self.temperature, #self.train_set, #self.test_set, secs))
+  self.out:flush()
+  return top1, top5
+end
+
+function Knn:before_train(task)
+  self.last_epoch = nil
+  if self.at_start and task.iteration == 0 then
+    local top1, top5 = self:measure(task, 'at init')
+    task.metrics.knn_top1_init, task.metrics.knn_top5_init = top1, top5
+  end
+end
+
+function Knn:record(task, label)
+  local top1, top5 = self:measure(task, label)
+  local opts = { smoothing_hint = false }
+  task.storage:put_scalar('knn/top1', top1, opts)
+  task.storage:put_scalar('knn/top5', top5, opts)
+  task.metrics.knn_top1, task.metrics.knn_top5 = top1, top5
+  self.last_epoch = task.epoch
+end
+
+function Knn:after_phase(task)
+  if task.phase ~= 'train' or self.every == 0 then return end
+  local done = task.epoch + 1  -- epochs finished, this one included
+  if done % self.every == 0 and done < task.epochs then
+    self:record(task, string.format('epoch %d/%d', done, task.epochs))
+  end
+end
+
+function Knn:after_train(task)
+  if task.iteration == 0 and self.at_start then  -- nothing trained: the init figures stand
+    task.metrics.knn_top1, task.metrics.knn_top5 = task.metrics.knn_top1_init, task.metrics.knn_top5_init
+    return
+  end
+  if self.at_end then self:record(task, 'final') end
+end
+
+local KNOWN = { train_set = true, test_set = true, every = true, k = true, temperature = true, at_start = true,
+                at_end = true, forward = true, model = true, batch_size = true, out = true, priority = true }
+
+-- cr.hooks.knn{train_set =, test_set =, every = 0 (epochs; 0: at the end only), k = 200,
+--              temperature = 0.1, at_start = false, at_end = true, forward = fn(x) -> [B, D]
+--              (default task.model(x)), model = (the module put in eval mode; default
+--              task.model), batch_size = 500, out = io.stdout, priority = 60}
+return function(opts)
+  if type(opts) ~= 'table' then error('knn: give {train_set = , test_set = , ...}', 2) end
+  for k in pairs(opts) do
+    if not KNOWN[k] then error("knn: unknown option '" .. tostring(k) .. "'", 2) end
+  end
+  for _, f in ipairs { 'train_set', 'test_set' } do
+    if not cr.data.is_dataset(opts[f]) then
+      error('knn: ' .. f .. ' must be a data set with labels (cr.data.fashion_mnist{...}, ...), got ' ..
+        type(opts[f]), 2)
+    end
+  end
+  local every = opts.every or 0
+  if type(every) ~= 'number' or every < 0 or every ~= math.floor(every) then
+    error('knn: every must be a non-negative integer number of epochs (0: at the end only), got ' .. tostring(every), 2)
+  end
+  local k = opts.k or 200
+  if type(k) ~= 'number' or k < 1 or k ~= math.floor(k) then
+    error('knn: k must be a positive integer, got ' .. tostring(k), 2)
+  end
+  local T = opts.temperature or 0.1
+  if type(T) ~= 'number' or T <= 0 then error('knn: temperature must be a number > 0, got ' .. tostring(T), 2) end
+  return setmetatable({
+    name = 'knn', priority = opts.priority or 60, train_set = opts.train_set, test_set = opts.test_set,
+    every = every, k = k, temperature = T, at_start = opts.at_start == true, at_end = opts.at_end ~= false,
+    forward = opts.forward, model = opts.model, batch_size = opts.batch_size or 500, out = opts.out or io.stdout,
+  }, Knn)
+end

@@ -1,0 +1,193 @@
+-- crescent.ssl.moco — MoCo v2 (Chen et al. 2020) as a module: a query encoder (trunk +
+-- MLP head) trained by InfoNCE against a momentum key encoder (an EMA of the query
+-- encoder, one fused C update over all parameters) and a queue of negatives.
+--
+--   local m = cr.ssl.moco.MoCo{trunk = resnet, key_trunk = resnet_copy, feat_dim = 128,
+--       hidden_dim = 512, out_dim = 128, queue_length = 4096, temperature = 0.2,
+--       momentum = 0.99, cosine_momentum = false, shuffle_bn_splits = 2, batch_size = 256}
+--   local out = m(views)               -- views = {query crops [B, C, h, w], key crops}
+--   local loss = m:loss(out)           -- InfoNCE; enqueues the keys afterwards
+--   for _, h in ipairs(m:hooks()) do task:add_hook(h) end   -- the cosine momentum schedule
+--
+-- key_trunk is a second trunk of the same architecture (its weights are overwritten with
+-- the query trunk's at construction; its parameters never require grad). The key encoder
+-- is updated by EMA at the start of every forward, before the keys are computed, as MoCo
+-- does. Shuffle-BN: the keys' batch is permuted and run through the key encoder in
+-- `shuffle_bn_splits` chunks (BatchNorm statistics per chunk, as per GPU in MoCo), then
+-- put back in order; this stops the query and its key from sharing batch statistics.
+-- With ranks (issue 7) the chunks become the ranks' sub-batches. The queue starts as
+-- random unit vectors, as MoCo's. Parameter names: trunk.*, head.*, key_trunk.*, key_head.*.
+local cr = require 'crescent'
+local util = require 'crescent.util'
+local nn = cr.nn
+local ssl_core = require 'crescent.ssl'
+local losses = require 'crescent.ssl.losses'
+local Queue = require 'crescent.ssl.queue'
+
+local M = {}
+
+local function fail(msg) error(msg, util.user_level()) end
+
+local KNOWN = {
+  trunk = true, key_trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, queue_length = true,
+  temperature = true, momentum = true, cosine_momentum = true, shuffle_bn_splits = true, batch_size = true,
+}
+
+local function int(name, v, lo)
+  if type(v) ~= 'number' or v ~= math.floor(v) or v < lo then
+    fail(string.format('MoCo: %s must be an integer >= %d, got %s', name, lo, tostring(v)))
+  end
+  return v
+end
+
+local MoCo = nn.Module:extend('MoCo')
+M.MoCo = MoCo
+
+local function head(feat, hidden, out)
+  return hidden > 0 and nn.MLP { dims = { feat, hidden, out }, bn = false } or nn.Linear(feat, out)
+end
+
+function MoCo:init(o)
+  if type(o) ~= 'table' then fail('MoCo: give an options table, e.g. MoCo{trunk = a, key_trunk = b, feat_dim = 128}') end
+  for k in pairs(o) do
+    if not KNOWN[k] then
+      local names = {}
+      for n in pairs(KNOWN) do names[#names + 1] = n end
+      table.sort(names)
+      fail("MoCo: unknown option '" .. tostring(k) .. "'; options are " .. table.concat(names, ', '))
+    end
+  end
+  if not nn.is_module(o.trunk) then
+    fail('MoCo: trunk must be a module returning features [B, feat_dim], got ' .. type(o.trunk))
+  end
+  if not nn.is_module(o.key_trunk) or o.key_trunk == o.trunk then
+    fail('MoCo: key_trunk must be a second module of the same architecture as trunk (build the model twice)')
+  end
+  local feat = int('feat_dim', o.feat_dim, 1)
+  local hidden = int('hidden_dim', o.hidden_dim or 512, 0)
+  local out = int('out_dim', o.out_dim or 128, 1)
+  local L = int('queue_length', o.queue_length or 4096, 1)
+  local B = int('batch_size', o.batch_size, 1)
+  self.temperature = o.temperature or 0.2
+  if type(self.temperature) ~= 'number' or self.temperature <= 0 then
+    fail('MoCo: temperature must be a number > 0, got ' .. tostring(self.temperature))
+  end
+  local m = o.momentum or 0.999
+  if type(m) ~= 'number' or m < 0 or m > 1 then fail('MoCo: momentum must be in [0, 1], got ' .. tostring(m)) end
+  self.base_momentum, self.momentum = m, m
+  self.cosine_momentum = o.cosine_momentum == true
+  self.shuffle_bn_splits = int('shuffle_bn_splits', o.shuffle_bn_splits or 1, 1)
+  if B % self.shuffle_bn_splits ~= 0 then
+    fail(string.format('MoCo: shuffle_bn_splits %d does not divide the batch size %d', self.shuffle_bn_splits, B))
+  end
+  self.queue = Queue(L, out, { batch_size = B })  -- checks that L is a multiple of B
+  self.trunk, self.head = o.trunk, head(feat, hidden, out)
+  self.key_trunk, self.key_head = o.key_trunk, head(feat, hidden, out)
+  local q, k = self:query_parameters(), self:key_parameters()
+  if #q ~= #k then fail('MoCo: trunk and key_trunk differ in their parameters; build both with the same constructor') end
+  ssl_core.copy_tensors(k, q)
+  for _, np in ipairs(k) do np[2].requires_grad = false end
+  cr.no_grad(function()
+    self.queue.data:copy_(cr.randn({ L, out }):normalize({ dim = 1 }))
+  end)
+  self.queue.filled, self.queue.batch = L, B
+end
+
+-- {name, tensor} pairs of the query encoder and of the key encoder, in the same order.
+local function pairs_of(a, b)
+  local out = {}
+  for _, m in ipairs { a, b } do
+    for _, np in ipairs(m:named_parameters()) do out[#out + 1] = np end
+  end
+  return out
+end
+function MoCo:query_parameters() return pairs_of(self.trunk, self.head) end
+function MoCo:key_parameters() return pairs_of(self.key_trunk, self.key_head) end
+
+-- The trunk's features of a batch of images (what kNN and linear probes use).
+function MoCo:features(x) return self.trunk(x) end
+
+-- Keys [B, out_dim], L2-normalised, from the key encoder with shuffle-BN; no graph.
+function MoCo:keys(x)
+  return cr.no_grad(function()
+    local S = self.shuffle_bn_splits
+    local function enc(t) return self.key_head(self.key_trunk(t)) end
+    if S == 1 then return enc(x):normalize({ dim = 1 }) end
+    local B = x.shape[1]
+    local perm = cr.randperm(B)
+    local xs = x:index_select(0, perm)
+    local parts, n = {}, B / S
+    for s = 0, S - 1 do parts[s + 1] = enc(xs:narrow(0, s * n, n)) end
+    local k = cr.cat(parts, 0):normalize({ dim = 1 })
+    return k:index_select(0, perm:argsort())
+  end)
+end
+
+-- forward(views) -> {q = [B, D] (with graph), k = [B, D] (no graph)}
+function MoCo:forward(views)
+  if type(views) ~= 'table' or cr.is_tensor(views) or #views ~= 2 then
+    fail('MoCo: the input must be a list of 2 views {query crops, key crops} (a two_views loader gives it)')
+  end
+  local q = self.head(self.trunk(views[1])):normalize({ dim = 1 })
+  ssl_core.ema_update(self:key_parameters(), self:query_parameters(), self.momentum)
+  local k = self:keys(views[2])
+  return { q = q, k = k }
+end
+
+-- InfoNCE of a forward's output against the queue; enqueues the keys afterwards.
+function MoCo:loss(out)
+  -- a copy: the product saves the negatives for q's gradient, and enqueue writes the queue
+  local negatives = self.queue:buffer():clone()
+  local loss, logits = losses.infonce(out.q, out.k, negatives, { temperature = self.temperature })
+  out.logits = logits
+  self.queue:enqueue(out.k)
+  return loss
+end
+
+function MoCo:extra_state() return { queue = self.queue:state_dict() } end
+
+-- The momentum schedule (cosine from base momentum to 1 over training, when asked), set
+-- before each train step; the value goes into the storage as 'momentum'.
+function MoCo:hooks()
+  local method = self
+  return {
+    { name = 'moco', priority = 45,
+      before_step = function(_, task)
+        if task.phase ~= 'train' then return end
+        if method.cosine_momentum and task.max_iterations > 0 then
+          method.momentum = ssl_core.cosine_momentum(method.base_momentum, task.iteration / task.max_iterations)
+        end
+        task.storage:put_scalar('momentum', method.momentum)
+      end },
+  }
+end
+
+function MoCo:extra_repr()
+  return string.format('queue_length=%d, temperature=%g, momentum=%g%s, shuffle_bn_splits=%d', self.queue.length,
+    self.temperature, self.base_momentum, self.cosine_momentum and ' (cosine)' or '', self.shuffle_bn_splits)
+end
+
+-- ---- recipes ------------------------------------------------------------------------
+-- The config section of recipes/moco.lua and its defaults (scaled for Fashion-MNIST: a
+-- shorter run than ImageNet's, so a faster-moving key encoder).
+M.defaults = { queue_length = 4096, temperature = 0.2, momentum = 0.99, cosine_momentum = false,
+               shuffle_bn_splits = 2 }
+
+-- build(cfg, parts) -> MoCo, from the recipe config (crescent.ssl.recipe makes parts).
+function M.build(cfg, parts)
+  local m = cfg.moco
+  local total = 0
+  for _, n in ipairs(cfg.crops.num) do total = total + n end
+  if total ~= 2 then
+    error(string.format('moco: MoCo takes 2 views, but crops.num gives %d crops; use crops.num={2}', total), 0)
+  end
+  return MoCo {
+    trunk = parts.trunk(), key_trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
+    out_dim = cfg.model.out_dim, queue_length = m.queue_length, temperature = m.temperature, momentum = m.momentum,
+    cosine_momentum = m.cosine_momentum, shuffle_bn_splits = m.shuffle_bn_splits, batch_size = cfg.data.batch_size,
+  }
+end
+
+function M.task(cfg) return require('crescent.ssl.recipe').task('moco', cfg) end
+
+return M

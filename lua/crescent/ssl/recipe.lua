@@ -1,0 +1,341 @@
+-- crescent.ssl.recipe — what the self-supervised recipes (recipes/swav.lua, moco.lua,
+-- simclr.lua) share: the config defaults and types, the data sets and the multi-crop
+-- loader, the trunk, the optimizer and lr schedule, the task with its hooks (schedule,
+-- timer, NaN guard, the method's own, kNN monitor, console), and the end of a run (the
+-- model saved as safetensors, the JSON last line).
+--
+--   local task = cr.ssl.recipe.task('swav', cfg)   -- or cr.ssl.swav.task(cfg)
+--   cr.train(task)
+--   cr.ssl.recipe.finish(task)
+--
+-- A method file (crescent.ssl.<method>) provides build(cfg, parts) -> the method module;
+-- parts = {trunk = fn() -> a fresh trunk, feat_dim = n, nchan = channels}.
+local ffi = require 'ffi'
+local cr = require 'crescent'
+
+local R = {}
+
+local function fail(msg) error(msg, 0) end
+
+-- ---- config --------------------------------------------------------------------------
+-- The keys every SSL recipe has; a recipe merges its method's section and its own values.
+function R.defaults()
+  return cr.config.merge(cr.config.common(), {
+    train = { epochs = 3, log_every = 50 },
+    data = { batch_size = 256, size = 32, skip_bad = false },
+    -- VISSL's multi-crop: num[i] crops of size[i] px with RandomResizedCrop scale
+    -- {min_scale[i], max_scale[i]}; global crops first
+    crops = { size = { 28, 14 }, num = { 2, 4 }, min_scale = { 0.25, 0.08 }, max_scale = { 1, 0.25 } },
+    augment = { flip = 0.5, jitter = 0.8, brightness = 0.4, contrast = 0.4, saturation = 0.4, hue = 0.1,
+                grayscale = 0.2, blur = 0.5, blur_sigma = { 0.1, 1 }, solarize = 0 },
+    model = { arch = 'resnet18', width = 16, stem = 'auto', hidden_dim = 512, out_dim = 128 },
+    -- stem auto: the CIFAR stem (3x3/1 conv, no pool) for images up to 64 px, else ImageNet's
+    optim = { lr = 0.6, momentum = 0.9, nesterov = false, weight_decay = 1e-6, warmup_epochs = 1,
+              final_lr = 0.0006, no_decay_bias_norm = false },
+    knn = { k = 200, temperature = 0.1, every = 0, at_start = false },
+    checkpoint = { save = true },
+  })
+end
+
+function R.types(extra)
+  local t = {
+    ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50' } },
+    ['model.width'] = { type = 'integer', min = 1 },
+    ['model.stem'] = { type = 'string', choices = { 'auto', 'cifar', 'imagenet' } },
+    ['model.hidden_dim'] = { type = 'integer', min = 0 },
+    ['model.out_dim'] = { type = 'integer', min = 1 },
+    ['data.name'] = { type = 'string', choices = { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder' } },
+    ['data.size'] = { type = 'integer', min = 1 },
+    ['optim.name'] = { type = 'string', choices = { 'sgd' } },
+    ['optim.momentum'] = { type = 'number', min = 0 },
+    ['optim.warmup_epochs'] = { type = 'number', min = 0 },
+    ['optim.final_lr'] = { type = 'number', min = 0 },
+    ['knn.k'] = { type = 'integer', min = 1 },
+    ['knn.temperature'] = { type = 'number', min = 0 },
+    ['knn.every'] = { type = 'integer', min = 0 },
+    ['train.log_every'] = { type = 'integer', min = 1 },
+  }
+  for k, v in pairs(extra or {}) do t[k] = v end
+  return t
+end
+
+local function seed_and_threads(cfg)
+  if cfg.train.device == 'cuda' then fail('train.device=cuda: the CUDA backend arrives with issue 6; use cpu') end
+  if cfg.train.threads > 0 then cr.set_num_threads(cfg.train.threads) end
+  cr.manual_seed(cfg.train.seed)
+end
+
+-- ---- data ----------------------------------------------------------------------------
+-- The train and test data sets of cfg.data (test may be nil: no kNN monitor then).
+function R.datasets(cfg)
+  local d = cfg.data
+  seed_and_threads(cfg)
+  local limit = d.limit > 0 and d.limit or nil
+  local root = d.root ~= '' and d.root or nil
+  if d.name == 'fashion_mnist' then
+    return cr.data.fashion_mnist { root = root, split = 'train', limit = limit },
+           cr.data.fashion_mnist { root = root, split = 'test', limit = limit }
+  elseif d.name == 'cifar10' or d.name == 'cifar100' then
+    return cr.data[d.name] { root = root, split = 'train', limit = limit },
+           cr.data[d.name] { root = root, split = 'test', limit = limit }
+  elseif d.name == 'synthetic' then
+    local n = limit or 4096
+    return cr.data.synthetic { n = n, shape = { 3, d.size, d.size }, seed = cfg.train.seed },
+           cr.data.synthetic { n = math.max(1, math.floor(n / 4)), shape = { 3, d.size, d.size }, seed = cfg.train.seed + 1 }
+  elseif d.name == 'image_folder' then
+    if not root then fail("data.name=image_folder needs data.root=<folder with train/ (and val/) class sub-folders>") end
+    local function exists(p) local f = io.open(p, 'rb') if f then f:close() return true end return false end
+    local tr = exists(root .. '/train') and root .. '/train' or root
+    local opts = { root = tr, size = { d.size, d.size }, skip_bad = d.skip_bad }
+    local train = cr.data.image_folder(opts)
+    local test
+    if exists(root .. '/val') then
+      opts.root = root .. '/val'
+      test = cr.data.image_folder(opts)
+    end
+    return train, test
+  end
+  fail("data.name='" .. tostring(d.name) .. "' is not a data set this recipe knows")
+end
+
+-- The multi-crop transform of cfg.crops and cfg.augment, checked against the images.
+function R.views(cfg, ds)
+  local c, a = cfg.crops, cfg.augment
+  local n = #c.size
+  for _, k in ipairs { 'num', 'min_scale', 'max_scale' } do
+    if type(c[k]) ~= 'table' or #c[k] ~= n then
+      fail(string.format('crops.%s must list %d values, one per crop size in crops.size (%s)', k, n,
+        table.concat(c.size, ', ')))
+    end
+  end
+  local h, w = ds.images.shape[ds.images.ndim - 1], ds.images.shape[ds.images.ndim]
+  local scales = {}
+  for i = 1, n do
+    if c.size[i] > math.max(h, w) * 4 then
+      fail(string.format('crops.size[%d] = %d does not fit the %dx%d images of %s (at most 4x upsampling); ' ..
+        'lower crops.size', i, c.size[i], h, w, ds.name or 'the data set'))
+    end
+    scales[i] = { c.min_scale[i], c.max_scale[i] }
+  end
+  local opts = {
+    size_crops = c.size, num_crops = c.num, crop_scales = scales, flip = a.flip, grayscale = a.grayscale,
+    solarize = a.solarize > 0 and { p = a.solarize, threshold = 128 } or 0,
+  }
+  if a.jitter > 0 then
+    opts.color_jitter = { p = a.jitter, brightness = a.brightness, contrast = a.contrast,
+                          saturation = a.saturation, hue = a.hue }
+  end
+  if a.blur > 0 then opts.blur = { p = a.blur, sigma = a.blur_sigma } end
+  local total = 0
+  for i = 1, n do total = total + c.num[i] end
+  if cfg.swav then
+    opts.total_num_crops, opts.crops_for_assign = total, cfg.swav.crops_for_assign
+  end
+  return cr.data.transforms.multicrop(opts)
+end
+
+-- ---- model ---------------------------------------------------------------------------
+-- A function making fresh trunks (pooled features out, no classifier) and their size.
+function R.trunk_factory(cfg, nchan, image_size)
+  local m = cfg.model
+  local stem = m.stem
+  if stem == 'auto' then stem = image_size > 64 and 'imagenet' or 'cifar' end
+  local function make()
+    return cr.nn.models[m.arch] { stem = stem, width = m.width, in_channels = nchan, num_classes = 0 }
+  end
+  local expansion = m.arch == 'resnet50' and 4 or 1
+  return make, m.width * 8 * expansion
+end
+
+local function trainable(model)
+  local out = {}
+  for _, np in ipairs(model:named_parameters()) do
+    if np[2].requires_grad then out[#out + 1] = np end
+  end
+  return out
+end
+R.trainable = trainable
+
+-- ---- the task ------------------------------------------------------------------------
+-- task(method_name, cfg) -> a Task ready for cr.train (task.method holds the method).
+function R.task(name, cfg)
+  local mod = require('crescent.ssl.' .. name)
+  local train_set, test_set = R.datasets(cfg)
+  local views = R.views(cfg, train_set)
+  local nchan = train_set.images.ndim == 4 and train_set.images.shape[2] or 1
+  local make_trunk, feat_dim = R.trunk_factory(cfg, nchan, train_set.images.shape[train_set.images.ndim])
+  local method = mod.build(cfg, { trunk = make_trunk, feat_dim = feat_dim, nchan = nchan, views = views })
+  local lopts = { batch_size = cfg.data.batch_size, shuffle = true, drop_last = true, seed = cfg.train.seed,
+                  views = views }
+  if cfg.data.workers > 0 then lopts.workers = cfg.data.workers end
+  local loader = cr.data.Loader(train_set, lopts)
+  local o = cfg.optim
+  local optimizer = cr.optim.SGD(trainable(method), {
+    lr = o.lr, momentum = o.momentum, nesterov = o.nesterov, weight_decay = o.weight_decay,
+    no_decay_bias_norm = o.no_decay_bias_norm })
+  local epochs = cfg.train.epochs
+  local warmup = epochs > 0 and math.min(0.999, o.warmup_epochs / epochs) or 0
+  local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = o.lr, to = o.final_lr }
+  local task = cr.engine.Task {
+    config = cfg, model = method, optimizer = optimizer, schedules = { lr = lr },
+    loss = function(out) return method:loss(out) end, train_loader = loader,
+    name = cfg.run.name ~= '' and cfg.run.name or name,
+  }
+  task.method, task.method_name = method, name
+  task.train_set, task.test_set = train_set, test_set
+  task:add_hook(cr.hooks.schedule())
+  task:add_hook(cr.hooks.timer())
+  task:add_hook(cr.hooks.nan_guard { every = 50 })
+  for _, h in ipairs(method:hooks()) do task:add_hook(h) end
+  if test_set then
+    task:add_hook(cr.hooks.knn { train_set = train_set, test_set = test_set, every = cfg.knn.every, k = cfg.knn.k,
+      temperature = cfg.knn.temperature, at_start = cfg.knn.at_start, model = method.trunk,
+      forward = function(x) return method:features(x) end })
+  end
+  task:add_hook(cr.hooks.console { every = cfg.train.log_every })
+  return task
+end
+
+-- One line describing the run, printed before training.
+function R.banner(task)
+  local cfg, m = task.config, task.method
+  local crops = {}
+  for i, s in ipairs(cfg.crops.size) do crops[i] = cfg.crops.num[i] .. 'x' .. s end
+  return string.format('%s: %s width %d (%.2fM params) on %s (%d train%s), crops %s, %d epochs, batch %d, ' ..
+    'lr %g, %d threads', task.method_name, cfg.model.arch, cfg.model.width, m:num_parameters() / 1e6, cfg.data.name,
+    #task.train_set, task.test_set and (', ' .. #task.test_set .. ' test') or '', table.concat(crops, ' + '),
+    cfg.train.epochs, cfg.data.batch_size, cfg.optim.lr, cr.get_num_threads())
+end
+
+-- ---- frozen trunks (linear_eval.lua, extract.lua) -------------------------------------
+-- The network a frozen-feature recipe evaluates, as forward(x) -> [B, D] and the module
+-- (nil for raw pixels): model.arch = 'pixels' is the raw-pixel baseline (the normalised
+-- image flattened); otherwise a trunk, random or loaded from model.init. From a file,
+-- the keys under model.init_prefix are taken and the prefix dropped ('auto': 'trunk.'
+-- when the file has such keys, as the SSL recipes save them); model.init_remove_prefix
+-- then strips a further prefix (PyTorch's 'module.'); model.init_strict refuses missing,
+-- unexpected or mismatched keys. Prints the load report.
+function R.frozen_trunk(cfg, train_set)
+  if cfg.model.arch == 'pixels' then
+    return function(x) return x:flatten(1) end, nil
+  end
+  local imgs = train_set.images
+  local nchan = imgs.ndim == 4 and imgs.shape[2] or 1
+  local make = R.trunk_factory(cfg, nchan, imgs.shape[imgs.ndim])
+  local trunk = make()
+  local path = cfg.model.init
+  if path ~= '' then
+    local prefix = cfg.model.init_prefix
+    if prefix == 'auto' then
+      local names = cr.load(path)
+      prefix = ''
+      for name in pairs(names) do
+        if name:sub(1, 6) == 'trunk.' then prefix = 'trunk.' break end
+      end
+    end
+    local report = cr.io.load_into(trunk, path, { select_prefix = prefix, remove_prefix = cfg.model.init_remove_prefix,
+                                                  strict = cfg.model.init_strict })
+    print(string.format("model.init: %s from '%s'%s", cr.io.format_report(report), path,
+      prefix ~= '' and (" (keys under '" .. prefix .. "')") or ''))
+  end
+  trunk:eval()
+  return function(x) return trunk(x) end, trunk
+end
+
+-- The config keys of the frozen-feature recipes (linear_eval.lua, extract.lua).
+function R.frozen_defaults()
+  return cr.config.merge(cr.config.common(), {
+    data = { batch_size = 500 },
+    model = { arch = 'resnet18', width = 16, stem = 'auto', init = '', init_prefix = 'auto', init_remove_prefix = '',
+              init_strict = true },
+  })
+end
+
+function R.frozen_types(extra)
+  local t = {
+    ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50', 'pixels' } },
+    ['model.width'] = { type = 'integer', min = 1 },
+    ['model.stem'] = { type = 'string', choices = { 'auto', 'cifar', 'imagenet' } },
+    ['data.name'] = { type = 'string', choices = { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder' } },
+  }
+  for k, v in pairs(extra or {}) do t[k] = v end
+  return t
+end
+
+-- The data sets of a frozen-feature recipe (data.size for synthetic and image folders).
+function R.frozen_datasets(cfg)
+  local c = cr.config.merge({ data = { size = 32, skip_bad = false } }, cfg)
+  return R.datasets(c)
+end
+
+-- ---- the end of a run ----------------------------------------------------------------
+ffi.cdef 'int mkdir(const char *path, unsigned int mode);'
+local function mkdir_p(dir)
+  local path = ''
+  for part in dir:gmatch('[^/]+') do
+    path = (path == '' and dir:sub(1, 1) ~= '/') and part or (path .. '/' .. part)
+    ffi.C.mkdir(path, tonumber('755', 8))
+  end
+  local f = io.open(dir .. '/.probe', 'wb')
+  if not f then fail("cannot create the run folder '" .. dir .. "'; check run.dir and its permissions") end
+  f:close()
+  os.remove(dir .. '/.probe')
+end
+R.mkdir_p = mkdir_p
+
+-- The run's folder: run.dir/<run.name or the method's name>.
+function R.run_dir(task)
+  local cfg = task.config
+  return cfg.run.dir .. '/' .. task.name
+end
+
+-- Saves the method's parameters and buffers (and its queues) to
+-- <run dir>/checkpoints/latest.safetensors; returns the path.
+function R.save(task)
+  local dir = R.run_dir(task) .. '/checkpoints'
+  mkdir_p(dir)
+  local tensors = {}
+  for _, np in ipairs(task.method:named_parameters()) do tensors[#tensors + 1] = np end
+  for _, np in ipairs(task.method:named_buffers()) do tensors[#tensors + 1] = np end
+  for key, st in pairs(task.method:extra_state()) do
+    if st.buffer then tensors[#tensors + 1] = { key .. '.buffer', st.buffer } end
+  end
+  local cjson = require 'cjson'
+  local path = dir .. '/latest.safetensors'
+  cr.save(path, tensors, {
+    method = task.method_name, epoch = tostring(task.epoch), iteration = tostring(task.iteration),
+    config = cr.config.dump(task.config), crescent = tostring(cr.version or 'dev'),
+    metrics = cjson.encode(task.metrics),
+  })
+  return path
+end
+
+-- After cr.train: saves the model (checkpoint.save) and prints the JSON last line.
+function R.finish(task)
+  local path
+  if task.config.checkpoint.save then
+    path = R.save(task)
+    print('saved ' .. path)
+  end
+  local h = task.storage:history('loss')
+  local per = task.iterations_per_epoch or 0
+  local loss = h and h:avg(per > 0 and per or nil) or 0
+  local m = task.metrics
+  local cjson = require 'cjson'
+  local out = { recipe = task.method_name, epochs = task.epoch, knn_top1 = m.knn_top1, knn_top5 = m.knn_top5,
+                knn_top1_init = m.knn_top1_init, train_loss = loss, seconds = m.seconds,
+                img_per_s = m.train_img_per_s, checkpoint = path }
+  local keys = {}
+  for k in pairs(out) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local parts = {}
+  for _, k in ipairs(keys) do
+    local v = out[k]
+    if type(v) == 'number' then v = tonumber(string.format('%.4f', v)) end
+    parts[#parts + 1] = cjson.encode(k) .. ':' .. cjson.encode(v)
+  end
+  print('{' .. table.concat(parts, ',') .. '}')
+  return out
+end
+
+return R

@@ -1,0 +1,92 @@
+-- crescent.ssl.simclr — SimCLR (Chen et al. 2020) as a module: trunk + MLP head, both views
+-- in one forward (BatchNorm over the 2B crops, as SimCLR's global BN), NT-Xent over the 2B
+-- projections.
+--
+--   local m = cr.ssl.simclr.SimCLR{trunk = resnet, feat_dim = 128, hidden_dim = 512, out_dim = 128,
+--                                  temperature = 0.5}
+--   local loss = m:loss(m(views))      -- views = {crops [B, C, h, w], crops [B, C, h, w]}
+--
+-- Gathering the projections across ranks (with gradient) is issue 7's all_gather hook:
+-- `gather = fn(z) -> z of every rank` when given. Parameter names: trunk.*, head.*.
+local cr = require 'crescent'
+local util = require 'crescent.util'
+local nn = cr.nn
+local losses = require 'crescent.ssl.losses'
+
+local M = {}
+
+local function fail(msg) error(msg, util.user_level()) end
+
+local KNOWN = { trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, temperature = true, gather = true }
+
+local SimCLR = nn.Module:extend('SimCLR')
+M.SimCLR = SimCLR
+
+function SimCLR:init(o)
+  if type(o) ~= 'table' then fail('SimCLR: give an options table, e.g. SimCLR{trunk = model, feat_dim = 128}') end
+  for k in pairs(o) do
+    if not KNOWN[k] then
+      fail("SimCLR: unknown option '" .. tostring(k) .. "'; options are feat_dim, gather, hidden_dim, out_dim, " ..
+        'temperature, trunk')
+    end
+  end
+  if not nn.is_module(o.trunk) then
+    fail('SimCLR: trunk must be a module returning features [B, feat_dim], got ' .. type(o.trunk))
+  end
+  for _, k in ipairs { 'feat_dim', 'hidden_dim', 'out_dim' } do
+    local v = o[k]
+    if v ~= nil and (type(v) ~= 'number' or v ~= math.floor(v) or v < (k == 'hidden_dim' and 0 or 1)) then
+      fail(string.format('SimCLR: %s must be a positive integer, got %s', k, tostring(v)))
+    end
+  end
+  if o.feat_dim == nil then fail('SimCLR: feat_dim (the trunk\'s output features) is required') end
+  self.temperature = o.temperature or 0.5
+  if type(self.temperature) ~= 'number' or self.temperature <= 0 then
+    fail('SimCLR: temperature must be a number > 0, got ' .. tostring(self.temperature))
+  end
+  if o.gather ~= nil and type(o.gather) ~= 'function' then fail('SimCLR: gather must be a function(z) -> z of all ranks') end
+  self.gather = o.gather
+  local hidden, out = o.hidden_dim or 512, o.out_dim or 128
+  self.trunk = o.trunk
+  self.head = hidden > 0 and nn.MLP { dims = { o.feat_dim, hidden, out } } or nn.Linear(o.feat_dim, out)
+end
+
+function SimCLR:features(x) return self.trunk(x) end
+
+-- forward(views) -> {z1 = [B, D], z2 = [B, D]} (not normalised; nt_xent normalises)
+function SimCLR:forward(views)
+  if type(views) ~= 'table' or cr.is_tensor(views) or #views ~= 2 then
+    fail('SimCLR: the input must be a list of 2 views of the same batch (a two_views loader gives it)')
+  end
+  local B = views[1].shape[1]
+  local z = self.head(self.trunk(cr.cat(views, 0)))
+  return { z1 = z:narrow(0, 0, B), z2 = z:narrow(0, B, B) }
+end
+
+function SimCLR:loss(out)
+  local z1, z2 = out.z1, out.z2
+  if self.gather then z1, z2 = self.gather(z1), self.gather(z2) end
+  return losses.nt_xent(z1, z2, { temperature = self.temperature })
+end
+
+function SimCLR.hooks() return {} end
+function SimCLR.extra_state() return {} end
+
+function SimCLR:extra_repr() return string.format('temperature=%g', self.temperature) end
+
+-- ---- recipes ------------------------------------------------------------------------
+M.defaults = { temperature = 0.5 }
+
+function M.build(cfg, parts)
+  local total = 0
+  for _, n in ipairs(cfg.crops.num) do total = total + n end
+  if total ~= 2 then
+    error(string.format('simclr: SimCLR takes 2 views, but crops.num gives %d crops; use crops.num={2}', total), 0)
+  end
+  return SimCLR { trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
+                  out_dim = cfg.model.out_dim, temperature = cfg.simclr.temperature }
+end
+
+function M.task(cfg) return require('crescent.ssl.recipe').task('simclr', cfg) end
+
+return M

@@ -1,0 +1,229 @@
+-- crescent.ssl.swav — SwAV (Caron et al. 2020) as a module: trunk -> projection head ->
+-- L2-normalised embedding -> prototypes (a Linear without bias whose rows are kept on the
+-- unit sphere), the swapped-prediction loss over multi-crop views with codes from
+-- Sinkhorn-Knopp (C), an optional queue with VISSL's start epoch, and the hooks the method
+-- needs in a task (prototype normalisation after every step, prototypes frozen for the
+-- first iterations).
+--
+--   local m = cr.ssl.swav.SwAV{trunk = resnet, feat_dim = 128, hidden_dim = 512, out_dim = 128,
+--       num_prototypes = 100, temperature = 0.1, epsilon = 0.05, sinkhorn_iterations = 3,
+--       crops_for_assign = {0, 1}, queue_length = 0, queue_start_epoch = 0,
+--       freeze_prototypes_iterations = 100}
+--   local out = m(crops)                 -- crops: the list of crop batches [B, C, h, w]
+--   local loss = m:loss(out)             -- scalar; out.codes holds the assignments
+--   for _, h in ipairs(m:hooks()) do task:add_hook(h) end
+--
+-- Crops of the same size that follow each other go through the trunk together (one
+-- forward per resolution, as SwAV's multi-resolution forward), so BatchNorm statistics
+-- are per resolution group. Parameter names: trunk.*, head.*, prototypes.weight.
+-- The queue (one per assigned crop, of detached embeddings) is used once full and once
+-- the epoch reaches queue_start_epoch; its scores come from the current prototypes.
+local cr = require 'crescent'
+local util = require 'crescent.util'
+local nn = cr.nn
+local losses = require 'crescent.ssl.losses'
+local Queue = require 'crescent.ssl.queue'
+
+local M = {}
+
+local function fail(msg) error(msg, util.user_level()) end
+
+local KNOWN = {
+  trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, num_prototypes = true, temperature = true,
+  epsilon = true, sinkhorn_iterations = true, crops_for_assign = true, num_crops = true, queue_length = true,
+  queue_start_epoch = true, freeze_prototypes_iterations = true, batch_size = true, sinkhorn_reduce = true,
+}
+
+local function int(name, v, lo)
+  if type(v) ~= 'number' or v ~= math.floor(v) or v < lo then
+    fail(string.format('SwAV: %s must be an integer >= %d, got %s', name, lo, tostring(v)))
+  end
+  return v
+end
+local function positive(name, v)
+  if type(v) ~= 'number' or v ~= v or v <= 0 then
+    fail(string.format('SwAV: %s must be a number > 0, got %s', name, tostring(v)))
+  end
+  return v
+end
+
+local SwAV = nn.Module:extend('SwAV')
+M.SwAV = SwAV
+
+function SwAV:init(o)
+  if type(o) ~= 'table' then fail('SwAV: give an options table, e.g. SwAV{trunk = model, feat_dim = 128}') end
+  for k in pairs(o) do
+    if not KNOWN[k] then
+      local names = {}
+      for n in pairs(KNOWN) do names[#names + 1] = n end
+      table.sort(names)
+      fail("SwAV: unknown option '" .. tostring(k) .. "'; options are " .. table.concat(names, ', '))
+    end
+  end
+  if not nn.is_module(o.trunk) then
+    fail('SwAV: trunk must be a module returning features [B, feat_dim], got ' .. type(o.trunk))
+  end
+  local feat = int('feat_dim', o.feat_dim, 1)
+  local hidden = int('hidden_dim', o.hidden_dim or 512, 0)
+  local out = int('out_dim', o.out_dim or 128, 1)
+  local K = int('num_prototypes', o.num_prototypes or 100, 2)
+  self.temperature = positive('temperature', o.temperature or 0.1)
+  self.epsilon = positive('epsilon', o.epsilon or 0.05)
+  self.sinkhorn_iterations = int('sinkhorn_iterations', o.sinkhorn_iterations or 3, 0)
+  self.sinkhorn_reduce = o.sinkhorn_reduce   -- issue 7: the all-reduce of Sinkhorn's sums
+  self.crops_for_assign = o.crops_for_assign or { 0, 1 }
+  local cfa = self.crops_for_assign
+  if type(cfa) ~= 'table' or #cfa == 0 then fail('SwAV: crops_for_assign must be a non-empty list of crop ids (0-based)') end
+  if o.num_crops ~= nil then
+    local V = int('num_crops', o.num_crops, 2)
+    for _, c in ipairs(cfa) do
+      if type(c) ~= 'number' or c ~= math.floor(c) or c < 0 or c >= V then
+        fail(string.format('SwAV: crops_for_assign has %s, outside the %d crops (ids 0 .. %d); '
+          .. 'pick ids of global crops, e.g. {0, 1}', tostring(c), V, V - 1))
+      end
+    end
+    self.num_crops = V
+  end
+  self.queue_length = int('queue_length', o.queue_length or 0, 0)
+  self.queue_start_epoch = int('queue_start_epoch', o.queue_start_epoch or 0, 0)
+  self.freeze_prototypes_iterations = int('freeze_prototypes_iterations', o.freeze_prototypes_iterations or 0, 0)
+  if self.queue_length > 0 then
+    local B = o.batch_size
+    if B == nil then fail('SwAV: with a queue, give batch_size (the global batch) so its length can be checked') end
+    if self.queue_length % B ~= 0 then
+      fail(string.format('SwAV: queue_length %d is not a multiple of the batch size %d; use e.g. %d',
+        self.queue_length, B, math.max(B, math.floor(self.queue_length / B) * B)))
+    end
+    self.queues = {}
+    for j = 1, #cfa do self.queues[j] = Queue(self.queue_length, out, { batch_size = B }) end
+  end
+  self.trunk = o.trunk
+  self.head = hidden > 0 and nn.MLP { dims = { feat, hidden, out } } or nn.Linear(feat, out)
+  self.prototypes = nn.Linear(out, K, { bias = false })
+  self.epoch = 0
+  self:normalize_prototypes()
+end
+
+-- Rows of the prototype matrix back onto the unit sphere (under no_grad).
+function SwAV:normalize_prototypes()
+  local w = self.prototypes.weight
+  cr.no_grad(function() w:copy_(w:normalize({ dim = 1 })) end)
+end
+
+-- The trunk's features of a batch of images (what kNN and linear probes use).
+function SwAV:features(x) return self.trunk(x) end
+
+-- L2-normalised embeddings [sum of crop batches, out_dim] of a list of crops, one
+-- trunk+head forward per run of same-sized crops.
+function SwAV:embed(crops)
+  local parts, i, n = {}, 1, #crops
+  while i <= n do
+    local j = i
+    local h, w = crops[i].shape[3], crops[i].shape[4]
+    while j < n and crops[j + 1].shape[3] == h and crops[j + 1].shape[4] == w do j = j + 1 end
+    local x = crops[i]
+    if j > i then
+      local group = {}
+      for v = i, j do group[#group + 1] = crops[v] end
+      x = cr.cat(group, 0)
+    end
+    parts[#parts + 1] = self.head(self.trunk(x))
+    i = j + 1
+  end
+  local emb = #parts == 1 and parts[1] or cr.cat(parts, 0)
+  return emb:normalize({ dim = 1 })
+end
+
+-- forward(crops) -> {embedding = [V B, D], scores = {V tensors [B, K]}, batch = B}
+function SwAV:forward(crops)
+  if type(crops) ~= 'table' or cr.is_tensor(crops) or #crops < 2 then
+    fail('SwAV: the input must be a list of at least 2 crop batches [B, C, h, w] (a multicrop loader gives it)')
+  end
+  local B = crops[1].shape[1]
+  for v, c in ipairs(crops) do
+    if not cr.is_tensor(c) or c.ndim ~= 4 or c.shape[1] ~= B then
+      fail(string.format('SwAV: crop %d must be a batch [%d, C, h, w] like crop 0', v - 1, B))
+    end
+  end
+  if self.num_crops and #crops ~= self.num_crops then
+    fail(string.format('SwAV: built for %d crops but the batch holds %d; make num_crops match the loader\'s crops',
+      self.num_crops, #crops))
+  end
+  local emb = self:embed(crops)
+  local all = self.prototypes(emb)
+  local scores = {}
+  for v = 1, #crops do scores[v] = all:narrow(0, (v - 1) * B, B) end
+  return { embedding = emb, scores = scores, batch = B }
+end
+
+-- The swapped-prediction loss of a forward's output; fills the queues afterwards.
+function SwAV:loss(out)
+  local B, qs = out.batch, nil
+  local queues = self.queues
+  if queues and self.epoch >= self.queue_start_epoch and queues[1]:full() then
+    qs = cr.no_grad(function()
+      local w = self.prototypes.weight:detach():t()
+      local t = {}
+      for j, q in ipairs(queues) do t[j] = q:newest_first():mm(w) end
+      return t
+    end)
+  end
+  local loss, codes = losses.swav_loss(out.scores, {
+    crops_for_assign = self.crops_for_assign, temperature = self.temperature, epsilon = self.epsilon,
+    iterations = self.sinkhorn_iterations, queue_scores = qs, reduce = self.sinkhorn_reduce })
+  out.codes = codes
+  if queues and self.epoch >= self.queue_start_epoch then
+    for j, c in ipairs(self.crops_for_assign) do queues[j]:enqueue(out.embedding:narrow(0, c * B, B)) end
+  end
+  return loss
+end
+
+-- State beyond parameters and buffers (the queues), for checkpoints.
+function SwAV:extra_state()
+  local s = {}
+  for j, q in ipairs(self.queues or {}) do s['queue' .. (j - 1)] = q:state_dict() end
+  return s
+end
+
+-- The hooks a task running this method needs: the epoch for the queue, the prototype
+-- normalisation after each train step, and the prototype freeze.
+function SwAV:hooks()
+  local method = self
+  local hs = {
+    { name = 'swav', priority = 45,
+      before_phase = function(_, task) method.epoch = task.epoch end,
+      after_step = function(_, task) if task.phase == 'train' then method:normalize_prototypes() end end },
+  }
+  if self.freeze_prototypes_iterations > 0 then
+    hs[#hs + 1] = cr.hooks.freeze { pattern = '^prototypes%.', iterations = self.freeze_prototypes_iterations }
+  end
+  return hs
+end
+
+function SwAV:extra_repr()
+  return string.format('prototypes=%d, temperature=%g, epsilon=%g, sinkhorn_iterations=%d, queue_length=%d',
+    self.prototypes.out_features, self.temperature, self.epsilon, self.sinkhorn_iterations, self.queue_length)
+end
+
+-- ---- recipes ------------------------------------------------------------------------
+-- The config section of recipes/swav.lua and its defaults (scaled for 28 px images).
+M.defaults = { prototypes = 100, temperature = 0.1, epsilon = 0.05, sinkhorn_iterations = 3,
+               crops_for_assign = { 0, 1 }, queue_length = 0, queue_start_epoch = 0, freeze_prototypes_iters = 100 }
+
+-- build(cfg, parts) -> SwAV, from the recipe config (crescent.ssl.recipe makes parts).
+function M.build(cfg, parts)
+  local s, total = cfg.swav, 0
+  for _, n in ipairs(cfg.crops.num) do total = total + n end
+  return SwAV {
+    trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim, out_dim = cfg.model.out_dim,
+    num_prototypes = s.prototypes, temperature = s.temperature, epsilon = s.epsilon,
+    sinkhorn_iterations = s.sinkhorn_iterations, crops_for_assign = s.crops_for_assign, num_crops = total,
+    queue_length = s.queue_length, queue_start_epoch = s.queue_start_epoch,
+    freeze_prototypes_iterations = s.freeze_prototypes_iters, batch_size = cfg.data.batch_size,
+  }
+end
+
+-- task(cfg) -> a Task running SwAV with the recipe's data, optimizer and hooks.
+function M.task(cfg) return require('crescent.ssl.recipe').task('swav', cfg) end
+
+return M

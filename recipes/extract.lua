@@ -1,0 +1,55 @@
+-- recipes/extract.lua — the feature extraction engine as a recipe: a frozen trunk (random,
+-- loaded from model.init, or raw pixels) run over a split of the data set, un-augmented,
+-- in eval mode; the features and labels are written to a safetensors file
+-- (`features` f32 [N, D], `labels` i64 [N]) that PyTorch, NumPy or cr.load can read.
+--
+--   luajit recipes/extract.lua model.init=runs/swav/checkpoints/latest.safetensors data.split=test
+--   luajit recipes/extract.lua model.init=... data.split=both extract.out=feats/swav
+--
+-- Files: <extract.out>_<split>.safetensors; extract.out defaults to
+-- <run.dir>/<run.name or 'extract'>/features. The last line on stdout is one JSON object.
+local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
+package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
+local cr = require 'crescent'
+local cjson = require 'cjson'
+local recipe = cr.ssl.recipe
+
+local defaults = cr.config.merge(recipe.frozen_defaults(), {
+  data = { split = 'test' },
+  extract = { out = '' },
+})
+local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
+  ['data.split'] = { type = 'string', choices = { 'train', 'test', 'both' } },
+} })
+
+local train_set, test_set = recipe.frozen_datasets(cfg)
+local forward, trunk = recipe.frozen_trunk(cfg, train_set)
+local out = cfg.extract.out
+if out == '' then
+  local dir = cfg.run.dir .. '/' .. (cfg.run.name ~= '' and cfg.run.name or 'extract')
+  recipe.mkdir_p(dir)
+  out = dir .. '/features'
+else
+  local dir = out:match('^(.*)/[^/]*$')
+  if dir then recipe.mkdir_p(dir) end
+end
+
+local splits = cfg.data.split == 'both' and { 'train', 'test' } or { cfg.data.split }
+local result = { recipe = 'extract', model = cfg.model.arch, init = cfg.model.init, files = {} }
+for _, split in ipairs(splits) do
+  local ds = split == 'train' and train_set or test_set
+  if not ds then error("extract: the data set has no '" .. split .. "' split (image_folder: add a val/ folder)", 0) end
+  local t0 = cr.engine.loop.now()
+  local feats, labels = cr.ssl.extract_features(trunk, ds, { batch_size = cfg.data.batch_size, forward = forward })
+  local tensors = { features = feats }
+  if labels then tensors.labels = labels end
+  local path = out .. '_' .. split .. '.safetensors'
+  cr.save(path, tensors, { split = split, model = cfg.model.arch, init = cfg.model.init,
+                           config = cr.config.dump(cfg) })
+  local secs = cr.engine.loop.now() - t0
+  print(string.format('extract: %s [%d, %d] -> %s (%.1fs, %.0f img/s)', split, feats.shape[1], feats.shape[2], path,
+    secs, feats.shape[1] / secs))
+  result.files[#result.files + 1] = path
+  result[split .. '_shape'] = feats.shape
+end
+print(cjson.encode(result))

@@ -1,0 +1,55 @@
+-- recipes/linear_eval.lua — linear evaluation of a frozen trunk: features of the train and
+-- test sets (un-augmented, eval mode), a weighted kNN on them, and a linear classifier
+-- trained on the standardised features (SGD, cosine lr), reporting test top-1.
+--
+--   luajit recipes/linear_eval.lua model.init=runs/swav/checkpoints/latest.safetensors
+--   luajit recipes/linear_eval.lua                     (no init: a random trunk, the baseline)
+--   luajit recipes/linear_eval.lua model.arch=pixels   (raw normalised pixels, the other baseline)
+--   luajit recipes/linear_eval.lua model.init=torch.safetensors model.init_remove_prefix=module.
+--
+-- The model keys must match the trunk the recipe builds (model.arch, model.width, ...).
+-- The last line on stdout is one JSON object: linear_top1, linear_top5, knn_top1, ...
+local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
+package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
+local cr = require 'crescent'
+local cjson = require 'cjson'
+local recipe = cr.ssl.recipe
+
+local defaults = cr.config.merge(recipe.frozen_defaults(), {
+  train = { epochs = 30 },
+  optim = { lr = 0.1, momentum = 0.9, weight_decay = 0, batch_size = 256 },
+  knn = { k = 200, temperature = 0.1, enabled = true },
+})
+local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
+  ['optim.batch_size'] = { type = 'integer', min = 1 },
+  ['knn.k'] = { type = 'integer', min = 1 },
+} })
+
+local train_set, test_set = recipe.frozen_datasets(cfg)
+if not test_set then error('linear_eval: the data set has no test split (image_folder: add a val/ folder)', 0) end
+local forward, trunk = recipe.frozen_trunk(cfg, train_set)
+local t0 = cr.engine.loop.now()
+local opts = { batch_size = cfg.data.batch_size, forward = forward }
+local ftr, ytr = cr.ssl.extract_features(trunk, train_set, opts)
+local fte, yte = cr.ssl.extract_features(trunk, test_set, opts)
+local extract_seconds = cr.engine.loop.now() - t0
+print(string.format('linear_eval: %s features [%d, %d] train, [%d, %d] test in %.1fs',
+  cfg.model.arch, ftr.shape[1], ftr.shape[2], fte.shape[1], fte.shape[2], extract_seconds))
+
+local knn_top1
+if cfg.knn.enabled then
+  knn_top1 = cr.ssl.knn_classify(ftr, ytr, fte, yte, { k = cfg.knn.k, temperature = cfg.knn.temperature })
+  print(string.format('knn: top1 %.2f%% (k %d, T %g)', knn_top1, cfg.knn.k, cfg.knn.temperature))
+end
+
+local classes = math.max(ytr:max():item(), yte:max():item()) + 1
+local task = cr.ssl.linear_probe.task {
+  train_features = ftr, train_labels = ytr, test_features = fte, test_labels = yte, num_classes = classes,
+  epochs = cfg.train.epochs, batch_size = cfg.optim.batch_size, lr = cfg.optim.lr, momentum = cfg.optim.momentum,
+  weight_decay = cfg.optim.weight_decay, seed = cfg.train.seed, log_every = 100000,
+}
+cr.train(task)
+local m = task.metrics
+print(cjson.encode { recipe = 'linear_eval', model = cfg.model.arch, init = cfg.model.init, epochs = task.epoch,
+                     linear_top1 = m.test_top1, linear_top5 = m.test_top5, knn_top1 = knn_top1,
+                     seconds = cr.engine.loop.now() - t0 })

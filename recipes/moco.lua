@@ -1,0 +1,33 @@
+-- recipes/moco.lua — MoCo v2 self-supervised pre-training of a ResNet-18 (CIFAR stem,
+-- width 16) on Fashion-MNIST: two 28 px views, a momentum key encoder (EMA 0.99) with
+-- shuffle-BN, a queue of 4096 negatives, InfoNCE at temperature 0.2; then a kNN
+-- evaluation of the features on the test set. About 15 minutes on 2 cores.
+--
+--   luajit recipes/moco.lua
+--   luajit recipes/moco.lua train.epochs=20 moco.queue_length=8192 moco.cosine_momentum=true
+--   luajit recipes/moco.lua --help
+--
+-- The trained model is saved to runs/<run.name>/checkpoints/latest.safetensors; the last
+-- line on stdout is one JSON object with the final figures (knn_top1, ...).
+local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
+package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
+local cr = require 'crescent'
+local recipe = cr.ssl.recipe
+
+local defaults = cr.config.merge(recipe.defaults(), {
+  train = { epochs = 8 },
+  crops = { size = { 28 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
+  optim = { lr = 0.06, weight_decay = 5e-4, warmup_epochs = 0, final_lr = 0 },
+  moco = cr.ssl.moco.defaults,
+})
+local cfg = cr.config.parse(arg, defaults, { types = recipe.types {
+  ['moco.queue_length'] = { type = 'integer', min = 1 },
+  ['moco.temperature'] = { type = 'number', min = 0 },
+  ['moco.momentum'] = { type = 'number', min = 0, max = 1 },
+  ['moco.shuffle_bn_splits'] = { type = 'integer', min = 1 },
+} })
+
+local task = cr.ssl.moco.task(cfg)
+print(recipe.banner(task))
+cr.train(task)
+recipe.finish(task)

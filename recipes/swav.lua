@@ -1,0 +1,37 @@
+-- recipes/swav.lua — SwAV self-supervised pre-training of a ResNet-18 (CIFAR stem, width
+-- 16) on Fashion-MNIST with 2x28 + 4x14 multi-crop, then a kNN evaluation of its features
+-- (k = 200, cosine, T = 0.1) on the test set. About 15 minutes on 2 cores. Every default
+-- below can be overridden from the command line or a --config file:
+--
+--   luajit recipes/swav.lua
+--   luajit recipes/swav.lua train.epochs=10 swav.prototypes=300 crops.num={2,6} knn.every=2
+--   luajit recipes/swav.lua --config myrun.lua        (a file returning a table of overrides)
+--   luajit recipes/swav.lua --help                    (every key, its type and default)
+--
+-- The trained model is saved to runs/<run.name>/checkpoints/latest.safetensors, for
+-- recipes/linear_eval.lua and recipes/extract.lua. The last line on stdout is one JSON
+-- object with the final figures (knn_top1, ...).
+local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
+package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
+local cr = require 'crescent'
+local recipe = cr.ssl.recipe
+
+local defaults = cr.config.merge(recipe.defaults(), {
+  train = { epochs = 3 },
+  optim = { lr = 0.6, weight_decay = 1e-6, warmup_epochs = 1, final_lr = 0.0006 },
+  swav = cr.ssl.swav.defaults,
+})
+local cfg = cr.config.parse(arg, defaults, { types = recipe.types {
+  ['swav.prototypes'] = { type = 'integer', min = 2 },
+  ['swav.temperature'] = { type = 'number', min = 0 },
+  ['swav.epsilon'] = { type = 'number', min = 0 },
+  ['swav.sinkhorn_iterations'] = { type = 'integer', min = 0 },
+  ['swav.queue_length'] = { type = 'integer', min = 0 },
+  ['swav.queue_start_epoch'] = { type = 'integer', min = 0 },
+  ['swav.freeze_prototypes_iters'] = { type = 'integer', min = 0 },
+} })
+
+local task = cr.ssl.swav.task(cfg)
+print(recipe.banner(task))
+cr.train(task)
+recipe.finish(task)

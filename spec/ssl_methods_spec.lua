@@ -1,0 +1,271 @@
+-- The SSL methods as modules (SwAV, MoCo v2, SimCLR), the kNN monitor hook, feature
+-- extraction and the recipe builder: shapes, the method-specific state (prototypes on
+-- the sphere, queues, the momentum encoder, shuffle-BN), pre-flight errors, and a few
+-- end-to-end steps of each method on synthetic data.
+local H = require 'spec.helper'
+local cr = require 'crescent'
+local nn = cr.nn
+
+local function tiny_trunk()
+  return nn.models.resnet18 { stem = 'cifar', width = 4, in_channels = 1, num_classes = 0 }
+end
+
+local function crops(B, sizes)
+  local out = {}
+  for i, s in ipairs(sizes) do out[i] = cr.randn(B, 1, s, s) end
+  return out
+end
+
+local function max_abs(a, b) return (a - b):abs():max():item() end
+
+describe('ssl.swav.SwAV', function()
+  it('runs a multi-crop forward by resolution and gives the loss of its scores', function()
+    cr.manual_seed(1)
+    local m = cr.ssl.swav.SwAV { trunk = tiny_trunk(), feat_dim = 32, hidden_dim = 16, out_dim = 8, num_prototypes = 5,
+                                 num_crops = 4 }
+    local x = crops(6, { 16, 16, 8, 8 })
+    local out = m(x)
+    assert.are.equal(4, #out.scores)
+    assert.are.same({ 24, 8 }, out.embedding.shape)
+    assert.are.same({ 6, 5 }, out.scores[3].shape)
+    -- the embedding rows lie on the unit sphere; the scores are emb . prototypes
+    H.assert_close(out.embedding:pow(2):sum(1), cr.ones(24), 1e-5)
+    local direct = out.embedding:narrow(0, 12, 6):mm(m.prototypes.weight:t())
+    assert.is_true(max_abs(direct, out.scores[3]) < 1e-5)
+    local loss = m:loss(out)
+    local ref = cr.ssl.swav_loss(out.scores, { crops_for_assign = { 0, 1 } })
+    assert.is_true(math.abs(loss:item() - ref:item()) < 1e-6)
+    assert.are.equal(2, #out.codes)
+    -- each resolution group runs as one batch: the same as running the groups by hand
+    m:eval()
+    local out2 = m(x)
+    local g = m.head(m.trunk(cr.cat({ x[3], x[4] }, 0))):normalize({ dim = 1 })
+    assert.is_true(max_abs(g, out2.embedding:narrow(0, 12, 12)) < 1e-5)
+  end)
+
+  it('keeps the prototypes on the unit sphere through its hook and freezes them', function()
+    cr.manual_seed(2)
+    local m = cr.ssl.swav.SwAV { trunk = tiny_trunk(), feat_dim = 32, hidden_dim = 0, out_dim = 8, num_prototypes = 5,
+                                 freeze_prototypes_iterations = 3 }
+    H.assert_close(m.prototypes.weight:pow(2):sum(1), cr.ones(5), 1e-5)
+    cr.no_grad(function() m.prototypes.weight:mul_(3) end)
+    local hooks = m:hooks()
+    assert.are.equal(2, #hooks)
+    hooks[1]:after_step { phase = 'train' }
+    H.assert_close(m.prototypes.weight:pow(2):sum(1), cr.ones(5), 1e-5)
+    assert.are.equal('freeze', hooks[2].name)
+    assert.are.equal(3, hooks[2].iterations)
+  end)
+
+  it('uses its queue once full and from the start epoch, filling it with assigned crops', function()
+    cr.manual_seed(3)
+    local m = cr.ssl.swav.SwAV { trunk = tiny_trunk(), feat_dim = 32, hidden_dim = 0, out_dim = 8, num_prototypes = 5,
+                                 queue_length = 8, batch_size = 4, queue_start_epoch = 1 }
+    local x = crops(4, { 16, 16, 8 })
+    m.epoch = 0
+    m:loss(m(x))
+    assert.are.equal(0, m.queues[1].filled)         -- before the start epoch: untouched
+    m.epoch = 1
+    local out = m(x)
+    m:loss(out)
+    assert.are.equal(4, m.queues[1].filled)
+    H.assert_close(m.queues[2]:newest_first(), out.embedding:narrow(0, 4, 4):detach(), 1e-6)
+    m:loss(m(crops(4, { 16, 16, 8 })))               -- now full
+    local out3 = m(crops(4, { 16, 16, 8 }))
+    local with_queue = m:loss(out3)
+    local plain = cr.ssl.swav_loss(out3.scores, {})
+    assert.is_true(math.abs(with_queue:item() - plain:item()) > 1e-7)
+  end)
+
+  it('rejects bad configurations before any step', function()
+    local t = tiny_trunk()
+    H.assert_error(function() cr.ssl.swav.SwAV { trunk = t, feat_dim = 32, crops_for_assign = { 0, 6 }, num_crops = 6 } end,
+      'crops_for_assign has 6, outside the 6 crops')
+    H.assert_error(function() cr.ssl.swav.SwAV { trunk = t, feat_dim = 32, queue_length = 100, batch_size = 64 } end,
+      'queue_length 100 is not a multiple of the batch size 64')
+    H.assert_error(function() cr.ssl.swav.SwAV { trunk = t, feat_dim = 32, queue_length = 128 } end,
+      'give batch_size')
+    H.assert_error(function() cr.ssl.swav.SwAV { trunk = t, feat_dim = 32, prototype = 3 } end,
+      "unknown option 'prototype'")
+    local m = cr.ssl.swav.SwAV { trunk = t, feat_dim = 32, num_crops = 3 }
+    H.assert_error(function() m(crops(2, { 8, 8 })) end, 'built for 3 crops but the batch holds 2')
+    H.assert_error(function() m(cr.randn(2, 1, 8, 8)) end, 'list of at least 2 crop batches')
+  end)
+end)
+
+describe('ssl.moco.MoCo', function()
+  local function make(opts)
+    cr.manual_seed(4)
+    local o = { trunk = tiny_trunk(), key_trunk = tiny_trunk(), feat_dim = 32, hidden_dim = 16, out_dim = 8,
+                queue_length = 16, batch_size = 4, momentum = 0.9 }
+    for k, v in pairs(opts or {}) do o[k] = v end
+    return cr.ssl.moco.MoCo(o)
+  end
+
+  it('starts the key encoder as a copy that needs no grad, and a queue of unit vectors', function()
+    local m = make()
+    local q, k = m:query_parameters(), m:key_parameters()
+    assert.are.equal(#q, #k)
+    for i = 1, #q do
+      assert.are.equal(0, max_abs(q[i][2], k[i][2]))
+      assert.is_false(k[i][2].requires_grad)
+    end
+    H.assert_close(m.queue:buffer():pow(2):sum(1), cr.ones(16), 1e-5)
+    -- the optimizer sees only the query encoder
+    assert.are.equal(#q, #cr.ssl.recipe.trainable(m))
+  end)
+
+  it('updates the key encoder by EMA in forward and enqueues the keys in the loss', function()
+    local m = make()
+    local q1 = m:query_parameters()[1][2]
+    local k1 = m:key_parameters()[1][2]
+    cr.no_grad(function() q1:add_(1) end)          -- the query encoder moved (a step)
+    local before = k1:clone()
+    local x = crops(4, { 16, 16 })
+    local out = m(x)
+    H.assert_close(k1, before * 0.9 + q1 * 0.1, 1e-6)
+    assert.are.same({ 4, 8 }, out.q.shape)
+    assert.is_true(out.q.requires_grad)
+    assert.is_false(out.k.requires_grad)
+    local ptr = m.queue.ptr
+    local loss = m:loss(out)
+    loss:backward()                                  -- the enqueue did not break the graph
+    assert.are.equal((ptr + 4) % 16, m.queue.ptr)
+    H.assert_close(m.queue:buffer():narrow(0, ptr, 4), out.k, 1e-6)
+    assert.are.same({ 4, 17 }, out.logits.shape)
+  end)
+
+  it('puts shuffle-BN keys back in order (eval mode: the same keys as without shuffling)', function()
+    local m = make { shuffle_bn_splits = 2 }
+    m:eval()
+    local x = cr.randn(4, 1, 16, 16)
+    local k2 = m:keys(x)
+    m.shuffle_bn_splits = 1
+    local k1 = m:keys(x)
+    assert.is_true(max_abs(k1, k2) < 1e-5)
+  end)
+
+  it('follows the cosine momentum schedule through its hook', function()
+    local m = make { cosine_momentum = true }
+    local stored = {}
+    local task = { phase = 'train', iteration = 50, max_iterations = 100,
+                   storage = { put_scalar = function(_, k, v) stored[k] = v end } }
+    m:hooks()[1]:before_step(task)
+    assert.is_true(math.abs(m.momentum - cr.ssl.cosine_momentum(0.9, 0.5)) < 1e-12)
+    assert.are.equal(m.momentum, stored.momentum)
+  end)
+
+  it('rejects bad configurations', function()
+    local t = tiny_trunk()
+    H.assert_error(function() cr.ssl.moco.MoCo { trunk = t, key_trunk = t, feat_dim = 32, batch_size = 4 } end,
+      'key_trunk must be a second module')
+    H.assert_error(function() make { queue_length = 10 } end, 'not a multiple of the batch 4')
+    H.assert_error(function() make { shuffle_bn_splits = 3 } end, 'does not divide the batch size 4')
+  end)
+end)
+
+describe('ssl.simclr.SimCLR', function()
+  it('runs both views in one forward and gives NT-Xent of the projections', function()
+    cr.manual_seed(5)
+    local m = cr.ssl.simclr.SimCLR { trunk = tiny_trunk(), feat_dim = 32, hidden_dim = 16, out_dim = 8 }
+    local out = m(crops(3, { 16, 16 }))
+    assert.are.same({ 3, 8 }, out.z1.shape)
+    local loss = m:loss(out)
+    H.assert_close(loss, cr.ssl.nt_xent(out.z1, out.z2, { temperature = 0.5 }), 1e-6)
+    H.assert_error(function() m({ cr.randn(3, 1, 8, 8) }) end, 'list of 2 views')
+  end)
+end)
+
+describe('ssl.extract_features and hooks.knn', function()
+  it('extracts in order, in eval mode, and restores the mode', function()
+    cr.manual_seed(6)
+    local ds = cr.data.synthetic { n = 37, shape = { 1, 12, 12 }, num_classes = 3 }
+    local trunk = tiny_trunk()
+    trunk:train()
+    local f, y = cr.ssl.extract_features(trunk, ds, { batch_size = 10 })
+    assert.are.same({ 37, 32 }, f.shape)
+    assert.are.same(ds.labels:totable(), y:totable())
+    assert.is_true(trunk.training)
+    trunk:eval()
+    local batch = cr.data.Loader(ds, { batch_size = 37, shuffle = false, drop_last = false }):iter(0)()
+    assert.is_true(max_abs(f, cr.no_grad(function() return trunk(batch.input) end)) < 1e-5)
+    H.assert_error(function() cr.ssl.extract_features(trunk, {}) end, 'must be a data set')
+  end)
+
+  it('reports kNN figures at the end (and at init when asked)', function()
+    cr.manual_seed(7)
+    local ds = cr.data.synthetic { n = 60, shape = { 1, 12, 12 }, num_classes = 3 }
+    local trunk = tiny_trunk()
+    local lines = {}
+    local out = { write = function(_, s) lines[#lines + 1] = s end, flush = function() end }
+    local h = cr.hooks.knn { train_set = ds, test_set = ds, k = 5, at_start = true, model = trunk, out = out,
+                             forward = function(x) return trunk(x) end }
+    local task = { iteration = 0, epoch = 0, metrics = {}, storage = { put_scalar = function() end } }
+    h:before_train(task)
+    assert.is_number(task.metrics.knn_top1_init)
+    task.iteration = 5
+    h:after_train(task)
+    assert.is_true(task.metrics.knn_top1 > 34)        -- its own train set, k = 5: well above chance
+    assert.is_truthy(table.concat(lines):find('knn final: top1', 1, true))
+    H.assert_error(function() cr.hooks.knn { train_set = ds } end, 'test_set must be a data set')
+  end)
+end)
+
+describe('ssl recipes', function()
+  local function config(method, extra)
+    local defaults = cr.config.merge(cr.ssl.recipe.defaults(), { [method] = cr.ssl[method].defaults })
+    local over = {
+      data = { name = 'synthetic', size = 16, limit = 64, batch_size = 16 },
+      train = { epochs = 1, threads = 1 }, model = { width = 4, hidden_dim = 16, out_dim = 8 },
+      knn = { k = 5 }, checkpoint = { save = false }, crops = { size = { 16, 8 }, num = { 2, 2 } },
+    }
+    if method ~= 'swav' then over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } } end
+    if method == 'moco' then over.moco = { queue_length = 64 } end
+    return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
+  end
+
+  for _, method in ipairs { 'swav', 'moco', 'simclr' } do
+    it(method .. ' trains a few steps and reports kNN', function()
+      local task = cr.ssl[method].task(config(method))
+      task:add_hook { name = 'stop', after_step = function(_, t) if t.iteration >= 2 then t:request_stop('spec') end end }
+      cr.train(task)
+      assert.are.equal(2, task.iteration)
+      assert.is_number(task.metrics.knn_top1)
+      assert.is_true(task.storage:history('loss'):latest() == task.storage:history('loss'):latest()) -- not NaN
+    end)
+  end
+
+  it('rejects crops that do not fit, crops_for_assign outside the crops and a bad queue length', function()
+    H.assert_error(function() cr.ssl.swav.task(config('swav', { crops = { size = { 200, 8 } } })) end,
+      'crops.size[1] = 200 does not fit the 16x16 images')
+    H.assert_error(function() cr.ssl.swav.task(config('swav', { swav = { crops_for_assign = { 0, 4 } } })) end,
+      'crops_for_assign')
+    H.assert_error(function() cr.ssl.swav.task(config('swav', { crops = { num = { 2 } } })) end,
+      'crops.num must list 2 values')
+    H.assert_error(function() cr.ssl.swav.task(config('swav', { swav = { queue_length = 40 } })) end,
+      'queue_length 40 is not a multiple of the batch size 16')
+    H.assert_error(function() cr.ssl.moco.task(config('moco', { moco = { queue_length = 40 } })) end,
+      'not a multiple of the batch 16')
+    H.assert_error(function() cr.ssl.moco.task(config('moco', { crops = { num = { 3 } } })) end,
+      'MoCo takes 2 views')
+  end)
+end)
+
+describe('frozen trunks from a method checkpoint', function()
+  it('loads the trunk out of a saved SwAV with select_prefix, and names a bad prefix', function()
+    cr.manual_seed(8)
+    local m = cr.ssl.swav.SwAV { trunk = tiny_trunk(), feat_dim = 32, hidden_dim = 0, out_dim = 8, num_prototypes = 5 }
+    local path = os.tmpname()
+    cr.save(path, m)
+    local trunk = tiny_trunk()
+    local report = cr.io.load_into(trunk, path, { select_prefix = 'trunk.' })
+    assert.are.equal(#trunk:named_parameters() + #trunk:named_buffers(), report.loaded)
+    m:eval()
+    trunk:eval()
+    local x = cr.randn(2, 1, 12, 12)
+    assert.is_true(max_abs(m:features(x), trunk(x)) == 0)
+    H.assert_error(function() cr.io.load_into(trunk, path, { select_prefix = 'backbone.' }) end,
+      "starts with select_prefix 'backbone.'")
+    os.remove(path)
+  end)
+end)

@@ -1,0 +1,96 @@
+-- bench/data_pipeline.lua — the data pipeline alone: augmented samples/s of
+-- cr.data.transforms on batches of random u8 28x28 images (mc:apply(images, index, seed,
+-- epoch), a new epoch each call so the draws change), at 1 thread and at all threads,
+-- beside the batched torch augmentation of bench/ssl_swav_torch.py
+-- (bench/data_pipeline_torch.py). Pipelines, with the SwAV recipe's per-crop ops (flip
+-- 0.5, jitter p 0.8 brightness/contrast 0.4, blur p 0.5 sigma (0.1, 1), normalise):
+--   swav_multicrop  2 x 28 px scale (0.25, 1) + 4 x 14 px scale (0.08, 0.25)
+--   moco_two_views  2 x 28 px scale (0.2, 1)
+-- Figures are medians of timed repeats after warm-up calls; "per core" = samples/s /
+-- threads. Threads: env CRESCENT_THREADS, default the machine's core count.
+--   luajit bench/data_pipeline.lua [batch=256] [repeats=7] [warmup=2]
+-- Last line: {"bench": "data_pipeline", "unit": "samples/s", "results": [{pipeline,
+-- threads, crescent, torch, ratio}, ...], ...}
+package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
+local cjson = require 'cjson'
+local cr = require 'crescent'
+package.path = 'bench/?.lua;' .. package.path
+local harness = require 'harness'
+
+local T = cr.data.transforms
+
+local args = { batch = 256, repeats = 7, warmup = 2 }
+for _, a in ipairs(arg) do
+  local k, v = a:match('^([%w_]+)=(%d+)$')
+  if not k or args[k] == nil then
+    error('usage: luajit bench/data_pipeline.lua [batch=256] [repeats=7] [warmup=2]', 0)
+  end
+  args[k] = tonumber(v)
+end
+if args.batch < 1 or args.repeats < 1 then error('data_pipeline: batch and repeats must be >= 1', 0) end
+
+local threads = harness.threads()
+
+-- The per-crop ops of the SwAV recipe (a fresh table per pipeline).
+local function crop_ops()
+  return { flip = 0.5, color_jitter = { p = 0.8, brightness = 0.4, contrast = 0.4 },
+           blur = { p = 0.5, sigma = { 0.1, 1 } }, mean = 0.2860, std = 0.3530 }
+end
+
+local pipelines = {
+  { name = 'swav_multicrop', build = function()
+    local o = crop_ops()
+    o.size_crops, o.num_crops, o.crop_scales = { 28, 14 }, { 2, 4 }, { { 0.25, 1 }, { 0.08, 0.25 } }
+    return T.multicrop(o)
+  end },
+  { name = 'moco_two_views', build = function()
+    local o = crop_ops()
+    o.size, o.scale = 28, { 0.2, 1 }
+    return T.two_views(o)
+  end },
+}
+
+local thread_counts = threads == 1 and { 1 } or { 1, threads }
+
+cr.manual_seed(0)
+local B = args.batch
+local images = cr.randint(0, 256, { B, 28, 28 }, { dtype = 'u8' })
+local index = cr.arange(0, B)
+
+local crescent = {}
+for _, p in ipairs(pipelines) do
+  local mc = p.build()
+  for _, t in ipairs(thread_counts) do
+    cr.set_num_threads(t)
+    local epoch = 0
+    local sec = harness.median_time(function()
+      epoch = epoch + 1
+      mc:apply(images, index, 0, epoch)
+    end, args.repeats, args.warmup)
+    crescent[p.name .. '@' .. t] = B / sec
+  end
+end
+cr.set_num_threads(threads)
+
+local torch = harness.run_twin('bench/data_pipeline_torch.py', threads,
+  string.format('--batch %d --repeats %d --warmup %d', B, args.repeats, args.warmup))
+
+local function fmt(v, pattern) return v and string.format(pattern, v) or '-' end
+
+print(string.format('data pipeline, batch %d of random u8 28x28 images, median of %d (crescent %s)', B,
+  args.repeats, cr.version))
+print(string.format('%-16s %7s %14s %10s %14s %10s %7s', 'pipeline', 'threads', 'crescent /s', 'per core',
+  'torch /s', 'per core', 'ratio'))
+local results = {}
+for _, p in ipairs(pipelines) do
+  for _, t in ipairs(thread_counts) do
+    local key = p.name .. '@' .. t
+    local c, tv = crescent[key], torch[key]
+    local ratio = tv and tv > 0 and c / tv or nil
+    print(string.format('%-16s %7d %14.0f %10.0f %14s %10s %7s', p.name, t, c, c / t, fmt(tv, '%.0f'),
+      fmt(tv and tv / t, '%.0f'), fmt(ratio, '%.2f')))
+    results[#results + 1] = { pipeline = p.name, threads = t, crescent = c, torch = tv or cjson.null,
+                              ratio = ratio or cjson.null }
+  end
+end
+print(cjson.encode { bench = 'data_pipeline', unit = 'samples/s', batch = B, threads = threads, results = results })

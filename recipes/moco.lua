@@ -15,7 +15,7 @@ local cr = require 'crescent'
 local recipe = cr.ssl.recipe
 
 local defaults = cr.config.merge(recipe.defaults(), {
-  train = { epochs = 8 },
+  train = { epochs = 5 },
   crops = { size = { 28 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   optim = { lr = 0.06, weight_decay = 5e-4, warmup_epochs = 0, final_lr = 0 },
   moco = cr.ssl.moco.defaults,

@@ -15,7 +15,7 @@ local cr = require 'crescent'
 local recipe = cr.ssl.recipe
 
 local defaults = cr.config.merge(recipe.defaults(), {
-  train = { epochs = 5 },
+  train = { epochs = 3 },
   crops = { size = { 28 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   optim = { lr = 0.5, weight_decay = 1e-6, warmup_epochs = 0.5, final_lr = 0 },
   simclr = cr.ssl.simclr.defaults,

@@ -28,6 +28,7 @@ local cfg = cr.config.parse(arg, defaults, { types = recipe.types {
   ['swav.sinkhorn_iterations'] = { type = 'integer', min = 0 },
   ['swav.queue_length'] = { type = 'integer', min = 0 },
   ['swav.queue_start_epoch'] = { type = 'integer', min = 0 },
+  ['swav.queue_start_iteration'] = { type = 'integer', min = 0 },
   ['swav.freeze_prototypes_iters'] = { type = 'integer', min = 0 },
 } })
 

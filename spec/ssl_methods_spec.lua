@@ -65,7 +65,10 @@ describe('ssl.swav.SwAV', function()
     m.epoch = 0
     m:loss(m(x))
     assert.are.equal(0, m.queues[1].filled)         -- before the start epoch: untouched
-    m.epoch = 1
+    m.epoch, m.queue_start_iteration, m.iteration = 1, 10, 9
+    m:loss(m(x))
+    assert.are.equal(0, m.queues[1].filled)         -- before the start iteration: untouched
+    m.iteration = 10
     local out = m(x)
     m:loss(out)
     assert.are.equal(4, m.queues[1].filled)

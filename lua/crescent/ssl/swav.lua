@@ -7,7 +7,7 @@
 --
 --   local m = cr.ssl.swav.SwAV{trunk = resnet, feat_dim = 128, hidden_dim = 512, out_dim = 128,
 --       num_prototypes = 100, temperature = 0.1, epsilon = 0.05, sinkhorn_iterations = 3,
---       crops_for_assign = {0, 1}, queue_length = 0, queue_start_epoch = 0,
+--       crops_for_assign = {0, 1}, queue_length = 0, queue_start_epoch = 0, queue_start_iteration = 0,
 --       freeze_prototypes_iterations = 100}
 --   local out = m(crops)                 -- crops: the list of crop batches [B, C, h, w]
 --   local loss = m:loss(out)             -- scalar; out.codes holds the assignments
@@ -16,8 +16,10 @@
 -- Crops of the same size that follow each other go through the trunk together (one
 -- forward per resolution, as SwAV's multi-resolution forward), so BatchNorm statistics
 -- are per resolution group. Parameter names: trunk.*, head.*, prototypes.weight.
--- The queue (one per assigned crop, of detached embeddings) is used once full and once
--- the epoch reaches queue_start_epoch; its scores come from the current prototypes.
+-- The queue (one per assigned crop, of detached embeddings) is filled from the epoch
+-- queue_start_epoch (SwAV's epoch_queue_starts) and the iteration queue_start_iteration
+-- (VISSL's queue.start_iter) on, and used once full; its scores come from the current
+-- prototypes.
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = cr.nn
@@ -31,7 +33,8 @@ local function fail(msg) error(msg, util.user_level()) end
 local KNOWN = {
   trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, num_prototypes = true, temperature = true,
   epsilon = true, sinkhorn_iterations = true, crops_for_assign = true, num_crops = true, queue_length = true,
-  queue_start_epoch = true, freeze_prototypes_iterations = true, batch_size = true, sinkhorn_reduce = true,
+  queue_start_epoch = true, queue_start_iteration = true, freeze_prototypes_iterations = true, batch_size = true,
+  sinkhorn_reduce = true,
 }
 
 local function int(name, v, lo)
@@ -86,6 +89,7 @@ function SwAV:init(o)
   end
   self.queue_length = int('queue_length', o.queue_length or 0, 0)
   self.queue_start_epoch = int('queue_start_epoch', o.queue_start_epoch or 0, 0)
+  self.queue_start_iteration = int('queue_start_iteration', o.queue_start_iteration or 0, 0)
   self.freeze_prototypes_iterations = int('freeze_prototypes_iterations', o.freeze_prototypes_iterations or 0, 0)
   if self.queue_length > 0 then
     local B = o.batch_size
@@ -100,7 +104,7 @@ function SwAV:init(o)
   self.trunk = o.trunk
   self.head = hidden > 0 and nn.MLP { dims = { feat, hidden, out } } or nn.Linear(feat, out)
   self.prototypes = nn.Linear(out, K, { bias = false })
-  self.epoch = 0
+  self.epoch, self.iteration = 0, 0
   self:normalize_prototypes()
 end
 
@@ -157,10 +161,15 @@ function SwAV:forward(crops)
 end
 
 -- The swapped-prediction loss of a forward's output; fills the queues afterwards.
+function SwAV:queue_active()
+  return self.queues ~= nil and self.epoch >= self.queue_start_epoch and self.iteration >= self.queue_start_iteration
+end
+
 function SwAV:loss(out)
   local B, qs = out.batch, nil
   local queues = self.queues
-  if queues and self.epoch >= self.queue_start_epoch and queues[1]:full() then
+  local active = self:queue_active()
+  if active and queues[1]:full() then
     qs = cr.no_grad(function()
       local w = self.prototypes.weight:detach():t()
       local t = {}
@@ -172,7 +181,7 @@ function SwAV:loss(out)
     crops_for_assign = self.crops_for_assign, temperature = self.temperature, epsilon = self.epsilon,
     iterations = self.sinkhorn_iterations, queue_scores = qs, reduce = self.sinkhorn_reduce })
   out.codes = codes
-  if queues and self.epoch >= self.queue_start_epoch then
+  if active then
     for j, c in ipairs(self.crops_for_assign) do queues[j]:enqueue(out.embedding:narrow(0, c * B, B)) end
   end
   return loss
@@ -185,13 +194,14 @@ function SwAV:extra_state()
   return s
 end
 
--- The hooks a task running this method needs: the epoch for the queue, the prototype
--- normalisation after each train step, and the prototype freeze.
+-- The hooks a task running this method needs: the epoch and iteration for the queue,
+-- the prototype normalisation after each train step, and the prototype freeze.
 function SwAV:hooks()
   local method = self
   local hs = {
     { name = 'swav', priority = 45,
       before_phase = function(_, task) method.epoch = task.epoch end,
+      before_step = function(_, task) method.iteration = task.iteration end,
       after_step = function(_, task) if task.phase == 'train' then method:normalize_prototypes() end end },
   }
   if self.freeze_prototypes_iterations > 0 then
@@ -208,7 +218,8 @@ end
 -- ---- recipes ------------------------------------------------------------------------
 -- The config section of recipes/swav.lua and its defaults (scaled for 28 px images).
 M.defaults = { prototypes = 100, temperature = 0.1, epsilon = 0.05, sinkhorn_iterations = 3,
-               crops_for_assign = { 0, 1 }, queue_length = 0, queue_start_epoch = 0, freeze_prototypes_iters = 100 }
+               crops_for_assign = { 0, 1 }, queue_length = 0, queue_start_epoch = 0, queue_start_iteration = 0,
+               freeze_prototypes_iters = 100 }
 
 -- build(cfg, parts) -> SwAV, from the recipe config (crescent.ssl.recipe makes parts).
 function M.build(cfg, parts)
@@ -218,7 +229,7 @@ function M.build(cfg, parts)
     trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim, out_dim = cfg.model.out_dim,
     num_prototypes = s.prototypes, temperature = s.temperature, epsilon = s.epsilon,
     sinkhorn_iterations = s.sinkhorn_iterations, crops_for_assign = s.crops_for_assign, num_crops = total,
-    queue_length = s.queue_length, queue_start_epoch = s.queue_start_epoch,
+    queue_length = s.queue_length, queue_start_epoch = s.queue_start_epoch, queue_start_iteration = s.queue_start_iteration,
     freeze_prototypes_iterations = s.freeze_prototypes_iters, batch_size = cfg.data.batch_size,
   }
 end

@@ -46,4 +46,32 @@ const char *cr_io_file_metadata_key(const cr_io_file *f, int64_t i);
 const char *cr_io_file_metadata_value(const cr_io_file *f, int64_t i);
 void cr_io_file_free(cr_io_file *f);
 
+/* ---- TensorBoard event files (csrc/io/tfevents.c) ----------------------------------
+ * A TFRecord file: each record is u64 LE length, u32 LE masked CRC-32C of those 8 bytes,
+ * the data, u32 LE masked CRC-32C of the data; masked(c) = ((c >> 15) | (c << 17)) +
+ * 0xa282ead8. CRC-32C is the Castagnoli CRC (reflected polynomial 0x82F63B78). Each
+ * record holds a serialized Event protobuf: 1 wall_time (double), 2 step (int64),
+ * 3 file_version ("brain.Event:2", first record only), 5 summary (Summary: repeated
+ * 1 value; Value: 1 tag, 2 simple_value (float)). The file is
+ * <dir>/events.out.tfevents.<unix seconds>.<hostname> (".<k>" appended when another
+ * writer took that name in the same second); an existing file is never overwritten. */
+typedef struct cr_tb_writer cr_tb_writer;
+
+/* CRC-32C of n bytes ("123456789" -> 0xE3069283). */
+uint32_t cr_crc32c(const void *data, size_t n);
+/* Creates the event file in `dir` (which must exist and be writable) and writes the
+ * file_version record. Errors name the folder and the fix. */
+cr_status cr_tb_open(cr_tb_writer **out, const char *dir);
+/* The file's path (borrowed, valid until cr_tb_close). */
+const char *cr_tb_path(const cr_tb_writer *w);
+/* Buffers one scalar event (value stored as a float, as simple_value is). wall_time in
+ * unix seconds; <= 0 means now. Tags are non-empty UTF-8 of at most 1024 bytes. */
+cr_status cr_tb_add_scalar(cr_tb_writer *w, const char *tag, double value, int64_t step,
+                           double wall_time);
+/* Writes the buffered records to the file. */
+cr_status cr_tb_flush(cr_tb_writer *w);
+/* Flushes, closes and frees the writer (NULL is fine); the writer is gone even when the
+ * final write fails. */
+cr_status cr_tb_close(cr_tb_writer *w);
+
 #endif

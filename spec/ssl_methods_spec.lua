@@ -219,8 +219,9 @@ describe('ssl recipes', function()
     local defaults = cr.config.merge(cr.ssl.recipe.defaults(), { [method] = cr.ssl[method].defaults })
     local over = {
       data = { name = 'synthetic', size = 16, limit = 64, batch_size = 16 },
-      train = { epochs = 1, threads = 1 }, model = { width = 4, hidden_dim = 16, out_dim = 8 },
+      train = { epochs = 1, threads = 1, log_every = 1 }, model = { width = 4, hidden_dim = 16, out_dim = 8 },
       knn = { k = 5 }, checkpoint = { save = false }, crops = { size = { 16, 8 }, num = { 2, 2 } },
+      run = { dir = os.tmpname() .. '.d' },
     }
     if method ~= 'swav' then over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } } end
     if method == 'moco' then over.moco = { queue_length = 64 } end
@@ -235,6 +236,10 @@ describe('ssl recipes', function()
       assert.are.equal(2, task.iteration)
       assert.is_number(task.metrics.knn_top1)
       assert.is_true(task.storage:history('loss'):latest() == task.storage:history('loss'):latest()) -- not NaN
+      local f = io.open(task.config.run.dir .. '/' .. method .. '/metrics.jsonl', 'r')
+      assert.is_truthy(f and f:read('*a'):find('"loss"', 1, true))
+      if f then f:close() end
+      os.execute("rm -rf '" .. task.config.run.dir .. "'")
     end)
   end
 

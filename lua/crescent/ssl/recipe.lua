@@ -1,8 +1,9 @@
 -- crescent.ssl.recipe — what the self-supervised recipes (recipes/swav.lua, moco.lua,
 -- simclr.lua) share: the config defaults and types, the data sets and the multi-crop
 -- loader, the trunk, the optimizer and lr schedule, the task with its hooks (schedule,
--- timer, NaN guard, the method's own, kNN monitor, console), and the end of a run (the
--- model saved as safetensors, the JSON last line).
+-- timer, NaN guard, the method's own, kNN monitor, console, TensorBoard events and
+-- metrics.jsonl in the run folder run.dir/<run.name>), and the end of a run (the model
+-- saved as safetensors, the JSON last line).
 --
 --   local task = cr.ssl.recipe.task('swav', cfg)   -- or cr.ssl.swav.task(cfg)
 --   cr.train(task)
@@ -193,6 +194,9 @@ function R.task(name, cfg)
       forward = function(x) return method:features(x) end })
   end
   task:add_hook(cr.hooks.console { every = cfg.train.log_every })
+  local dir = R.run_dir(task)
+  task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
+  task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
   return task
 end
 

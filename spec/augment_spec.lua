@@ -7,11 +7,7 @@
 local cr = H.cr
 local T = cr.data.transforms
 
-local function err_of(f, ...)
-  local ok, e = pcall(f, ...)
-  assert(not ok, 'expected an error')
-  return tostring(e)
-end
+local err_of = H.error_of
 
 -- u8 images [N, C, H, W] (or [N, H, W] when c is nil) with a fixed pattern.
 local function images(n, c, h, w)

@@ -4,20 +4,10 @@
 -- round trip.
 local config = require 'crescent.config'
 
-local tmp = io.popen('mktemp -d /tmp/crescent_config_spec.XXXXXX'):read('*l')
-teardown(function() os.execute('rm -rf ' .. tmp) end)
-local function file(name, text)
-  local p = tmp .. '/' .. name
-  local f = assert(io.open(p, 'w'))
-  f:write(text)
-  f:close()
-  return p
-end
-local function err_of(f, ...)
-  local ok, e = pcall(f, ...)
-  assert(not ok, 'expected an error')
-  return tostring(e)
-end
+local tmpdir = H.tmpdir('config')
+teardown(tmpdir.remove)
+local tmp, file = tmpdir.dir, tmpdir.write
+local err_of = H.error_of
 local function has(msg, ...)
   for _, frag in ipairs { ... } do
     assert(msg:find(frag, 1, true), 'message should contain "' .. frag .. '": ' .. msg)

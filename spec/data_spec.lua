@@ -11,14 +11,11 @@ local data = require 'crescent.data'
 pcall(ffi.cdef, 'int setenv(const char *name, const char *value, int overwrite); int unsetenv(const char *name);')
 
 -- ---- files ---------------------------------------------------------------------------
-local tmp = io.popen('mktemp -d /tmp/crescent_data_spec.XXXXXX'):read('*l')
-local function path(name) return tmp .. '/' .. name end
-local function write(name, bytes)
-  local f = assert(io.open(path(name), 'wb'))
-  f:write(bytes)
-  f:close()
-  return path(name)
-end
+local tmpdir = H.tmpdir('data')
+teardown(tmpdir.remove)
+local tmp = tmpdir.dir
+local path = tmpdir.path
+local write = tmpdir.write
 local function gzip(name)   -- name -> name.gz, the plain file kept
   assert(os.execute('gzip -kf ' .. path(name)) == 0)
   return path(name) .. '.gz'
@@ -31,13 +28,8 @@ local function header(code, dims)
   return s
 end
 local function bytes(list) return string.char(unpack(list)) end
-local function err_of(f, ...)
-  local ok, e = pcall(f, ...)
-  assert(not ok, 'expected an error')
-  return tostring(e)
-end
+local err_of = H.error_of
 
-teardown(function() os.execute('rm -rf ' .. tmp) end)
 
 describe('read_idx', function()
   it('reads u8 images and labels, plain and gzip, with the header shape', function()

@@ -12,26 +12,13 @@ local images = data.images
 
 pcall(ffi.cdef, 'int setenv(const char *name, const char *value, int overwrite); int unsetenv(const char *name);')
 
-local tmp = io.popen('mktemp -d /tmp/crescent_datasets_spec.XXXXXX'):read('*l')
-local function path(name) return tmp .. '/' .. name end
+local tmpdir = H.tmpdir('datasets')
+teardown(tmpdir.remove)
+local path = tmpdir.path
 local function mkdir(name) assert(os.execute('mkdir -p ' .. path(name)) == 0) end
-local function write(name, bytes)
-  local f = assert(io.open(path(name), 'wb'))
-  f:write(bytes)
-  f:close()
-  return path(name)
-end
-local function read(p)
-  local f = assert(io.open(p, 'rb'))
-  local s = f:read('*a')
-  f:close()
-  return s
-end
-local function err_of(f, ...)
-  local ok, e = pcall(f, ...)
-  assert(not ok, 'expected an error')
-  return tostring(e)
-end
+local write = tmpdir.write
+local read = H.read_file
+local err_of = H.error_of
 local function at(t, ...)
   for _, i in ipairs { ... } do t = t:select(0, i) end
   return t
@@ -45,7 +32,6 @@ local function with_env(value, f)
   if not ok then error(e, 0) end
 end
 
-teardown(function() os.execute('rm -rf ' .. tmp) end)
 
 -- ---- CIFAR -----------------------------------------------------------------------------
 -- Record r of file f: pixel p = (31 f + 7 r + p) % 256; labels as given.

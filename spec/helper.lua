@@ -106,6 +106,50 @@ function H.assert_error(f, ...)
   return err
 end
 
+-- The message of the error that f(...) raises (fails the spec when it raises none).
+function H.error_of(f, ...)
+  local ok, e = pcall(f, ...)
+  assert(not ok, 'expected an error')
+  return tostring(e)
+end
+
+-- A fresh temporary folder for a spec file (busted's teardown is the spec file's own, so
+-- the file registers the removal):
+--   local tmp = H.tmpdir('io')   -- tmp.dir, tmp.path(name), tmp.write(name, bytes) -> path
+--   teardown(tmp.remove)
+function H.tmpdir(tag)
+  local dir = io.popen('mktemp -d /tmp/crescent_' .. tag .. '_spec.XXXXXX'):read('*l')
+  local t = { dir = dir }
+  function t.remove() os.execute("rm -rf '" .. dir .. "'") end
+  function t.path(name) return dir .. '/' .. name end
+  function t.write(name, bytes)
+    local f = assert(io.open(t.path(name), 'wb'))
+    f:write(bytes)
+    f:close()
+    return t.path(name)
+  end
+  return t
+end
+
+-- A file's whole content.
+function H.read_file(path)
+  local f = assert(io.open(path, 'rb'))
+  local s = f:read('*a')
+  f:close()
+  return s
+end
+
+-- A loader (iter / num_batches, what cr.train asks of one) over a fixed list of batches.
+function H.list_loader(list)
+  return {
+    iter = function()
+      local i = 0
+      return function() i = i + 1; return list[i] end
+    end,
+    num_batches = function() return #list end,
+  }
+end
+
 -- GPU specs: `H.gpu_it(name, fn)` runs only where a GPU is usable, otherwise one pending
 -- line says why.
 function H.gpu_available()

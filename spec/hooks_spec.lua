@@ -14,15 +14,7 @@ local function batches(n, b, seed)
   end
   return list
 end
-local function list_loader(list)
-  return {
-    iter = function()
-      local i = 0
-      return function() i = i + 1; return list[i] end
-    end,
-    num_batches = function() return #list end,
-  }
-end
+local list_loader = H.list_loader
 local function linear_task(args)
   cr.manual_seed(7)
   local model = args.model or nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))

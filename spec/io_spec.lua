@@ -9,22 +9,13 @@ local ffi = require 'ffi'
 local cr = H.cr
 local nn = cr.nn
 
-local tmp = io.popen('mktemp -d /tmp/crescent_io_spec.XXXXXX'):read('*l')
-local function path(name) return tmp .. '/' .. name end
-teardown(function() os.execute('rm -rf ' .. tmp) end)
+local tmpdir = H.tmpdir('io')
+teardown(tmpdir.remove)
+local tmp = tmpdir.dir
+local path = tmpdir.path
 
-local function write(name, bytes)
-  local f = assert(io.open(path(name), 'wb'))
-  f:write(bytes)
-  f:close()
-  return path(name)
-end
-local function read(p)
-  local f = assert(io.open(p, 'rb'))
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local write = tmpdir.write
+local read = H.read_file
 local function u64le(n)
   local b = {}
   for i = 1, 8 do

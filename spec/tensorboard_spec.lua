@@ -12,20 +12,16 @@ local nn = cr.nn
 local C = require('crescent.ffi').C
 local Writer = cr.hooks.tensorboard.Writer
 
-local tmp = io.popen('mktemp -d /tmp/crescent_tb_spec.XXXXXX'):read('*l')
-teardown(function() os.execute('rm -rf ' .. tmp) end)
+local tmpdir = H.tmpdir('tb')
+teardown(tmpdir.remove)
+local tmp = tmpdir.dir
 local dir_n = 0
 local function new_dir()
   dir_n = dir_n + 1
   return tmp .. '/run' .. dir_n
 end
 
-local function read(path)
-  local f = assert(io.open(path, 'rb'))
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local read = H.read_file
 
 -- ---- an independent reader --------------------------------------------------------------
 local crc_table = {}
@@ -246,15 +242,7 @@ local function batches(n, b)
   for i = 1, n do list[i] = { input = cr.randn(b, 3), target = cr.randint(0, 2, { b }) } end
   return list
 end
-local function list_loader(list)
-  return {
-    iter = function()
-      local i = 0
-      return function() i = i + 1; return list[i] end
-    end,
-    num_batches = function() return #list end,
-  }
-end
+local list_loader = H.list_loader
 local function linear_task(args)
   cr.manual_seed(7)
   local model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))

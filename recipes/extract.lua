@@ -13,6 +13,7 @@ package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.pa
 local cr = require 'crescent'
 local cjson = require 'cjson'
 local recipe = cr.ssl.recipe
+local util = require 'crescent.util'
 
 local defaults = cr.config.merge(recipe.frozen_defaults(), {
   data = { split = 'test' },
@@ -22,16 +23,17 @@ local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
   ['data.split'] = { type = 'string', choices = { 'train', 'test', 'both' } },
 } })
 
-local train_set, test_set = recipe.frozen_datasets(cfg)
+recipe.setup(cfg)
+local train_set, test_set = recipe.datasets(cfg)
 local forward, trunk = recipe.frozen_trunk(cfg, train_set)
 local out = cfg.extract.out
 if out == '' then
   local dir = cfg.run.dir .. '/' .. (cfg.run.name ~= '' and cfg.run.name or 'extract')
-  recipe.mkdir_p(dir)
+  util.mkdir_p(dir)
   out = dir .. '/features'
 else
   local dir = out:match('^(.*)/[^/]*$')
-  if dir then recipe.mkdir_p(dir) end
+  if dir then util.mkdir_p(dir) end
 end
 
 local splits = cfg.data.split == 'both' and { 'train', 'test' } or { cfg.data.split }

@@ -25,7 +25,8 @@ local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
   ['knn.k'] = { type = 'integer', min = 1 },
 } })
 
-local train_set, test_set = recipe.frozen_datasets(cfg)
+recipe.setup(cfg)
+local train_set, test_set = recipe.datasets(cfg)
 if not test_set then error('linear_eval: the data set has no test split (image_folder: add a val/ folder)', 0) end
 local forward, trunk = recipe.frozen_trunk(cfg, train_set)
 local t0 = cr.engine.loop.now()

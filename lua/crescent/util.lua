@@ -6,6 +6,17 @@ local C = require('crescent.ffi').C
 
 local M = {}
 
+pcall(ffi.cdef, 'int mkdir(const char *path, unsigned int mode);')
+-- mkdir -p: every missing folder of the path, mode 755. What cannot be made shows up when
+-- a file is created in it, with the message that names the folder.
+function M.mkdir_p(dir)
+  local path = dir:sub(1, 1) == '/' and '' or nil
+  for part in dir:gmatch('[^/]+') do
+    path = path and (path .. '/' .. part) or part
+    ffi.C.mkdir(path, tonumber('755', 8))
+  end
+end
+
 M.box = ffi.new('cr_tensor*[4]')      -- out-parameters of single calls
 local shape_buf = ffi.new('int64_t[8]')
 local shape_buf2 = ffi.new('int64_t[8]')

@@ -20,7 +20,7 @@ Jsonl.__index = Jsonl
 function Jsonl:before_train(_)
   if not self.file then
     local folder = self.path:match('^(.*)/[^/]*$')
-    if folder and folder ~= '' then tensorboard.mkdir_p(folder) end
+    if folder and folder ~= '' then util.mkdir_p(folder) end
     local f, err = io.open(self.path, 'a')
     if not f then
       error("jsonl: cannot open '" .. self.path .. "' for appending (" .. tostring(err) ..

@@ -10,17 +10,17 @@
 --                              forward = function(x) return method:features(x) end})
 local cr = require 'crescent'
 local now = require('crescent.engine.loop').now
+local features = require 'crescent.ssl.features'
 
 local Knn = {}
 Knn.__index = Knn
 
 function Knn:measure(task, label)
   local t0 = now()
-  local feats = require 'crescent.ssl.features'
   local opts = { batch_size = self.batch_size, forward = self.forward }
   local model = self.model or task.model
-  local ftr, ytr = feats.extract(model, self.train_set, opts)
-  local fte, yte = feats.extract(model, self.test_set, opts)
+  local ftr, ytr = features.extract(model, self.train_set, opts)
+  local fte, yte = features.extract(model, self.test_set, opts)
   if not ytr or not yte then
     error('knn: the train and test sets need labels', 0)
   end

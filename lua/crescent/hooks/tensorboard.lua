@@ -13,17 +13,6 @@ local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
 
-pcall(ffi.cdef, 'int mkdir(const char *path, unsigned int mode);')
-
--- mkdir -p: every missing folder of the path (what cannot be made shows up when the
--- file is created, with the C message that names the folder).
-local function mkdir_p(dir)
-  local path = dir:sub(1, 1) == '/' and '' or nil
-  for part in dir:gmatch('[^/]+') do
-    path = path and (path .. '/' .. part) or part
-    ffi.C.mkdir(path, tonumber('755', 8))
-  end
-end
 
 -- ---- the writer: one event file -------------------------------------------------------
 local Writer = {}
@@ -35,7 +24,7 @@ function Writer.open(dir)
   if type(dir) ~= 'string' or dir == '' then
     error("tensorboard: dir must be a folder name such as 'runs/exp1', got " .. tostring(dir), util.user_level())
   end
-  mkdir_p(dir)
+  util.mkdir_p(dir)
   local box = writer_box_ct()
   util.check(C.cr_tb_open(box, dir))
   local p = ffi.gc(box[0], C.cr_tb_close)
@@ -153,5 +142,5 @@ local function new(opts)
                         window = opts.window }, Hook)
 end
 
-return setmetatable({ Writer = Writer, new_scalars = new_scalars, is_log_step = is_log_step, mkdir_p = mkdir_p },
+return setmetatable({ Writer = Writer, new_scalars = new_scalars, is_log_step = is_log_step },
                     { __call = function(_, opts) return new(opts) end })

@@ -33,30 +33,18 @@ local KNOWN = {
   temperature = true, momentum = true, cosine_momentum = true, shuffle_bn_splits = true, batch_size = true,
 }
 
-local function int(name, v, lo)
-  if type(v) ~= 'number' or v ~= math.floor(v) or v < lo then
-    fail(string.format('MoCo: %s must be an integer >= %d, got %s', name, lo, tostring(v)))
-  end
-  return v
-end
+local function int(name, v, lo) return nn._int('MoCo', name, v, lo) end
 
 local MoCo = nn.Module:extend('MoCo')
 M.MoCo = MoCo
 
-local function head(feat, hidden, out)
-  return hidden > 0 and nn.MLP { dims = { feat, hidden, out }, bn = false } or nn.Linear(feat, out)
+local function head(feat, hidden, out)   -- MoCo v2's: no BatchNorm
+  return nn.MLP { dims = hidden > 0 and { feat, hidden, out } or { feat, out }, bn = false }
 end
 
 function MoCo:init(o)
   if type(o) ~= 'table' then fail('MoCo: give an options table, e.g. MoCo{trunk = a, key_trunk = b, feat_dim = 128}') end
-  for k in pairs(o) do
-    if not KNOWN[k] then
-      local names = {}
-      for n in pairs(KNOWN) do names[#names + 1] = n end
-      table.sort(names)
-      fail("MoCo: unknown option '" .. tostring(k) .. "'; options are " .. table.concat(names, ', '))
-    end
-  end
+  nn._options('MoCo', o, KNOWN)
   if not nn.is_module(o.trunk) then
     fail('MoCo: trunk must be a module returning features [B, feat_dim], got ' .. type(o.trunk))
   end

@@ -11,8 +11,8 @@
 --
 -- A method file (crescent.ssl.<method>) provides build(cfg, parts) -> the method module;
 -- parts = {trunk = fn() -> a fresh trunk, feat_dim = n, nchan = channels}.
-local ffi = require 'ffi'
 local cr = require 'crescent'
+local util = require 'crescent.util'
 
 local R = {}
 
@@ -38,15 +38,26 @@ function R.defaults()
   })
 end
 
-function R.types(extra)
+-- The types both kinds of recipe (SSL training and frozen evaluation) share; each adds
+-- its own, and `extra` the recipe's.
+local function with_types(base, extra)
   local t = {
-    ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50' } },
     ['model.width'] = { type = 'integer', min = 1 },
     ['model.stem'] = { type = 'string', choices = { 'auto', 'cifar', 'imagenet' } },
-    ['model.hidden_dim'] = { type = 'integer', min = 0 },
-    ['model.out_dim'] = { type = 'integer', min = 1 },
     ['data.name'] = { type = 'string', choices = { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder' } },
     ['data.size'] = { type = 'integer', min = 1 },
+  }
+  for _, more in ipairs { base, extra or {} } do
+    for k, v in pairs(more) do t[k] = v end
+  end
+  return t
+end
+
+function R.types(extra)
+  return with_types({
+    ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50' } },
+    ['model.hidden_dim'] = { type = 'integer', min = 0 },
+    ['model.out_dim'] = { type = 'integer', min = 1 },
     ['optim.name'] = { type = 'string', choices = { 'sgd' } },
     ['optim.momentum'] = { type = 'number', min = 0 },
     ['optim.warmup_epochs'] = { type = 'number', min = 0 },
@@ -55,12 +66,11 @@ function R.types(extra)
     ['knn.temperature'] = { type = 'number', min = 0 },
     ['knn.every'] = { type = 'integer', min = 0 },
     ['train.log_every'] = { type = 'integer', min = 1 },
-  }
-  for k, v in pairs(extra or {}) do t[k] = v end
-  return t
+  }, extra)
 end
 
-local function seed_and_threads(cfg)
+-- The run's device check, thread count and seed: first thing a recipe does.
+function R.setup(cfg)
   if cfg.train.device == 'cuda' then fail('train.device=cuda: the CUDA backend arrives with issue 6; use cpu') end
   if cfg.train.threads > 0 then cr.set_num_threads(cfg.train.threads) end
   cr.manual_seed(cfg.train.seed)
@@ -70,7 +80,6 @@ end
 -- The train and test data sets of cfg.data (test may be nil: no kNN monitor then).
 function R.datasets(cfg)
   local d = cfg.data
-  seed_and_threads(cfg)
   local limit = d.limit > 0 and d.limit or nil
   local root = d.root ~= '' and d.root or nil
   if d.name == 'fashion_mnist' then
@@ -161,15 +170,14 @@ R.trainable = trainable
 -- task(method_name, cfg) -> a Task ready for cr.train (task.method holds the method).
 function R.task(name, cfg)
   local mod = require('crescent.ssl.' .. name)
+  R.setup(cfg)
   local train_set, test_set = R.datasets(cfg)
   local views = R.views(cfg, train_set)
   local nchan = train_set.images.ndim == 4 and train_set.images.shape[2] or 1
   local make_trunk, feat_dim = R.trunk_factory(cfg, nchan, train_set.images.shape[train_set.images.ndim])
   local method = mod.build(cfg, { trunk = make_trunk, feat_dim = feat_dim, nchan = nchan, views = views })
-  local lopts = { batch_size = cfg.data.batch_size, shuffle = true, drop_last = true, seed = cfg.train.seed,
-                  views = views }
-  if cfg.data.workers > 0 then lopts.workers = cfg.data.workers end
-  local loader = cr.data.Loader(train_set, lopts)
+  local loader = cr.data.Loader(train_set, { batch_size = cfg.data.batch_size, shuffle = true, drop_last = true,
+                                             seed = cfg.train.seed, views = views, workers = cfg.data.workers })
   local o = cfg.optim
   local optimizer = cr.optim.SGD(trainable(method), {
     lr = o.lr, momentum = o.momentum, nesterov = o.nesterov, weight_decay = o.weight_decay,
@@ -249,44 +257,19 @@ end
 -- The config keys of the frozen-feature recipes (linear_eval.lua, extract.lua).
 function R.frozen_defaults()
   return cr.config.merge(cr.config.common(), {
-    data = { batch_size = 500 },
+    data = { batch_size = 500, size = 32, skip_bad = false },
     model = { arch = 'resnet18', width = 16, stem = 'auto', init = '', init_prefix = 'auto', init_remove_prefix = '',
               init_strict = true },
   })
 end
 
 function R.frozen_types(extra)
-  local t = {
+  return with_types({
     ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50', 'pixels' } },
-    ['model.width'] = { type = 'integer', min = 1 },
-    ['model.stem'] = { type = 'string', choices = { 'auto', 'cifar', 'imagenet' } },
-    ['data.name'] = { type = 'string', choices = { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder' } },
-  }
-  for k, v in pairs(extra or {}) do t[k] = v end
-  return t
-end
-
--- The data sets of a frozen-feature recipe (data.size for synthetic and image folders).
-function R.frozen_datasets(cfg)
-  local c = cr.config.merge({ data = { size = 32, skip_bad = false } }, cfg)
-  return R.datasets(c)
+  }, extra)
 end
 
 -- ---- the end of a run ----------------------------------------------------------------
-ffi.cdef 'int mkdir(const char *path, unsigned int mode);'
-local function mkdir_p(dir)
-  local path = ''
-  for part in dir:gmatch('[^/]+') do
-    path = (path == '' and dir:sub(1, 1) ~= '/') and part or (path .. '/' .. part)
-    ffi.C.mkdir(path, tonumber('755', 8))
-  end
-  local f = io.open(dir .. '/.probe', 'wb')
-  if not f then fail("cannot create the run folder '" .. dir .. "'; check run.dir and its permissions") end
-  f:close()
-  os.remove(dir .. '/.probe')
-end
-R.mkdir_p = mkdir_p
-
 -- The run's folder: run.dir/<run.name or the method's name>.
 function R.run_dir(task)
   local cfg = task.config
@@ -297,7 +280,7 @@ end
 -- <run dir>/checkpoints/latest.safetensors; returns the path.
 function R.save(task)
   local dir = R.run_dir(task) .. '/checkpoints'
-  mkdir_p(dir)
+  util.mkdir_p(dir)   -- a folder that cannot be made: cr.save's error names the file
   local tensors = {}
   for _, np in ipairs(task.method:named_parameters()) do tensors[#tensors + 1] = np end
   for _, np in ipairs(task.method:named_buffers()) do tensors[#tensors + 1] = np end
@@ -323,7 +306,7 @@ function R.finish(task)
   end
   local h = task.storage:history('loss')
   local per = task.iterations_per_epoch or 0
-  local loss = h and h:avg(per > 0 and per or nil) or 0
+  local loss = h and h:avg(per > 0 and per or nil) or nil   -- nil (JSON null): no step ran
   local m = task.metrics
   local cjson = require 'cjson'
   local out = { recipe = task.method_name, epochs = task.epoch, knn_top1 = m.knn_top1, knn_top5 = m.knn_top5,

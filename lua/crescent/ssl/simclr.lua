@@ -24,31 +24,21 @@ M.SimCLR = SimCLR
 
 function SimCLR:init(o)
   if type(o) ~= 'table' then fail('SimCLR: give an options table, e.g. SimCLR{trunk = model, feat_dim = 128}') end
-  for k in pairs(o) do
-    if not KNOWN[k] then
-      fail("SimCLR: unknown option '" .. tostring(k) .. "'; options are feat_dim, gather, hidden_dim, out_dim, " ..
-        'temperature, trunk')
-    end
-  end
+  nn._options('SimCLR', o, KNOWN)
   if not nn.is_module(o.trunk) then
     fail('SimCLR: trunk must be a module returning features [B, feat_dim], got ' .. type(o.trunk))
   end
-  for _, k in ipairs { 'feat_dim', 'hidden_dim', 'out_dim' } do
-    local v = o[k]
-    if v ~= nil and (type(v) ~= 'number' or v ~= math.floor(v) or v < (k == 'hidden_dim' and 0 or 1)) then
-      fail(string.format('SimCLR: %s must be a positive integer, got %s', k, tostring(v)))
-    end
-  end
-  if o.feat_dim == nil then fail('SimCLR: feat_dim (the trunk\'s output features) is required') end
+  local feat = nn._int('SimCLR', 'feat_dim', o.feat_dim, 1)
+  local hidden = nn._int('SimCLR', 'hidden_dim', o.hidden_dim or 512, 0)
+  local out = nn._int('SimCLR', 'out_dim', o.out_dim or 128, 1)
   self.temperature = o.temperature or 0.5
   if type(self.temperature) ~= 'number' or self.temperature <= 0 then
     fail('SimCLR: temperature must be a number > 0, got ' .. tostring(self.temperature))
   end
   if o.gather ~= nil and type(o.gather) ~= 'function' then fail('SimCLR: gather must be a function(z) -> z of all ranks') end
   self.gather = o.gather
-  local hidden, out = o.hidden_dim or 512, o.out_dim or 128
   self.trunk = o.trunk
-  self.head = hidden > 0 and nn.MLP { dims = { o.feat_dim, hidden, out } } or nn.Linear(o.feat_dim, out)
+  self.head = nn.MLP { dims = hidden > 0 and { feat, hidden, out } or { feat, out } }
 end
 
 function SimCLR:features(x) return self.trunk(x) end

@@ -37,12 +37,7 @@ local KNOWN = {
   sinkhorn_reduce = true,
 }
 
-local function int(name, v, lo)
-  if type(v) ~= 'number' or v ~= math.floor(v) or v < lo then
-    fail(string.format('SwAV: %s must be an integer >= %d, got %s', name, lo, tostring(v)))
-  end
-  return v
-end
+local function int(name, v, lo) return nn._int('SwAV', name, v, lo) end
 local function positive(name, v)
   if type(v) ~= 'number' or v ~= v or v <= 0 then
     fail(string.format('SwAV: %s must be a number > 0, got %s', name, tostring(v)))
@@ -55,14 +50,7 @@ M.SwAV = SwAV
 
 function SwAV:init(o)
   if type(o) ~= 'table' then fail('SwAV: give an options table, e.g. SwAV{trunk = model, feat_dim = 128}') end
-  for k in pairs(o) do
-    if not KNOWN[k] then
-      local names = {}
-      for n in pairs(KNOWN) do names[#names + 1] = n end
-      table.sort(names)
-      fail("SwAV: unknown option '" .. tostring(k) .. "'; options are " .. table.concat(names, ', '))
-    end
-  end
+  nn._options('SwAV', o, KNOWN)
   if not nn.is_module(o.trunk) then
     fail('SwAV: trunk must be a module returning features [B, feat_dim], got ' .. type(o.trunk))
   end
@@ -102,7 +90,7 @@ function SwAV:init(o)
     for j = 1, #cfa do self.queues[j] = Queue(self.queue_length, out, { batch_size = B }) end
   end
   self.trunk = o.trunk
-  self.head = hidden > 0 and nn.MLP { dims = { feat, hidden, out } } or nn.Linear(feat, out)
+  self.head = nn.MLP { dims = hidden > 0 and { feat, hidden, out } or { feat, out } }
   self.prototypes = nn.Linear(out, K, { bias = false })
   self.epoch, self.iteration = 0, 0
   self:normalize_prototypes()

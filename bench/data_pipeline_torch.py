@@ -8,26 +8,14 @@ CRESCENT_THREADS threads (default the core count). Prints one JSON line per figu
   /usr/bin/python3 bench/data_pipeline_torch.py [--batch 256 --repeats 7 --warmup 2]"""
 import argparse
 import json
-import os
-import statistics
-import time
 
 import torch
 
+from harness_torch import median_seconds, threads as default_threads
 from ssl_swav_torch import MOCO_TWO_VIEWS, SWAV_MULTICROP, multicrop
 
 PIPELINES = (('swav_multicrop', SWAV_MULTICROP), ('moco_two_views', MOCO_TWO_VIEWS))
 
-
-def median_seconds(fn, repeats, warmup):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main():
@@ -38,7 +26,7 @@ def main():
     args = p.parse_args()
     if args.batch < 1 or args.repeats < 1 or args.warmup < 0:
         p.error('--batch and --repeats must be >= 1, --warmup >= 0')
-    threads = int(os.environ.get('CRESCENT_THREADS', os.cpu_count()))
+    threads = default_threads()
     torch.set_num_interop_threads(1)
     gen = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (args.batch, 28, 28), dtype=torch.uint8, generator=gen)

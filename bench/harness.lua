@@ -54,6 +54,38 @@ end
 
 -- Runs /usr/bin/python3 <script> [args] on `threads`; returns {bench = value} from its
 -- JSON lines (empty, with a printed reason, when the twin could not run).
+-- A loader (iter / num_batches) handing out `total` batches by cycling through a fixed
+-- list: the engine benchmarks measure the step, not the data.
+function H.cycled_loader(batches, total)
+  return {
+    iter = function()
+      local i = 0
+      return function()
+        i = i + 1
+        if i <= total then return batches[(i - 1) % #batches + 1] end
+      end
+    end,
+    num_batches = function() return total end,
+  }
+end
+
+-- A hook timing windows of `steps` iterations after `warmup` ones: wall time between
+-- after_step marks, so everything the loop does counts. Returns the hook and the list
+-- it fills with samples/s per window.
+function H.window_hook(warmup, steps, batch_size)
+  local loop = require 'crescent.engine.loop'
+  local rates, t0 = {}, nil
+  return { name = 'bench', priority = 100, after_step = function(_, t)
+    local k = t.iteration - warmup
+    if k == 0 then t0 = loop.now()
+    elseif k > 0 and k % steps == 0 then
+      local t1 = loop.now()
+      rates[#rates + 1] = steps * batch_size / (t1 - t0)
+      t0 = t1
+    end
+  end }, rates
+end
+
 function H.run_twin(script, threads, args)
   local p = io.popen(string.format('CRESCENT_THREADS=%d /usr/bin/python3 %s %s 2>&1', threads, script, args or ''))
   local figures, raw = {}, {}

@@ -6,11 +6,10 @@ default the machine's core count). Prints one JSON line per measurement,
 {"bench": name, "value": x, "unit": u}, then a summary line {"bench": "ops_torch", ...}.
 bench/ops.lua runs this script itself; it also runs alone."""
 import json
-import os
-import statistics
-import time
 
 import torch
+
+from harness_torch import median_seconds, threads as default_threads
 
 REPEATS = 7
 CONV_LAYERS = [  # name, input shape, out channels, kernel, padding (same as ops.lua)
@@ -19,15 +18,6 @@ CONV_LAYERS = [  # name, input shape, out channels, kernel, padding (same as ops
     ("conv_256x14x14_1x1_to_1024", (8, 256, 14, 14), 1024, 1, 0),
 ]
 
-
-def median_time(fn, repeats=REPEATS):
-    fn()  # warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def bench_add(requires_grad, n=100000):
@@ -38,13 +28,13 @@ def bench_add(requires_grad, n=100000):
         for _ in range(n):
             a + b
 
-    return median_time(loop) / n * 1e6
+    return median_seconds(loop, REPEATS) / n * 1e6
 
 
 def bench_matmul(size=1024):
     a = torch.randn(size, size)
     b = torch.randn(size, size)
-    t = median_time(lambda: torch.mm(a, b), repeats=11)
+    t = median_seconds(lambda: torch.mm(a, b), 11)
     return 2.0 * size ** 3 / t / 1e9
 
 
@@ -60,11 +50,11 @@ def bench_conv(shape, cout, k, pad):
         out = torch.nn.functional.conv2d(x, w, None, padding=pad)
         out.backward(gy)
 
-    return median_time(step, repeats=11) * 1e3
+    return median_seconds(step, 11) * 1e3
 
 
 def main():
-    threads = int(os.environ.get("CRESCENT_THREADS") or os.cpu_count() or 1)
+    threads = default_threads()
     torch.set_num_threads(threads)
     results = {}
 

@@ -5,11 +5,10 @@ implementations (SGD with momentum and weight decay, AdamW) and clip_grad_norm_,
 same thread count (env CRESCENT_THREADS, default the core count). Prints one JSON line per
 measurement {"bench": name, "value": ms, "unit": "ms/step"}."""
 import json
-import os
-import statistics
-import time
 
 import torch
+
+from harness_torch import median_seconds, threads as default_threads
 
 REPEATS = 11
 
@@ -28,19 +27,9 @@ def resnet18_shapes(num_classes=1000):
     return shapes
 
 
-def median_time(fn, repeats=REPEATS):
-    fn()
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
 
 def main():
-    threads = int(os.environ.get("CRESCENT_THREADS", os.cpu_count()))
+    threads = default_threads()
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     params = [torch.randn(s, requires_grad=True) for s in resnet18_shapes()]
@@ -50,10 +39,10 @@ def main():
     sgd = torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=5e-4, foreach=True)
     adamw = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, foreach=True)
     figures = {
-        "sgd_step_resnet18": median_time(sgd.step) * 1e3,
-        "adamw_step_resnet18": median_time(adamw.step) * 1e3,
-        "clip_grad_norm_resnet18": median_time(
-            lambda: torch.nn.utils.clip_grad_norm_(params, 1e9)) * 1e3,
+        "sgd_step_resnet18": median_seconds(sgd.step, REPEATS, 2) * 1e3,
+        "adamw_step_resnet18": median_seconds(adamw.step, REPEATS, 2) * 1e3,
+        "clip_grad_norm_resnet18": median_seconds(
+            lambda: torch.nn.utils.clip_grad_norm_(params, 1e9), REPEATS, 2) * 1e3,
     }
     for name, v in figures.items():
         print(json.dumps({"bench": name, "value": v, "unit": "ms/step"}))

@@ -11,7 +11,6 @@
 package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
 local cjson = require 'cjson'
 local cr = require 'crescent'
-local loop = require 'crescent.engine.loop'
 package.path = 'bench/?.lua;' .. package.path
 local harness = require 'harness'
 
@@ -39,32 +38,14 @@ local function crescent_rate()
     for v = 1, 6 do crops[v] = cr.randn(B, 1, v <= 2 and 28 or 14, v <= 2 and 28 or 14) end
     batches[i] = { input = crops, size = B }
   end
-  local total = args.warmup + args.windows * args.steps
-  local loader = {
-    iter = function()
-      local i = 0
-      return function()
-        i = i + 1
-        if i <= total then return batches[(i - 1) % #batches + 1] end
-      end
-    end,
-    num_batches = function() return total end,
-  }
+  local loader = harness.cycled_loader(batches, args.warmup + args.windows * args.steps)
   local task = cr.engine.Task {
     model = method, optimizer = opt, epochs = 1, test_every = 0, train_loader = loader,
     loss = function(out) return method:loss(out) end,
   }
   for _, h in ipairs(method:hooks()) do task:add_hook(h) end
-  local rates, t0 = {}, nil
-  task:add_hook { name = 'bench', priority = 100, after_step = function(_, t)
-    local k = t.iteration - args.warmup
-    if k == 0 then t0 = loop.now()
-    elseif k > 0 and k % args.steps == 0 then
-      local t1 = loop.now()
-      rates[#rates + 1] = args.steps * B / (t1 - t0)
-      t0 = t1
-    end
-  end }
+  local window, rates = harness.window_hook(args.warmup, args.steps, B)
+  task:add_hook(window)
   cr.train(task)
   local tm = task.timing
   return harness.median(rates), rates, {

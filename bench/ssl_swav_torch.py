@@ -33,7 +33,6 @@ import gzip
 import json
 import math
 import os
-import statistics
 import sys
 import time
 
@@ -41,6 +40,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from harness_torch import median_seconds, threads as default_threads
 from train_supervised_torch import ResNet18
 
 DATA_DIR = '/usr/share/datasets/fashion-mnist'
@@ -305,16 +305,6 @@ def knn_top1(model, train_x, train_y, test_x, test_y, k=200, temperature=0.1, nu
 
 # ---------------------------------------------------------------- modes
 
-def median_seconds(fn, repeats, warmup):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
 
 def bench(args):
     torch.manual_seed(args.seed)
@@ -387,7 +377,7 @@ def main():
     p.add_argument('--warmup', type=int, default=2)
     p.add_argument('--epochs', type=int, default=5)
     p.add_argument('--limit', type=int, default=0)
-    p.add_argument('--threads', type=int, default=int(os.environ.get('CRESCENT_THREADS', os.cpu_count())))
+    p.add_argument('--threads', type=int, default=default_threads())
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--knn-at-start', action='store_true')
     args = p.parse_args()

@@ -11,7 +11,6 @@
 package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
 local cjson = require 'cjson'
 local cr = require 'crescent'
-local loop = require 'crescent.engine.loop'
 package.path = 'bench/?.lua;' .. package.path
 local harness = require 'harness'
 
@@ -34,17 +33,7 @@ local function crescent_rate()
   local opt = cr.optim.SGD(model:named_parameters(), { lr = 0.1, momentum = 0.9, nesterov = true, weight_decay = 5e-4 })
   local data = {}
   for i = 1, 8 do data[i] = { input = cr.randn(B, 1, 28, 28), target = cr.randint(0, 10, { B }) } end
-  local total = args.warmup + args.windows * args.steps
-  local loader = {
-    iter = function()
-      local i = 0
-      return function()
-        i = i + 1
-        if i <= total then return data[(i - 1) % #data + 1] end
-      end
-    end,
-    num_batches = function() return total end,
-  }
+  local loader = harness.cycled_loader(data, args.warmup + args.windows * args.steps)
   local task = cr.engine.Task {
     model = model, optimizer = opt, epochs = 1, test_every = 0, train_loader = loader,
     loss = function(out, batch) return cr.cross_entropy(out, batch.target) end,
@@ -52,17 +41,8 @@ local function crescent_rate()
   }
   task:add_hook(cr.hooks.schedule())
   task:add_hook(cr.hooks.timer())
-  -- the windows: wall time between after_step marks, so everything the loop does counts
-  local rates, t0 = {}, nil
-  task:add_hook { name = 'bench', priority = 100, after_step = function(_, t)
-    local k = t.iteration - args.warmup
-    if k == 0 then t0 = loop.now()
-    elseif k > 0 and k % args.steps == 0 then
-      local t1 = loop.now()
-      rates[#rates + 1] = args.steps * B / (t1 - t0)
-      t0 = t1
-    end
-  end }
+  local window, rates = harness.window_hook(args.warmup, args.steps, B)
+  task:add_hook(window)
   cr.train(task)
   local tm = task.timing
   local n = tm.steps

@@ -3,7 +3,6 @@ training images/s of ResNet-18 (CIFAR stem: 3x3/1 conv, no max pool; base width 
 1 input channel; 10 classes) with SGD (momentum 0.9, nesterov, weight decay 5e-4) on
 the same synthetic 28x28 batches, same batch size and thread count. Prints
 `torch_img_per_s <x>` as its last line. Run by /usr/bin/python3 (Debian's torch)."""
-import os
 import statistics
 import sys
 import time
@@ -11,6 +10,8 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from harness_torch import threads as default_threads
 
 
 class BasicBlock(nn.Module):
@@ -53,7 +54,7 @@ def main():
     args = dict(a.split('=', 1) for a in sys.argv[1:])
     width, batch = int(args.get('width', 16)), int(args.get('batch', 128))
     warmup, windows, steps = int(args.get('warmup', 3)), int(args.get('windows', 5)), int(args.get('steps', 5))
-    threads = int(os.environ.get('CRESCENT_THREADS', os.cpu_count()))
+    threads = default_threads()
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = ResNet18(width)

@@ -2,7 +2,7 @@
 #   make        build build/libcrescent.so (feature probes print ✓/✗)
 #   make deps   apt-get only the missing Debian packages
 #   make test   deps, build, every spec; last line "N passed, N failed"
-#   make run    the main recipe (recipes/supervised.lua)
+#   make run    the main recipe (recipes/swav.lua)
 #   make bench  benchmarks beside their PyTorch twins
 SHELL := /bin/bash
 BUILD := build
@@ -22,7 +22,7 @@ LDLIBS := -lm -lz -lturbojpeg -lpng -lpthread -fopenmp -Wl,-z,defs -Wl,-z,nodele
 # Debian packages: what building and testing need, and what benchmarks add.
 # dataset-fashion-mnist: the data of recipes/supervised.lua (/usr/share/datasets/fashion-mnist).
 DEPS_TEST := luajit libluajit-5.1-dev lua-busted lua-check libdnnl-dev lua-cjson zlib1g-dev \
-             libturbojpeg0-dev libpng-dev dataset-fashion-mnist
+             libturbojpeg0-dev libpng-dev dataset-fashion-mnist python3-venv
 # libopenblas0-openmp: Debian's torch calls the system BLAS, the slow netlib one unless
 # OpenBLAS is installed; a fair matmul comparison needs the fast one.
 DEPS_BENCH := python3-torch libopenblas0-openmp
@@ -49,7 +49,7 @@ OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(SRCS))
 HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/ops/*.h csrc/optim/*.h \
                   csrc/data/*.h csrc/loop/*.h csrc/ssl/*.h csrc/io/*.h)
 
-.PHONY: all deps test bench clean probes lint run FORCE
+.PHONY: all deps pydeps test bench clean probes lint run FORCE
 LOOP_SRCS := $(wildcard csrc/loop/*.c)
 all: probes $(BUILD)/libcrescent.so $(BUILD)/crescent_cdef.h $(if $(LOOP_SRCS),$(BUILD)/crescent_loop.so)
 
@@ -99,9 +99,20 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	else echo "deps: all present"; fi
 
+# Python packages of the interop specs (safetensors reads our files, TensorBoard's reader
+# our events), from PyPI into a venv under build/ that also sees Debian's numpy and torch.
+# Where PyPI cannot be reached those specs skip, each with one line saying why.
+PYENV := $(BUILD)/pyenv
+pydeps:
+	@if $(PYENV)/bin/python -c 'import safetensors, tensorboard' 2>/dev/null; then echo "pydeps: all present"; \
+	else /usr/bin/python3 -m venv --system-site-packages $(PYENV) && \
+	  timeout 300 $(PYENV)/bin/pip install -q --disable-pip-version-check safetensors tensorboard >/dev/null 2>&1 \
+	  && echo "pydeps: safetensors and tensorboard installed in $(PYENV)" \
+	  || echo "pydeps: PyPI unreachable; the Python interop specs will skip"; fi
+
 # deps first, then a fresh make: the feature probes are read when make parses this file,
 # so a build in the same invocation as the install would miss what it just installed.
-test: deps
+test: deps pydeps
 	@$(MAKE) --no-print-directory all
 	@bash tools/run_specs.sh
 

@@ -6,7 +6,11 @@
 --   luajit recipes/supervised.lua train.epochs=2 optim.lr=0.2 data.batch_size=128 model.width=32
 --   luajit recipes/supervised.lua --config myrun.lua        (a file returning a table of overrides)
 --
--- The last line on stdout is one JSON object with the final figures (DESIGN §10).
+-- The run folder runs/<run.name> (default runs/supervised) gets config.lua, metrics.jsonl,
+-- TensorBoard events and checkpoints/; running again with the same run.name resumes from
+-- the newest checkpoint (run.resume=false starts afresh); SIGTERM or Ctrl-C checkpoints
+-- after the current step and exits. The last line on stdout is one JSON object with the
+-- final figures (DESIGN §10).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 local cr = require 'crescent'
@@ -17,8 +21,8 @@ local defaults = cr.config.merge(cr.config.common(), {
   data = { batch_size = 128, augment = false },
   model = { arch = 'resnet18', width = 16 },
   optim = { lr = 0.1, momentum = 0.9, nesterov = true, weight_decay = 5e-4, warmup_epochs = 0.3 },
-})
-local cfg = cr.config.parse(arg, defaults, { types = {
+}, cr.engine.run.defaults { best = 'test_top1' })
+local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.run.types, {
   ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50' } },
   ['model.width'] = { type = 'integer', min = 1 },
   ['optim.name'] = { type = 'string', choices = { 'sgd' } },
@@ -26,7 +30,7 @@ local cfg = cr.config.parse(arg, defaults, { types = {
   ['optim.warmup_epochs'] = { type = 'number', min = 0 },
   ['train.test_every'] = { type = 'integer', min = 0 },
   ['train.log_every'] = { type = 'integer', min = 1 },
-} })
+}) })
 
 if cfg.train.device == 'cuda' then error('train.device=cuda: the CUDA backend arrives with issue 6; use cpu', 0) end
 if cfg.train.threads > 0 then cr.set_num_threads(cfg.train.threads) end
@@ -65,6 +69,12 @@ task:add_hook(cr.hooks.timer())                                 -- time, img/s, 
 task:add_hook(cr.hooks.nan_guard { every = 100 })               -- stop on NaN/Inf
 task:add_hook(cr.hooks.eval { topk = { 1, 5 } })                -- test top-1/top-5
 task:add_hook(cr.hooks.console { every = cfg.train.log_every }) -- progress and test lines
+-- the run folder: config.lua, TensorBoard events, metrics.jsonl, checkpoints (and resume)
+local dir, env = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'supervised'))
+task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
+task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
+local checkpoints = cr.engine.run.checkpoint_hook(cfg, dir, env)
+if checkpoints then task:add_hook(checkpoints) end
 
 print(string.format('supervised: %s width %d (%.2fM params) on fashion_mnist (%d train, %d test), ' ..
   '%d epochs, batch %d, lr %g, %d threads', cfg.model.arch, cfg.model.width, model:num_parameters() / 1e6,
@@ -75,5 +85,6 @@ cr.train(task)
 local h = task.storage:history('loss')
 local train_loss = h and h:avg(task.iterations_per_epoch) or 0
 local m = task.metrics
-print(string.format('{"recipe":"supervised","epochs":%d,"test_top1":%.2f,"train_loss":%.4f,"seconds":%.1f,"img_per_s":%.1f}',
-  task.epoch, m.test_top1 or 0, train_loss, m.seconds or 0, m.train_img_per_s or 0))
+print(string.format('{"recipe":"supervised","epochs":%d,"test_top1":%.2f,"train_loss":%.4f,"seconds":%.1f,' ..
+  '"img_per_s":%.1f%s}', task.epoch, m.test_top1 or 0, train_loss, m.seconds or 0, m.train_img_per_s or 0,
+  task.signal and (',"preempted":"' .. task.signal .. '"') or ''))

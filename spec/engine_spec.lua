@@ -134,10 +134,11 @@ describe('the step loop', function()
     task:add_hook { name = 'slow', after_step = function() local t0 = os.clock(); while os.clock() - t0 < 0.001 do end end }
     cr.train(task)
     local tm = task.timing
-    assert.is_true(tm.forward_backward >= 0.0035 and tm.forward_backward < 0.05, 'fb ' .. tm.forward_backward)
-    assert.is_true(tm.optimizer >= 0.0015 and tm.optimizer < 0.05, 'opt ' .. tm.optimizer)
+    -- lower bounds only: a busy machine may stretch any interval (upper bounds: sanity)
+    assert.is_true(tm.forward_backward >= 0.0035 and tm.forward_backward < 5, 'fb ' .. tm.forward_backward)
+    assert.is_true(tm.optimizer >= 0.0015 and tm.optimizer < 5, 'opt ' .. tm.optimizer)
     assert.is_true(tm.hooks >= 0.0009, 'hooks ' .. tm.hooks)
-    assert.is_true(tm.data >= 0 and tm.data < 0.01)
+    assert.is_true(tm.data >= 0 and tm.data < 5)
     local found
     for _, r in ipairs(task:hook_times()) do
       if r.label == 'slow' and r.event == 'after_step' then found = r end

@@ -260,7 +260,9 @@ describe('recipes/supervised.lua', function()
   it('ends with its JSON line', function()
     local ok, err = pcall(cr.data.fashion_mnist, { split = 'test', limit = 1 })
     if not ok then pending('Fashion-MNIST is absent: ' .. tostring(err)) return end
-    local p = io.popen('luajit recipes/supervised.lua train.epochs=1 data.limit=1024 model.width=4 train.log_every=4 2>&1')
+    local runs = os.tmpname()
+    local p = io.popen('luajit recipes/supervised.lua train.epochs=1 data.limit=1024 model.width=4 train.log_every=4 ' ..
+      'run.dir=' .. runs .. '.d 2>&1')
     local out = p:read('*a')
     p:close()
     local last = out:match('([^\n]+)\n?$')
@@ -274,5 +276,7 @@ describe('recipes/supervised.lua', function()
     end
     assert.is_true(j.test_top1 > 10 and j.test_top1 <= 100, out)
     assert.truthy(out:find('epoch 1/1 test  top1', 1, true), out)
+    assert.truthy(io.open(runs .. '.d/supervised/checkpoints/latest.safetensors', 'rb'), 'no checkpoint')
+    os.execute("rm -rf '" .. runs .. ".d' '" .. runs .. "'")
   end)
 end)

@@ -3,6 +3,8 @@
 # (preceded by "N skipped" when specs were pending, e.g. GPU specs without a GPU).
 set -u
 cd "$(dirname "$0")/.."
+# the interpreter of the Python interop specs: make pydeps' venv when it is there
+if [ -z "${CRESCENT_PYTHON:-}" ] && [ -x build/pyenv/bin/python ]; then export CRESCENT_PYTHON=$PWD/build/pyenv/bin/python; fi
 log=$(mktemp)
 luajit /usr/bin/busted -o utfTerminal "$@" 2>&1 | tee "$log"
 summary=$(grep -E '[0-9]+ success(es)? / [0-9]+ failures? / [0-9]+ errors? / [0-9]+ pending' "$log" | tail -1)

@@ -54,6 +54,7 @@ void cr_set_num_threads(int n);
 int cr_get_num_threads(void);
 const char *cr_version(void);
 const char *cr_build_features(void); /* "onednn=1 cuda=0 ..." */
+const char *cr_dnnl_version(void);   /* "3.0.0"; "" when built without oneDNN */
 
 typedef struct {
     int64_t live_bytes;    /* bytes held by live CPU storages */

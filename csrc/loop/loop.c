@@ -12,13 +12,32 @@
  * an incremental GC step runs every iteration so the cdata handles of the step's tensors
  * are finalised steadily (DESIGN §4) instead of in one long pause.
  *
+ * Preemption (issue 5; handlers in signals.c). With opts.handle_signals, loop.run installs
+ * handlers for SIGTERM, SIGINT and SIGUSR1 that only record the signal, and puts the
+ * previous handlers back on every way out (end, error, stop). The loop looks at the record
+ * after each step (train and test, before the after_step hooks), after before_train and
+ * after each phase. A signal there sets task.stop_requested = true, task.stop_reason =
+ * 'signal', task.signal = 'SIGTERM' | 'SIGINT' | 'SIGUSR1', prints one line on stderr, and
+ * then: the after_step hooks run as usual (a checkpoint hook sees task.signal and saves),
+ * no further step runs, the test phase that follows an early stop is skipped, after_train
+ * hooks run, and task.epoch stays at the interrupted epoch unless its train phase had
+ * consumed all its batches (a resume redoes the rest of that epoch). A second SIGINT
+ * while the first is being handled exits at once with status 130, without a checkpoint.
+ *
+ * Resume: the first epoch is task.epoch as left by the before_train hooks (one may
+ * restore a checkpoint), and a phase's step counter starts at task.phase_iteration as
+ * left by task:_begin_phase (the resumed batch index of a resumed train phase).
+ *
  * Lua API (see trainer.lua):
  *   ctx = loop.new(task, events)   events[name] = array of {hook, fn, label}, in call order
- *   loop.run(ctx, opts)            opts: epochs, test_every, has_test, gc_step_kb, malloc_keep_mb
+ *   loop.run(ctx, opts)            opts: epochs, test_every, has_test, gc_step_kb, malloc_keep_mb,
+ *                                  handle_signals, train_batches (batches per train epoch, if known)
  *   loop.fire(ctx, event_id)       from a train step: after_forward / after_backward
  *   loop.hook_times(ctx)           array of {label=, event=, seconds=, calls=}
+ *   loop.pending_signal()          'SIGTERM' | 'SIGINT' | 'SIGUSR1' received during a run, or nil
  *   loop.now()                     monotonic seconds
  *   loop.events                    event names, index = id + 1 */
+#include <errno.h>
 #include <lauxlib.h>
 #include <lua.h>
 #include <malloc.h>
@@ -26,6 +45,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "signals.h"
 
 typedef enum {
     CR_LOOP_BEFORE_TRAIN = 0,
@@ -59,6 +80,9 @@ typedef struct {
     double step_t0, fwd_t, bwd_t_end, inner_hooks;
     int saw_fwd, saw_bwd, in_step;
     double step_hooks; /* hook seconds of the whole step (before/after_step + inner) */
+    int handle_signals, signal_stop; /* this run watches signals; one has stopped it */
+    long phase_steps;                /* the last phase: its step counter at the end */
+    int phase_exhausted;             /* the last phase: its batches ran out */
 } cr_loop_ctx;
 
 static const char *const CR_LOOP_MT = "crescent.loop.ctx";
@@ -231,6 +255,28 @@ static int cr_loop_stop_requested(lua_State *L) {
     return stop;
 }
 
+/* At a step or phase boundary: when this run watches signals and one was received, asks
+ * the task to stop (once per run: task.stop_requested, stop_reason, signal, one line on
+ * stderr). Returns whether a signal has stopped the run. */
+static int cr_loop_check_signal(lua_State *L, cr_loop_ctx *c) {
+    if (!c->handle_signals) return 0;
+    if (c->signal_stop) return 1;
+    int sig = cr_loop_signal_pending();
+    if (!sig) return 0;
+    c->signal_stop = 1;
+    const char *name = cr_loop_signal_name(sig);
+    lua_pushboolean(L, 1);
+    lua_setfield(L, RUN_TASK, "stop_requested");
+    lua_pushstring(L, "signal");
+    lua_setfield(L, RUN_TASK, "stop_reason");
+    lua_pushstring(L, name);
+    lua_setfield(L, RUN_TASK, "signal");
+    fprintf(stderr, "crescent: %s at iteration %.0f: finishing this step, checkpointing, exiting\n", name,
+            cr_loop_get_num(L, RUN_TASK, "iteration", 0));
+    fflush(stderr);
+    return 1;
+}
+
 /* One phase: returns a pcall status (error object on top) or 0. */
 static int cr_loop_phase(lua_State *L, cr_loop_ctx *c, int train, int epoch, double gc_kb) {
     const char *phase = train ? "train" : "test";
@@ -270,7 +316,10 @@ static int cr_loop_phase(lua_State *L, cr_loop_ctx *c, int train, int epoch, dou
     double tot_opt = cr_loop_get_num(L, RUN_TIMING, "optimizer_total", 0);
     double tot_hooks = cr_loop_get_num(L, RUN_TIMING, "hooks_total", 0);
     double steps = cr_loop_get_num(L, RUN_TIMING, "steps", 0);
-    long phase_iter = 0;
+    /* 0, or the resumed batch index that task:_begin_phase left */
+    long phase_iter = (long)cr_loop_get_num(L, RUN_TASK, "phase_iteration", 0);
+    c->phase_steps = phase_iter;
+    c->phase_exhausted = 0;
 
     for (;;) {
         double t0 = cr_loop_now();
@@ -278,7 +327,7 @@ static int cr_loop_phase(lua_State *L, cr_loop_ctx *c, int train, int epoch, dou
         lua_pushvalue(L, RUN_ITER_S);
         lua_pushvalue(L, RUN_ITER_C);
         if ((st = lua_pcall(L, 2, 1, RUN_MSGH))) return st;
-        if (lua_isnil(L, -1)) { lua_pop(L, 1); break; }
+        if (lua_isnil(L, -1)) { lua_pop(L, 1); c->phase_exhausted = 1; break; }
         double data_s = cr_loop_now() - t0;
         lua_pushvalue(L, -1);
         lua_replace(L, RUN_ITER_C);
@@ -311,6 +360,7 @@ static int cr_loop_phase(lua_State *L, cr_loop_ctx *c, int train, int epoch, dou
         c->step_hooks += c->inner_hooks;
 
         phase_iter++;
+        c->phase_steps = phase_iter;
         lua_pushinteger(L, phase_iter);
         lua_setfield(L, RUN_TASK, "phase_iteration");
         if (train) {
@@ -336,6 +386,8 @@ static int cr_loop_phase(lua_State *L, cr_loop_ctx *c, int train, int epoch, dou
         cr_loop_set_num(L, RUN_TIMING, "optimizer", opt);
         cr_loop_set_num(L, RUN_TIMING, "step", t2 - t1 - c->inner_hooks);
 
+        /* a signal: the after_step hooks (a checkpoint) still run for this step */
+        cr_loop_check_signal(L, c);
         if ((st = cr_loop_fire_hooks(L, c, CR_LOOP_AFTER_STEP, RUN_TASK, RUN_MSGH,
                                      &c->step_hooks)))
             return st;
@@ -350,7 +402,7 @@ static int cr_loop_phase(lua_State *L, cr_loop_ctx *c, int train, int epoch, dou
         }
         /* the step's tensor handles are garbage now: finalise some every iteration */
         if (gc_kb > 0) lua_gc(L, LUA_GCSTEP, (int)gc_kb);
-        if (cr_loop_stop_requested(L)) break;
+        if (c->signal_stop || cr_loop_stop_requested(L)) break;
     }
     lua_pushnil(L);
     lua_setfield(L, RUN_TASK, "batch");
@@ -395,8 +447,15 @@ static void cr_loop_keep_heap(double mb) {
     mallopt(M_TOP_PAD, 64 << 20);
 }
 
-/* loop.run(ctx, opts) */
-static int cr_loop_run(lua_State *L) {
+/* Whether the train phase just run consumed every batch of its epoch: its batches ran
+ * out, or its step counter reached the known count (a stop at the last batch). */
+static int cr_loop_train_complete(const cr_loop_ctx *c, double train_batches) {
+    return c->phase_exhausted || (train_batches > 0 && (double)c->phase_steps >= train_batches);
+}
+
+/* The body of loop.run(ctx, opts), run under loop.run's pcall so that the signal
+ * handlers come off on every way out. */
+static int cr_loop_run_body(lua_State *L) {
     cr_loop_ctx *c = cr_loop_check_ctx(L, RUN_CTX);
     luaL_checktype(L, RUN_OPTS, LUA_TTABLE);
     lua_settop(L, RUN_OPTS);
@@ -413,22 +472,38 @@ static int cr_loop_run(lua_State *L) {
     int epochs = (int)cr_loop_get_num(L, RUN_OPTS, "epochs", 1);
     int test_every = (int)cr_loop_get_num(L, RUN_OPTS, "test_every", 0);
     double gc_kb = cr_loop_get_num(L, RUN_OPTS, "gc_step_kb", 0);
+    double train_batches = cr_loop_get_num(L, RUN_OPTS, "train_batches", 0);
     lua_getfield(L, RUN_OPTS, "has_test");
     int has_test = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    int start_epoch = (int)cr_loop_get_num(L, RUN_TASK, "epoch", 0);
     cr_loop_keep_heap(cr_loop_get_num(L, RUN_OPTS, "malloc_keep_mb", 0));
+    c->signal_stop = 0;
+    lua_pushnil(L);
+    lua_setfield(L, RUN_TASK, "signal");
 
     int st = cr_loop_fire_hooks(L, c, CR_LOOP_BEFORE_TRAIN, RUN_TASK, RUN_MSGH, NULL);
-    for (int epoch = start_epoch; !st && epoch < epochs; epoch++) {
+    /* after before_train: a hook there may have restored a checkpoint */
+    int start_epoch = (int)cr_loop_get_num(L, RUN_TASK, "epoch", 0);
+    if (!st) cr_loop_check_signal(L, c);
+    for (int epoch = start_epoch; !st && !c->signal_stop && epoch < epochs; epoch++) {
         if ((st = cr_loop_phase(L, c, 1, epoch, gc_kb))) break;
+        int train_complete = cr_loop_train_complete(c, train_batches);
+        if (cr_loop_check_signal(L, c)) {
+            /* no test after a signal; an epoch cut short is not counted as done */
+            if (train_complete) {
+                lua_pushinteger(L, epoch + 1);
+                lua_setfield(L, RUN_TASK, "epoch");
+            }
+            break;
+        }
         int stop = cr_loop_stop_requested(L);
         int test = has_test && test_every > 0 &&
                    ((epoch + 1) % test_every == 0 || epoch == epochs - 1 || stop);
         if (test && (st = cr_loop_phase(L, c, 0, epoch, gc_kb))) break;
+        if (test) cr_loop_check_signal(L, c);
         lua_pushinteger(L, epoch + 1);
         lua_setfield(L, RUN_TASK, "epoch");
-        if (stop) break;
+        if (stop || c->signal_stop) break;
     }
     if (!st) {
         lua_pushnil(L);
@@ -458,6 +533,30 @@ static int cr_loop_run(lua_State *L) {
     return lua_error(L);
 }
 
+/* loop.run(ctx, opts): the body under a pcall, between installing the signal handlers
+ * (opts.handle_signals) and putting the previous ones back; an error propagates
+ * unchanged afterwards. */
+static int cr_loop_run(lua_State *L) {
+    cr_loop_ctx *c = cr_loop_check_ctx(L, RUN_CTX);
+    luaL_checktype(L, RUN_OPTS, LUA_TTABLE);
+    lua_settop(L, RUN_OPTS);
+    lua_getfield(L, RUN_OPTS, "handle_signals");
+    int handle = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (handle && cr_loop_signals_install() != 0)
+        return luaL_error(L, "loop.run: cannot install the SIGTERM/SIGINT/SIGUSR1 handlers (%s); "
+                             "set train.handle_signals=false to run without them", strerror(errno));
+    int outer = c->handle_signals;
+    c->handle_signals = handle;
+    lua_pushcfunction(L, cr_loop_run_body);
+    lua_insert(L, RUN_CTX);
+    int st = lua_pcall(L, 2, 0, 0);
+    c->handle_signals = outer;
+    if (handle) cr_loop_signals_restore();
+    if (st) return lua_error(L);
+    return 0;
+}
+
 /* loop.hook_times(ctx) -> array of {label, event, seconds, calls} in firing order */
 static int cr_loop_hook_times(lua_State *L) {
     cr_loop_ctx *c = cr_loop_check_ctx(L, 1);
@@ -481,6 +580,15 @@ static int cr_loop_hook_times(lua_State *L) {
     return 1;
 }
 
+/* loop.pending_signal() -> 'SIGTERM' | 'SIGINT' | 'SIGUSR1' received during a run that
+ * handles signals (hooks may ask), or nil */
+static int cr_loop_pending_signal_l(lua_State *L) {
+    int sig = cr_loop_signal_pending();
+    if (sig) lua_pushstring(L, cr_loop_signal_name(sig));
+    else lua_pushnil(L);
+    return 1;
+}
+
 static int cr_loop_now_l(lua_State *L) {
     lua_pushnumber(L, cr_loop_now());
     return 1;
@@ -495,6 +603,7 @@ int luaopen_crescent_loop(lua_State *L) {
     lua_pop(L, 1);
     static const luaL_Reg fns[] = {{"new", cr_loop_new},           {"run", cr_loop_run},
                                    {"fire", cr_loop_fire},         {"hook_times", cr_loop_hook_times},
+                                   {"pending_signal", cr_loop_pending_signal_l},
                                    {"now", cr_loop_now_l},         {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, fns);

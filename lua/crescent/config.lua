@@ -443,6 +443,39 @@ function M.dump(cfg)
   return 'return ' .. ser(cfg, '', '') .. '\n'
 end
 
+-- write(path, cfg): the config as a Lua file returning it (dump's text), for run folders;
+-- it loads back with dofile or as `--config path`. Written to path .. '.tmp' and renamed
+-- over path, so a crash never leaves half a file. Returns path.
+function M.write(path, cfg)
+  if type(path) ~= 'string' or path == '' then
+    error('config.write: path must be a file name (a non-empty string), got ' .. type(path), 2)
+  end
+  if type(cfg) ~= 'table' then error('config.write: expected a config table, got ' .. type(cfg), 2) end
+  local ok, text = pcall(M.dump, cfg)
+  if not ok then error((tostring(text):gsub('^config%.dump', 'config.write')), 2) end
+  local tmp = path .. '.tmp'
+  local f, err = io.open(tmp, 'wb')
+  if not f then
+    local folder = path:match('^(.*)/[^/]*$')
+    local why = tostring(err):gsub('^' .. tmp:gsub('%p', '%%%0') .. ': ', '')
+    local probe = folder and folder ~= '' and io.open(folder .. '/.', 'rb')
+    if probe then probe:close() end
+    if folder and folder ~= '' and not probe then
+      why = "the folder '" .. folder .. "' does not exist; create it first (mkdir -p)"
+    end
+    error(string.format("config.write: cannot write '%s': %s", path, why), 2)
+  end
+  local wrote, werr = f:write(text)
+  if wrote then wrote, werr = f:flush() end
+  f:close()
+  if wrote then wrote, werr = os.rename(tmp, path) end
+  if not wrote then
+    os.remove(tmp)
+    error(string.format("config.write: cannot write '%s': %s", path, tostring(werr)), 2)
+  end
+  return path
+end
+
 -- Every key with its type and default, one a line.
 function M.help(defaults, opts)
   local s = schema(defaults, opts and opts.types)

@@ -60,6 +60,7 @@ local lazy = {
   engine = { 'crescent.engine' },
   hooks = { 'crescent.hooks' },
   io = { 'crescent.io' },
+  env = { 'crescent.env' },
 }
 local function load_lazy(key)
   local errs = {}

@@ -167,6 +167,49 @@ local function check_load_opts(opts)
   return opts
 end
 
+-- BatchNorm's step counter 'num_batches_tracked' (an i64 count of training batches, used
+-- only by momentum = false) is not a weight, and files and models disagree about it:
+-- PyTorch checkpoints from before 0.4.1 (torchvision's classic ImageNet weights) lack it,
+-- and a file may carry one that the model does not have. So a counter of the file that the
+-- model lacks is dropped, and a counter of the model that the file lacks (while the file has
+-- that layer's running_mean) keeps its value; neither makes strict loading fail, and both
+-- are listed as ignored. Names matching the user's skip patterns are left to those.
+-- Returns the sorted ignored names and the skip list to pass on.
+local COUNTER = 'num_batches_tracked'
+local function counter_owner(name)
+  if name == COUNTER then return '' end
+  return name:match('^(.*%.)' .. COUNTER .. '$')
+end
+
+local function ignore_step_counters(model, sd, user_skip)
+  local patterns = type(user_skip) == 'string' and { user_skip } or user_skip or {}
+  local function user_skips(name)
+    for _, p in ipairs(patterns) do
+      local ok, found = pcall(string.find, name, p)
+      if ok and found then return true end
+    end
+    return false
+  end
+  local own = {}
+  for _, e in ipairs(model:named_state()) do own[e[1]] = true end
+  local ignored, skip = {}, {}
+  for i, p in ipairs(patterns) do skip[i] = p end
+  for name in pairs(sd) do
+    if counter_owner(name) and not own[name] and not user_skips(name) then ignored[#ignored + 1] = name end
+  end
+  for _, name in ipairs(ignored) do sd[name] = nil end
+  for name in pairs(own) do
+    local owner = counter_owner(name)
+    if owner and sd[name] == nil and sd[owner .. 'running_mean'] ~= nil and not user_skips(name) then
+      ignored[#ignored + 1] = name
+      skip[#skip + 1] = '^' .. name:gsub('%p', '%%%0') .. '$'
+    end
+  end
+  table.sort(ignored)
+  if #skip == 0 and user_skip == nil then skip = nil end
+  return ignored, skip
+end
+
 -- cr.io.load_into(model, path_or_tensors, opts) -> report: loads by name into the model's
 -- parameters and persistent buffers (Module:load_state_dict: in place under no_grad,
 -- converting dtypes). With opts.select_prefix only the file's names that start with it
@@ -175,15 +218,24 @@ end
 -- (of the file, after that, or of the model) matching a Lua pattern of opts.skip are left
 -- alone. Strict (the default): any missing,
 -- unexpected or mismatched name is an error listing them, and nothing is modified.
--- report = {loaded = n, missing = {names}, unexpected = {names},
+-- BatchNorm step counters present on one side only are ignored (see above).
+-- report = {loaded = n, missing = {names}, unexpected = {names}, ignored = {names},
 --           mismatched = {{name, model_shape, file_shape}}} (shapes as '[3, 2]').
 function M.load_into(model, src, opts)
   if not is_module(model) then fail('load_into: the first argument must be a module, got ' .. kind(model)) end
   opts = check_load_opts(opts)
   local sd, source, short
   if type(src) == 'string' then
-    sd = M.load(src)
+    local metadata
+    sd, metadata = M.load(src)
     source, short = "the file '" .. src .. "'", 'the file'
+    if metadata.format == 'crescent.checkpoint' then
+      -- a training checkpoint: the model is under its own names; the optimizer's buffers
+      -- and the method's queues (engine/checkpoint.lua) are not weights
+      for name in pairs(sd) do
+        if name:sub(1, 10) == 'optimizer.' or name:sub(1, 13) == 'method_state.' then sd[name] = nil end
+      end
+    end
   elseif is_module(src) then
     sd, source, short = src:state_dict(), 'the module ' .. src.__name, 'the source'
   elseif type(src) == 'table' then
@@ -217,9 +269,10 @@ function M.load_into(model, src, opts)
     end
     renamed[new], from[new] = t, name
   end
-  local report, loaded = model:load_state_dict(renamed, { strict = opts.strict, skip = opts.skip,
+  local ignored, skip = ignore_step_counters(model, renamed, opts.skip)
+  local report, loaded = model:load_state_dict(renamed, { strict = opts.strict, skip = skip,
     what = 'load_into', source = source, source_short = short })
-  report.loaded = loaded
+  report.loaded, report.ignored = loaded, ignored
   return report
 end
 
@@ -240,6 +293,8 @@ function M.format_report(report)
   local parts = { string.format('loaded %s tensor%s', tostring(loaded or '?'), loaded == 1 and '' or 's') }
   if #missing > 0 then parts[#parts + 1] = string.format('%d missing (%s)', #missing, some(missing, 3)) end
   if #unexpected > 0 then parts[#parts + 1] = string.format('%d unexpected (%s)', #unexpected, some(unexpected, 3)) end
+  local ignored = report.ignored or {}
+  if #ignored > 0 then parts[#parts + 1] = string.format('%d ignored (%s)', #ignored, some(ignored, 3)) end
   if #mismatched > 0 then
     local shown = {}
     for i = 1, math.min(#mismatched, 3) do

@@ -23,7 +23,7 @@ local KNOWN = {
   config = true, model = true, loss = true, optimizer = true, schedules = true,
   train_loader = true, test_loader = true, meters = true, hooks = true, train_step = true,
   eval_step = true, epochs = true, test_every = true, accum_steps = true, clip_norm = true,
-  clip_value = true, gc_step_kb = true, malloc_keep_mb = true, name = true,
+  clip_value = true, gc_step_kb = true, malloc_keep_mb = true, name = true, handle_signals = true,
 }
 
 local function cfg_get(cfg, section, key)
@@ -86,6 +86,10 @@ local function new(_, args)
   -- blocks up to this many MiB stay in glibc's heap between steps instead of being
   -- mmapped and page-faulted in again every step (csrc/loop/loop.c); 0: glibc's default
   self.malloc_keep_mb = args.malloc_keep_mb or 32
+  -- SIGTERM/SIGINT/SIGUSR1 stop the loop after the current step (train.handle_signals)
+  self.handle_signals = args.handle_signals
+  if self.handle_signals == nil then self.handle_signals = cfg_get(cfg, 'train', 'handle_signals') end
+  if self.handle_signals == nil then self.handle_signals = true end
   -- counters (the C loop writes them)
   self.iteration, self.epoch, self.phase, self.phase_iteration, self.samples_seen = 0, 0, nil, 0, 0
   self.max_iterations = 0
@@ -162,7 +166,9 @@ end
 
 -- Called by the loop at the start of each phase: model mode.
 function Task:_begin_phase(phase)
-  self.phase_iteration = 0
+  -- a train phase resumed mid-epoch from a checkpoint (engine/checkpoint.lua) goes on
+  -- at the saved batch
+  self.phase_iteration = phase == 'train' and self._resume_batch or 0
   if self.model and self.model.train then
     if phase == 'train' then self.model:train() else self.model:eval() end
   end
@@ -170,8 +176,12 @@ end
 
 -- Called by the loop: the phase's batches as a generic-for triple.
 function Task:_batches(phase, epoch)
-  local loader = phase == 'train' and self.train_loader or self.test_loader
-  return loader:iter(epoch)
+  if phase == 'train' then
+    local start = self._resume_batch
+    self._resume_batch = nil
+    return self.train_loader:iter(epoch, start)
+  end
+  return self.test_loader:iter(epoch)
 end
 
 -- Fires an event's hooks from inside a custom train step (after_forward, after_backward).

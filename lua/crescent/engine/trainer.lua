@@ -153,21 +153,30 @@ function M.events(task)
 end
 
 -- cr.train(task): check, then run the C loop. Errors propagate with their message after
--- on_exception and after_train hooks ran. Returns the task.
+-- on_exception and after_train hooks ran. Returns the task. A SIGTERM, SIGINT or SIGUSR1
+-- during the run (unless task.handle_signals is false) stops it after the current step
+-- with task.stop_reason = 'signal' and task.signal = its name; cr.train returns normally.
 function M.train(task)
   local nb = M.check(task)
   task.max_iterations = nb and nb * task.epochs or 0
   task.iterations_per_epoch = nb
+  -- hooks' setup(task): once, before the loop and every before_train (the checkpoint
+  -- hook restores a run there, so the other hooks start from the resumed counters)
+  for _, h in ipairs(task.hooks) do
+    if type(h.setup) == 'function' then h:setup(task) end
+  end
   local ctx = loop.new(task, M.events(task))
   task._loop = ctx
   local grad_mode = cr.is_grad_enabled()
   if task.optimizer and task.optimizer.zero_grad and task.train_step == steps.standard then
     task.optimizer:zero_grad()
   end
-  task.stop_requested = false
+  task.stop_requested, task.stop_reason = false, nil
   local ok, err = pcall(loop.run, ctx, {
     epochs = task.epochs, test_every = task.test_every, has_test = task.test_loader ~= nil,
     gc_step_kb = task.gc_step_kb, malloc_keep_mb = task.malloc_keep_mb,
+    -- SIGTERM/SIGINT/SIGUSR1: finish the step, let the hooks checkpoint, stop (loop.c)
+    handle_signals = task.handle_signals ~= false, train_batches = nb,
   })
   cr.set_grad_enabled(grad_mode)
   if not ok then error(err, 0) end

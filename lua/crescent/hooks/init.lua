@@ -12,6 +12,7 @@ M.eval = require 'crescent.hooks.eval'            -- top-1/top-5 over test phase
 M.knn = require 'crescent.hooks.knn'              -- kNN monitor of SSL features (60)
 M.tensorboard = require 'crescent.hooks.tensorboard'  -- TensorBoard event files (95)
 M.jsonl = require 'crescent.hooks.jsonl'          -- metrics.jsonl, a line per logged step (95)
+M.checkpoint = require 'crescent.hooks.checkpoint'  -- checkpoints, retention, auto-resume (98)
 
 -- The usual set for a supervised run: schedule, timer, NaN guard, eval (when there is
 -- a test loader) and the console writer.

@@ -58,6 +58,8 @@ function Knn:after_phase(task)
 end
 
 function Knn:after_train(task)
+  -- a run stopped by a signal exits quickly (it resumes later); a failed one has no figures
+  if task.signal or task.exception ~= nil then return end
   if task.iteration == 0 and self.at_start then  -- nothing trained: the init figures stand
     task.metrics.knn_top1, task.metrics.knn_top5 = task.metrics.knn_top1_init, task.metrics.knn_top5_init
     return

@@ -133,6 +133,7 @@ function MoCo:loss(out)
 end
 
 function MoCo:extra_state() return { queue = self.queue:state_dict() } end
+function MoCo:load_extra_state(states) Queue.load_named({ queue = self.queue }, states, 'MoCo:load_extra_state') end
 
 -- The momentum schedule (cosine from base momentum to 1 over training, when asked), set
 -- before each train step; the value goes into the storage as 'momentum'.

@@ -102,4 +102,21 @@ function Queue:load_state_dict(sd)
   return self
 end
 
+-- Restores named queues ({key = queue}) from saved states ({key = {buffer =, ptr =, ...}},
+-- as extra_state() gave them); the two must name the same queues.
+function Queue.load_named(queues, states, what)
+  for key in pairs(states) do
+    if not queues[key] then
+      fail(string.format("%s: the saved state has a queue '%s' this method does not have (was it saved with " ..
+        'another queue configuration?)', what, key))
+    end
+  end
+  for key, q in pairs(queues) do
+    if not states[key] then
+      fail(string.format("%s: the saved state has no queue '%s'; was it saved without a queue?", what, key))
+    end
+    q:load_state_dict(states[key])
+  end
+end
+
 return Queue

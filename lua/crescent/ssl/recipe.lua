@@ -1,9 +1,9 @@
 -- crescent.ssl.recipe — what the self-supervised recipes (recipes/swav.lua, moco.lua,
 -- simclr.lua) share: the config defaults and types, the data sets and the multi-crop
 -- loader, the trunk, the optimizer and lr schedule, the task with its hooks (schedule,
--- timer, NaN guard, the method's own, kNN monitor, console, TensorBoard events and
--- metrics.jsonl in the run folder run.dir/<run.name>), and the end of a run (the model
--- saved as safetensors, the JSON last line).
+-- timer, NaN guard, the method's own, kNN monitor, console, TensorBoard events,
+-- metrics.jsonl and checkpoints (resumed automatically) in the run folder
+-- run.dir/<run.name>: crescent/engine/run.lua), and the end of a run (the JSON last line).
 --
 --   local task = cr.ssl.recipe.task('swav', cfg)   -- or cr.ssl.swav.task(cfg)
 --   cr.train(task)
@@ -12,7 +12,6 @@
 -- A method file (crescent.ssl.<method>) provides build(cfg, parts) -> the method module;
 -- parts = {trunk = fn() -> a fresh trunk, feat_dim = n, nchan = channels}.
 local cr = require 'crescent'
-local util = require 'crescent.util'
 
 local R = {}
 
@@ -34,8 +33,7 @@ function R.defaults()
     optim = { lr = 0.6, momentum = 0.9, nesterov = false, weight_decay = 1e-6, warmup_epochs = 1,
               final_lr = 0.0006, no_decay_bias_norm = false },
     knn = { k = 200, temperature = 0.1, every = 0, at_start = false },
-    checkpoint = { save = true },
-  })
+  }, cr.engine.run.defaults { best = 'knn_top1' })
 end
 
 -- The types both kinds of recipe (SSL training and frozen evaluation) share; each adds
@@ -66,7 +64,7 @@ function R.types(extra)
     ['knn.temperature'] = { type = 'number', min = 0 },
     ['knn.every'] = { type = 'integer', min = 0 },
     ['train.log_every'] = { type = 'integer', min = 1 },
-  }, extra)
+  }, cr.config.merge(cr.engine.run.types, extra or {}))
 end
 
 -- The run's device check, thread count and seed: first thing a recipe does.
@@ -202,9 +200,11 @@ function R.task(name, cfg)
       forward = function(x) return method:features(x) end })
   end
   task:add_hook(cr.hooks.console { every = cfg.train.log_every })
-  local dir = R.run_dir(task)
+  local dir, env = cr.engine.run.prepare(cfg, R.run_dir(task))
   task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
   task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
+  local ck = cr.engine.run.checkpoint_hook(cfg, dir, env)
+  if ck then task:add_hook(ck) end
   return task
 end
 
@@ -225,8 +225,9 @@ end
 -- image flattened); otherwise a trunk, random or loaded from model.init. From a file,
 -- the keys under model.init_prefix are taken and the prefix dropped ('auto': 'trunk.'
 -- when the file has such keys, as the SSL recipes save them); model.init_remove_prefix
--- then strips a further prefix (PyTorch's 'module.'); model.init_strict refuses missing,
--- unexpected or mismatched keys. Prints the load report.
+-- then strips a further prefix (PyTorch's 'module.') and model.init_add_prefix adds one;
+-- names matching a Lua pattern of model.init_skip are left alone; model.init_strict
+-- refuses missing, unexpected or mismatched keys. Prints the load report.
 function R.frozen_trunk(cfg, train_set)
   if cfg.model.arch == 'pixels' then
     return function(x) return x:flatten(1) end, nil
@@ -245,8 +246,9 @@ function R.frozen_trunk(cfg, train_set)
         if name:sub(1, 6) == 'trunk.' then prefix = 'trunk.' break end
       end
     end
-    local report = cr.io.load_into(trunk, path, { select_prefix = prefix, remove_prefix = cfg.model.init_remove_prefix,
-                                                  strict = cfg.model.init_strict })
+    local m = cfg.model
+    local report = cr.io.load_into(trunk, path, { select_prefix = prefix, remove_prefix = m.init_remove_prefix,
+      add_prefix = m.init_add_prefix, skip = m.init_skip, strict = m.init_strict })
     print(string.format("model.init: %s from '%s'%s", cr.io.format_report(report), path,
       prefix ~= '' and (" (keys under '" .. prefix .. "')") or ''))
   end
@@ -259,13 +261,14 @@ function R.frozen_defaults()
   return cr.config.merge(cr.config.common(), {
     data = { batch_size = 500, size = 32, skip_bad = false },
     model = { arch = 'resnet18', width = 16, stem = 'auto', init = '', init_prefix = 'auto', init_remove_prefix = '',
-              init_strict = true },
+              init_add_prefix = '', init_skip = {}, init_strict = true },
   })
 end
 
 function R.frozen_types(extra)
   return with_types({
     ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50', 'pixels' } },
+    ['model.init_skip'] = 'list',
   }, extra)
 end
 
@@ -276,34 +279,12 @@ function R.run_dir(task)
   return cfg.run.dir .. '/' .. task.name
 end
 
--- Saves the method's parameters and buffers (and its queues) to
--- <run dir>/checkpoints/latest.safetensors; returns the path.
-function R.save(task)
-  local dir = R.run_dir(task) .. '/checkpoints'
-  util.mkdir_p(dir)   -- a folder that cannot be made: cr.save's error names the file
-  local tensors = {}
-  for _, np in ipairs(task.method:named_parameters()) do tensors[#tensors + 1] = np end
-  for _, np in ipairs(task.method:named_buffers()) do tensors[#tensors + 1] = np end
-  for key, st in pairs(task.method:extra_state()) do
-    if st.buffer then tensors[#tensors + 1] = { key .. '.buffer', st.buffer } end
-  end
-  local cjson = require 'cjson'
-  local path = dir .. '/latest.safetensors'
-  cr.save(path, tensors, {
-    method = task.method_name, epoch = tostring(task.epoch), iteration = tostring(task.iteration),
-    config = cr.config.dump(task.config), crescent = tostring(cr.version or 'dev'),
-    metrics = cjson.encode(task.metrics),
-  })
-  return path
-end
-
--- After cr.train: saves the model (checkpoint.save) and prints the JSON last line.
+-- After cr.train: the JSON last line (checkpoint: the newest one, where the checkpoint
+-- hook keeps it; preempted: the signal that stopped the run early).
 function R.finish(task)
-  local path
-  if task.config.checkpoint.save then
-    path = R.save(task)
-    print('saved ' .. path)
-  end
+  local path = R.run_dir(task) .. '/checkpoints/latest.safetensors'
+  local f = io.open(path, 'rb')
+  if f then f:close() else path = nil end
   local h = task.storage:history('loss')
   local per = task.iterations_per_epoch or 0
   local loss = h and h:avg(per > 0 and per or nil) or nil   -- nil (JSON null): no step ran
@@ -311,7 +292,7 @@ function R.finish(task)
   local cjson = require 'cjson'
   local out = { recipe = task.method_name, epochs = task.epoch, knn_top1 = m.knn_top1, knn_top5 = m.knn_top5,
                 knn_top1_init = m.knn_top1_init, train_loss = loss, seconds = m.seconds,
-                img_per_s = m.train_img_per_s, checkpoint = path }
+                img_per_s = m.train_img_per_s, checkpoint = path, preempted = task.signal }
   local keys = {}
   for k in pairs(out) do keys[#keys + 1] = k end
   table.sort(keys)

@@ -182,6 +182,12 @@ function SwAV:extra_state()
   return s
 end
 
+function SwAV:load_extra_state(states)
+  local qs = {}
+  for j, q in ipairs(self.queues or {}) do qs['queue' .. (j - 1)] = q end
+  Queue.load_named(qs, states, 'SwAV:load_extra_state')
+end
+
 -- The hooks a task running this method needs: the epoch and iteration for the queue,
 -- the prototype normalisation after each train step, and the prototype freeze.
 function SwAV:hooks()

@@ -1,0 +1,76 @@
+/* signals.c — the preemption signal handlers of the step loop (signals.h).
+ *
+ * The handler is async-signal-safe: it reads and writes two volatile sig_atomic_t flags,
+ * saves and restores errno, and on a second SIGINT calls only write(2) and _exit(2).
+ * Everything else (setting task.signal, the message, the checkpoint) happens in the loop
+ * at the next step boundary, in ordinary code. */
+#include "signals.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+static const int cr_loop_handled[] = {SIGTERM, SIGINT, SIGUSR1};
+enum { CR_LOOP_NHANDLED = (int)(sizeof cr_loop_handled / sizeof cr_loop_handled[0]) };
+
+static volatile sig_atomic_t cr_loop_pending;     /* first signal number recorded, or 0 */
+static volatile sig_atomic_t cr_loop_sigint_seen; /* a SIGINT arrived: the next one exits */
+static struct sigaction cr_loop_previous[CR_LOOP_NHANDLED];
+static int cr_loop_depth; /* nested loop.run calls (Lua runs them on one thread) */
+
+static void cr_loop_on_signal(int sig) {
+    int saved_errno = errno;
+    if (sig == SIGINT) {
+        if (cr_loop_sigint_seen) {
+            static const char msg[] = "crescent: second SIGINT, exiting now without a checkpoint\n";
+            ssize_t written = write(STDERR_FILENO, msg, sizeof msg - 1);
+            (void)written;
+            _exit(130);
+        }
+        cr_loop_sigint_seen = 1;
+    }
+    if (!cr_loop_pending) cr_loop_pending = sig;
+    errno = saved_errno;
+}
+
+int cr_loop_signals_install(void) {
+    if (cr_loop_depth++ > 0) return 0;
+    cr_loop_pending = 0;
+    cr_loop_sigint_seen = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = cr_loop_on_signal;
+    sa.sa_flags = SA_RESTART;
+    /* the handler never interrupts itself with another of ours on the same thread */
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < CR_LOOP_NHANDLED; i++) sigaddset(&sa.sa_mask, cr_loop_handled[i]);
+    for (int i = 0; i < CR_LOOP_NHANDLED; i++) {
+        if (sigaction(cr_loop_handled[i], &sa, &cr_loop_previous[i]) != 0) {
+            int e = errno;
+            while (i-- > 0) sigaction(cr_loop_handled[i], &cr_loop_previous[i], NULL);
+            cr_loop_depth = 0;
+            errno = e;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void cr_loop_signals_restore(void) {
+    if (cr_loop_depth <= 0 || --cr_loop_depth > 0) return;
+    for (int i = 0; i < CR_LOOP_NHANDLED; i++) sigaction(cr_loop_handled[i], &cr_loop_previous[i], NULL);
+    cr_loop_pending = 0;
+    cr_loop_sigint_seen = 0;
+}
+
+int cr_loop_signal_pending(void) { return cr_loop_depth > 0 ? (int)cr_loop_pending : 0; }
+
+const char *cr_loop_signal_name(int sig) {
+    switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "signal";
+    }
+}

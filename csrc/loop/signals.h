@@ -1,0 +1,22 @@
+/* signals.h — preemption signals for the step loop (signals.c): while loop.run runs with
+ * opts.handle_signals, SIGTERM, SIGINT and SIGUSR1 only record their number; the loop
+ * reads it at step and phase boundaries and stops after the current step. A second
+ * SIGINT exits the process at once (status 130). Private to csrc/loop/. */
+#ifndef CR_LOOP_SIGNALS_H
+#define CR_LOOP_SIGNALS_H
+
+/* Installs the handlers (sigaction, SA_RESTART) and keeps the previous ones. Nested
+ * calls count: only the outermost installs, and it clears any signal recorded before
+ * (one that arrived before the run is not the run's). Returns 0, or -1 with errno set
+ * (and nothing installed). */
+int cr_loop_signals_install(void);
+/* Undoes one install; the outermost puts the previous handlers back and forgets the
+ * recorded signal. */
+void cr_loop_signals_restore(void);
+/* The first signal recorded since the outermost install (SIGTERM, SIGINT, SIGUSR1), or 0.
+ * Reading does not consume it: every nested run sees it and stops. */
+int cr_loop_signal_pending(void);
+/* "SIGTERM", "SIGINT", "SIGUSR1", or "signal" for any other number. */
+const char *cr_loop_signal_name(int sig);
+
+#endif

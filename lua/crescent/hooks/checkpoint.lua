@@ -1,0 +1,127 @@
+-- crescent.hooks.checkpoint — checkpoints of the run in a folder, and resuming from them
+-- (the file format: crescent/engine/checkpoint.lua).
+--
+--   task:add_hook(cr.hooks.checkpoint{dir = 'runs/exp1/checkpoints', every_epochs = 1,
+--     every_iters = 0, keep = 3, best = 'knn_top1', best_mode = 'max', resume = true})
+--
+-- Before the loop (setup), with resume = true, the newest valid checkpoint of `dir` is
+-- restored (a truncated or corrupt one is skipped with a warning naming it). Then a
+-- checkpoint ckpt-e<epochs done>-i<iteration>.safetensors is written every `every_epochs`
+-- epochs (after the epoch's test phase when it has one), every `every_iters` iterations,
+-- after a step that a signal interrupted (SIGTERM/SIGINT/SIGUSR1: the loop stops there),
+-- and at the end of training. Writes are atomic; latest.safetensors links the newest,
+-- best.safetensors the one with the best task.metrics[best] (higher is better, or lower
+-- with best_mode = 'min'); the newest `keep` and the best are kept, older ones removed.
+local util = require 'crescent.util'
+local ckpt = require 'crescent.engine.checkpoint'
+
+local Checkpoint = {}
+Checkpoint.__index = Checkpoint
+
+local function say(msg) io.stdout:write(msg, '\n') io.stdout:flush() end
+
+function Checkpoint:setup(task)
+  if not self.resume then return end
+  local path = ckpt.newest_valid(self.dir, self.warn)
+  if not path then return end
+  local trainer = ckpt.load(task, path)
+  self.best, self.last_saved = trainer.best, task.iteration
+  self.saved_metric = self.best_metric and task.metrics[self.best_metric]
+  local left = task.epoch >= task.epochs and ' (training already complete)' or ''
+  say(string.format("resumed from '%s': epoch %d/%d, iteration %d%s", path, task.epoch, task.epochs,
+    task.iteration, left))
+end
+
+-- Whether `value` of the best metric beats the best so far.
+function Checkpoint:improves(value)
+  if type(value) ~= 'number' or value ~= value then return false end
+  local b = self.best
+  if not b or b.value == nil then return true end
+  if self.best_mode == 'min' then return value < b.value end
+  return value > b.value
+end
+
+function Checkpoint:save(task, why)
+  util.mkdir_p(self.dir)
+  local name = ckpt.file_name(task)
+  local value = self.best_metric and task.metrics[self.best_metric]
+  local better = self.best_metric and self:improves(value)
+  if better then self.best = { metric = self.best_metric, value = value, file = name } end
+  ckpt.save(task, self.dir .. '/' .. name, { best = self.best, env = self.env })
+  ckpt.point(self.dir, 'latest.safetensors', name)
+  if better then ckpt.point(self.dir, 'best.safetensors', name) end
+  local keep_best = self.best and self.best.file
+  for i, c in ipairs(ckpt.list(self.dir)) do
+    if i > self.keep and c.name ~= keep_best and c.name ~= name then os.remove(c.path) end
+  end
+  self.last_saved, self.saved_metric = task.iteration, value
+  if self.verbose then
+    say(string.format("checkpoint %s/%s (%s)%s", self.dir, name, why,
+      better and string.format(', best %s %.4g', self.best_metric, value) or ''))
+  end
+end
+
+-- A test phase follows this train phase (the loop's rule in csrc/loop/loop.c).
+local function test_follows(task)
+  local te = task.test_every or 0
+  if not task.test_loader or te <= 0 or task.signal then return false end
+  return (task.epoch + 1) % te == 0 or task.epoch == task.epochs - 1 or task.stop_requested
+end
+
+function Checkpoint:after_step(task)
+  if task.phase ~= 'train' then return end
+  if task.signal then
+    self:save(task, task.signal)
+  elseif self.every_iters > 0 and task.iteration % self.every_iters == 0 then
+    self:save(task, 'every ' .. self.every_iters .. ' iterations')
+  end
+end
+
+function Checkpoint:after_phase(task)
+  if task.signal or self.every_epochs == 0 then return end
+  if task.phase == 'train' and test_follows(task) then return end
+  local done = task.epoch + 1
+  if done % self.every_epochs == 0 and task.phase_iteration > 0 and self.last_saved ~= task.iteration then
+    self:save(task, 'epoch ' .. done)
+  end
+end
+
+-- The end of training: the final state, unless it is saved already with its metrics. Not
+-- after an error (the state may be what went wrong).
+function Checkpoint:after_train(task)
+  if task.exception ~= nil or task.iteration == 0 then return end
+  local value = self.best_metric and task.metrics[self.best_metric]
+  if self.last_saved ~= task.iteration or value ~= self.saved_metric then self:save(task, 'end of training') end
+end
+
+function Checkpoint:state_dict() return { best = self.best } end
+function Checkpoint:load_state_dict(s) self.best = s.best end
+
+local function count(opts, key, default)
+  local v = opts[key]
+  if v == nil then return default end
+  if type(v) ~= 'number' or v < 0 or v ~= math.floor(v) then
+    error(string.format('checkpoint: %s must be a non-negative integer, got %s', key, tostring(v)), 3)
+  end
+  return v
+end
+
+-- cr.hooks.checkpoint{dir = , ...}: see the top of this file.
+return function(opts)
+  opts = opts or {}
+  if type(opts.dir) ~= 'string' or opts.dir == '' then
+    error("checkpoint: give the folder of the checkpoints, e.g. {dir = 'runs/exp1/checkpoints'}", 2)
+  end
+  local mode = opts.best_mode or 'max'
+  if mode ~= 'max' and mode ~= 'min' then error("checkpoint: best_mode must be 'max' or 'min', got " .. tostring(mode), 2) end
+  local best = opts.best
+  if best == '' then best = nil end
+  local keep = count(opts, 'keep', 3)
+  if keep < 1 then error('checkpoint: keep must be at least 1 (the newest checkpoint), got ' .. keep, 2) end
+  return setmetatable({
+    name = 'checkpoint', priority = opts.priority or 98, dir = opts.dir,
+    every_epochs = count(opts, 'every_epochs', 1), every_iters = count(opts, 'every_iters', 0), keep = keep,
+    best_metric = best, best_mode = mode, resume = opts.resume ~= false, warn = opts.warn,
+    verbose = opts.verbose ~= false, env = opts.env,
+  }, Checkpoint)
+end

@@ -1,0 +1,261 @@
+-- spec/checkpoint_spec.lua — checkpoints and exact resume (crescent/engine/checkpoint.lua,
+-- crescent/hooks/checkpoint.lua, crescent/engine/run.lua): N + M steps in one run equal
+-- N steps, a new task resumed from the checkpoint, then M steps, bit for bit — for a
+-- supervised model with dropout, momentum and an lr schedule, for SwAV with its queue and
+-- for MoCo with its key encoder, queue and shuffle-BN; the file's contents; retention,
+-- the latest/best links; corrupt checkpoints skipped with a warning; run.resume=false
+-- moving an earlier run aside; errors that name the file.
+local cr = H.cr
+local nn = cr.nn
+local ckpt = cr.engine.checkpoint
+
+local tmp = H.tmpdir('checkpoint')
+teardown(tmp.remove)
+
+-- a supervised task on synthetic 3x4x4 images: 24 samples, batches of 4 (6 per epoch)
+local function supervised_task(dir, opts)
+  opts = opts or {}
+  cr.manual_seed(opts.init_seed or 11)
+  local ds = cr.data.synthetic { n = 24, shape = { 3, 4, 4 }, num_classes = 3, seed = 5 }
+  local loader = cr.data.Loader(ds, { batch_size = 4, shuffle = true, seed = 3 })
+  local model = nn.Sequential(nn.Flatten(), nn.Linear(48, opts.hidden or 16), nn.ReLU(), nn.Dropout(0.3),
+    nn.Linear(opts.hidden or 16, 3))
+  local opt = cr.optim.SGD(model:named_parameters(), { lr = 0.1, momentum = 0.9, weight_decay = 1e-4 })
+  local task = cr.engine.Task {
+    model = model, optimizer = opt, epochs = opts.epochs or 3, test_every = 0, train_loader = loader,
+    loss = function(out, batch) return cr.cross_entropy(out, batch.target) end,
+    schedules = { lr = cr.schedule.warmup_cosine { warmup = 0.2, from = 0, peak = 0.1, to = 0.001 } },
+  }
+  task:add_hook(cr.hooks.schedule())
+  task:add_hook(cr.hooks.checkpoint { dir = dir, every_epochs = opts.every_epochs or 1,
+    every_iters = opts.every_iters or 0, keep = opts.keep or 3, verbose = false, warn = opts.warn,
+    resume = opts.resume, best = opts.best })
+  if opts.stop_at then
+    task:add_hook { name = 'stop', after_step = function(_, t)
+      if t.iteration == opts.stop_at then t:request_stop('spec') end
+    end }
+  end
+  return task
+end
+
+local function state_of(module)
+  local out = {}
+  for _, e in ipairs(module:named_state()) do out[e[1]] = e[2]:clone() end
+  return out
+end
+
+local function assert_bitwise_equal(a, b)
+  local n = 0
+  for name, t in pairs(a) do
+    assert(b[name], 'missing ' .. name)
+    local diff = (t - b[name]):abs():max():item()
+    assert(diff == 0, string.format("'%s' differs by %g", name, diff))
+    n = n + 1
+  end
+  assert.is_true(n > 0)
+end
+
+describe('exact resume', function()
+  it('supervised: 18 steps = 8 steps, a resumed new task, 10 steps (dropout, momentum, schedule)', function()
+    local full = supervised_task(tmp.path('full'))
+    cr.train(full)
+    assert.are.equal(18, full.iteration)
+
+    local dir = tmp.path('cut')
+    local first = supervised_task(dir, { every_iters = 8, stop_at = 8 })
+    cr.train(first)
+    assert.are.equal(8, first.iteration)
+    local newest = ckpt.list(dir)[1]
+    assert.are.equal('ckpt-e0001-i000000008.safetensors', newest.name)   -- epoch 1, batch 2 of 6
+
+    local resumed = supervised_task(dir, { init_seed = 99 })   -- another init: only the file can make it equal
+    local steps = 0
+    resumed:add_hook { name = 'count', after_step = function() steps = steps + 1 end }
+    cr.train(resumed)
+    assert.are.equal(newest.path, resumed.resumed_from)
+    assert.are.equal(10, steps)
+    assert.are.equal(18, resumed.iteration)
+    assert.are.equal(3, resumed.epoch)
+    assert_bitwise_equal(state_of(full.model), state_of(resumed.model))
+    -- the optimizer's momentum too
+    local a, b = full.optimizer:state_dict().state, resumed.optimizer:state_dict().state
+    for name, st in pairs(a) do
+      assert.are.equal(0, (st.momentum_buffer - b[name].momentum_buffer):abs():max():item())
+      assert.are.equal(st.step, b[name].step)
+    end
+  end)
+
+  local function ssl_config(method, dir, extra)
+    local defaults = cr.config.merge(cr.ssl.recipe.defaults(), { [method] = cr.ssl[method].defaults })
+    local over = {
+      data = { name = 'synthetic', size = 16, limit = 64, batch_size = 16 },
+      train = { epochs = 2, threads = 1, log_every = 100 }, model = { width = 4, hidden_dim = 16, out_dim = 8 },
+      knn = { k = 5 }, crops = { size = { 16, 8 }, num = { 2, 2 } },
+      run = { dir = dir, name = method }, checkpoint = { every_iters = 3 },
+    }
+    if method == 'swav' then over.swav = { queue_length = 32, freeze_prototypes_iters = 2 } end
+    if method == 'moco' then
+      over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } }
+      over.moco = { queue_length = 32, cosine_momentum = true, shuffle_bn_splits = 2 }
+    end
+    return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
+  end
+
+  for _, method in ipairs { 'swav', 'moco' } do
+    it(method .. ': 8 steps = 3 steps, resumed, 5 steps, with the queue and every parameter bit for bit', function()
+      local full
+      do
+        full = cr.ssl[method].task(ssl_config(method, tmp.path('') .. method .. '_full'))
+        cr.train(full)
+      end
+      assert.are.equal(8, full.iteration)
+      local dir = tmp.path('') .. method .. '_cut'
+      do
+        local first = cr.ssl[method].task(ssl_config(method, dir))
+        first:add_hook { name = 'stop', after_step = function(_, t) if t.iteration == 3 then t:request_stop('spec') end end }
+        cr.train(first)
+      end
+      local resumed
+      do
+        resumed = cr.ssl[method].task(ssl_config(method, dir))
+        cr.train(resumed)
+      end
+      assert.is_truthy(resumed.resumed_from:find('i000000003', 1, true))
+      assert.are.equal(8, resumed.iteration)
+      assert_bitwise_equal(state_of(full.model), state_of(resumed.model))
+      local qa, qb = full.model:extra_state(), resumed.model:extra_state()
+      assert.is_truthy(next(qa))
+      for key, q in pairs(qa) do
+        assert.are.equal(q.ptr, qb[key].ptr)
+        assert.are.equal(q.filled, qb[key].filled)
+        assert.are.equal(0, (q.buffer - qb[key].buffer):abs():max():item())
+      end
+    end)
+  end
+end)
+
+describe('the checkpoint file', function()
+  it('holds the model under its own names, the optimizer, and the trainer state as JSON', function()
+    local dir = tmp.path('file')
+    local task = supervised_task(dir, { epochs = 1 })
+    cr.train(task)
+    local tensors, meta = cr.load(dir .. '/latest.safetensors')
+    assert.are.equal('crescent.checkpoint', meta.format)
+    assert.is_truthy(tensors['1.weight'])
+    assert.is_truthy(tensors['optimizer.1.weight.momentum_buffer'])
+    local trainer = require('cjson').decode(meta.trainer)
+    assert.are.equal(6, trainer.iteration)
+    assert.are.same({ epoch = 1, batch = 0, seed = 3 }, trainer.loader)
+    assert.is_string(trainer.rng.seed)
+    -- cr.io.load_into a bare model reads the model part
+    local m = nn.Sequential(nn.Flatten(), nn.Linear(48, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3))
+    cr.io.load_into(m, dir .. '/latest.safetensors')   -- strict: the optimizer's tensors are not weights
+    assert.are.equal(0, (m['1'].weight - task.model['1'].weight):abs():max():item())
+  end)
+
+  it('keeps the newest `keep` and the best, with latest and best links', function()
+    local dir = tmp.path('keep')
+    local task = supervised_task(dir, { epochs = 3, every_iters = 2, keep = 2, best = 'score' })
+    local scores = { [2] = 5, [4] = 9, [6] = 1 }   -- best at iteration 4
+    task:add_hook { name = 'score', priority = 90, after_step = function(_, t)
+      if scores[t.iteration] then t.metrics.score = scores[t.iteration] end
+    end }
+    cr.train(task)
+    local names = {}
+    for _, c in ipairs(ckpt.list(dir)) do names[#names + 1] = c.iteration end
+    assert.are.same({ 18, 16, 4 }, names)
+    local _, latest = cr.load(dir .. '/latest.safetensors')
+    assert.are.equal(18, require('cjson').decode(latest.trainer).iteration)
+    local _, best = cr.load(dir .. '/best.safetensors')
+    assert.are.equal(4, require('cjson').decode(best.trainer).iteration)
+  end)
+end)
+
+describe('auto-resume', function()
+  it('skips a truncated newest checkpoint with a warning that names it', function()
+    local dir = tmp.path('corrupt')
+    cr.train(supervised_task(dir, { epochs = 2 }))
+    local list = ckpt.list(dir)
+    assert.are.equal(12, list[1].iteration)
+    local f = io.open(list[1].path, 'rb')
+    local bytes = f:read('*a')
+    f:close()
+    f = io.open(list[1].path, 'wb')
+    f:write(bytes:sub(1, #bytes - 100))
+    f:close()
+    local warnings = {}
+    local task = supervised_task(dir, { epochs = 2, warn = function(m) warnings[#warnings + 1] = m end })
+    cr.train(task)
+    assert.are.equal(1, #warnings)
+    assert.is_truthy(warnings[1]:find(list[1].path, 1, true))
+    assert.are.equal(list[2].path, task.resumed_from)
+  end)
+
+  it('refuses a checkpoint of another model, naming the file and the key', function()
+    local dir = tmp.path('other')
+    cr.train(supervised_task(dir, { epochs = 1 }))
+    local task = supervised_task(dir, { epochs = 2, hidden = 8 })
+    local msg = H.error_of(function() cr.train(task) end)
+    assert.is_truthy(msg:find('ckpt-e0001-i000000006.safetensors', 1, true), msg)
+    assert.is_truthy(msg:find('1.weight', 1, true), msg)
+  end)
+
+  it('run.resume=false moves an earlier run aside instead of overwriting it', function()
+    local cfg = { run = { dir = tmp.path('runs'), name = 'exp', resume = false } }
+    local dir = tmp.path('runs/exp')
+    cr.train(supervised_task(dir .. '/checkpoints', { epochs = 1 }))
+    local said = {}
+    cr.engine.run.prepare(cfg, dir, { write = function(_, s) said[#said + 1] = s end })
+    assert.is_truthy(said[1] and said[1]:find('moved', 1, true))
+    assert.are.same({}, ckpt.list(dir .. '/checkpoints'))
+    local moved = said[1]:match("to '([^']+)'")
+    assert.are.equal(1, #ckpt.list(moved .. '/checkpoints'))
+    assert.are.same(cfg, dofile(dir .. '/config.lua'))
+    assert.is_truthy(H.read_file(dir .. '/env.txt'):find('LuaJIT', 1, true))
+  end)
+end)
+
+describe('preemption of a recipe', function()
+  it('SIGTERM checkpoints and exits 0; running again resumes and ends bit for bit like an uninterrupted run', function()
+    local ok, err = pcall(cr.data.fashion_mnist, { split = 'test', limit = 1 })
+    if not ok then pending('Fashion-MNIST is absent: ' .. tostring(err)) return end
+    local runs = tmp.path('recipe_runs')
+    local args = 'train.epochs=1 data.limit=2048 data.batch_size=8 model.width=4 train.log_every=1 train.threads=1 ' ..
+                 'run.dir=' .. runs
+    local function run(name, kill)
+      local script = string.format('luajit recipes/supervised.lua %s run.name=%s > %s/%s.out 2> %s/%s.err & pid=$!\n',
+        args, name, tmp.dir, name, tmp.dir, name)
+      if kill then   -- once the first step is logged (bounded wait: 60 s)
+        script = script .. string.format('i=0; while [ ! -s %s/%s/metrics.jsonl ] && [ $i -lt 600 ]; do ' ..
+          'sleep 0.1; i=$((i+1)); done; kill -TERM $pid\n', runs, name)
+      end
+      local p = io.popen(script .. 'wait $pid; echo $?')
+      local status = tonumber(p:read('*a'):match('(%d+)%s*$'))
+      p:close()
+      local out = H.read_file(string.format('%s/%s.out', tmp.dir, name))
+      local last = require('cjson').decode(out:match('([^\n]+)\n?$'))
+      return status, last, out, H.read_file(string.format('%s/%s.err', tmp.dir, name))
+    end
+    local status, last, _, errout = run('cut', true)
+    assert.are.equal(0, status, errout)
+    assert.are.equal('SIGTERM', last.preempted, errout)
+    assert.is_truthy(errout:find('SIGTERM', 1, true))
+    local cut_at = ckpt.list(runs .. '/cut/checkpoints')[1]
+    assert.is_truthy(cut_at and cut_at.iteration < 256, 'the run ended before the signal came')
+    local out
+    status, last, out = run('cut', false)
+    assert.are.equal(0, status)
+    assert.is_nil(last.preempted)
+    assert.is_truthy(out:find("resumed from '" .. cut_at.path, 1, true), out)
+    status = run('whole', false)
+    assert.are.equal(0, status)
+    local a = cr.load(runs .. '/cut/checkpoints/latest.safetensors')
+    local b = cr.load(runs .. '/whole/checkpoints/latest.safetensors')
+    local n = 0
+    for name, t in pairs(b) do
+      assert.are.equal(0, (t:double() - a[name]:double()):abs():max():item(), name)
+      n = n + 1
+    end
+    assert.is_true(n > 100)
+  end)
+end)

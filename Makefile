@@ -1,6 +1,6 @@
 # crescent — build, dependencies, tests and benchmarks.
 #   make        build build/libcrescent.so (feature probes print ✓/✗)
-#   make deps   apt-get only the missing Debian packages
+#   make deps   apt-get only the missing Debian packages, then pydeps (PyPI, when reachable)
 #   make test   deps, build, every spec; last line "N passed, N failed"
 #   make run    the main recipe (recipes/swav.lua)
 #   make bench  benchmarks beside their PyTorch twins
@@ -98,6 +98,7 @@ deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	else echo "deps: all present"; fi
+	@$(MAKE) --no-print-directory pydeps
 
 # Python packages of the interop specs (safetensors reads our files, TensorBoard's reader
 # our events), from PyPI into a venv under build/ that also sees Debian's numpy and torch.
@@ -112,7 +113,7 @@ pydeps:
 
 # deps first, then a fresh make: the feature probes are read when make parses this file,
 # so a build in the same invocation as the install would miss what it just installed.
-test: deps pydeps
+test: deps
 	@$(MAKE) --no-print-directory all
 	@bash tools/run_specs.sh
 

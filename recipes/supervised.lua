@@ -85,6 +85,7 @@ cr.train(task)
 local h = task.storage:history('loss')
 local train_loss = h and h:avg(task.iterations_per_epoch) or 0
 local m = task.metrics
-print(string.format('{"recipe":"supervised","epochs":%d,"test_top1":%.2f,"train_loss":%.4f,"seconds":%.1f,' ..
-  '"img_per_s":%.1f%s}', task.epoch, m.test_top1 or 0, train_loss, m.seconds or 0, m.train_img_per_s or 0,
-  task.signal and (',"preempted":"' .. task.signal .. '"') or ''))
+local function round(v, digits) return tonumber(string.format('%.' .. digits .. 'f', v or 0)) end
+print(require('crescent.util').json { recipe = 'supervised', epochs = task.epoch, test_top1 = round(m.test_top1, 2),
+  train_loss = round(train_loss, 4), seconds = round(m.seconds, 1), img_per_s = round(m.train_img_per_s, 1),
+  preempted = task.signal })

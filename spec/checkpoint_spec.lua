@@ -69,6 +69,7 @@ describe('exact resume', function()
     assert.are.equal('ckpt-e0001-i000000008.safetensors', newest.name)   -- epoch 1, batch 2 of 6
 
     local resumed = supervised_task(dir, { init_seed = 99 })   -- another init: only the file can make it equal
+    resumed:add_hook(cr.hooks.timer())
     local steps = 0
     resumed:add_hook { name = 'count', after_step = function() steps = steps + 1 end }
     cr.train(resumed)
@@ -76,6 +77,7 @@ describe('exact resume', function()
     assert.are.equal(10, steps)
     assert.are.equal(18, resumed.iteration)
     assert.are.equal(3, resumed.epoch)
+    assert.are.equal(40, resumed.metrics.train_samples)   -- img/s counts this run's 10 steps of 4
     assert_bitwise_equal(state_of(full.model), state_of(resumed.model))
     -- the optimizer's momentum too
     local a, b = full.optimizer:state_dict().state, resumed.optimizer:state_dict().state

@@ -17,14 +17,7 @@ end
 local function f64(t) return cr.tensor(t, { dtype = 'f64' }) end
 
 -- Runs f with the fast paths on and off; returns both results.
-local function both_paths(f, ...)
-  local prev = cr.set_fast_paths(true)
-  local fast = f(...)
-  cr.set_fast_paths(false)
-  local ref = f(...)
-  cr.set_fast_paths(prev)
-  return fast, ref
-end
+local both_paths = H.both_paths
 
 -- Expected values: torch 1.13 (Debian python3-torch), f64, e.g.
 --   torch.nn.functional.gelu(torch.tensor([-3, -1.5, ...], dtype=torch.float64))

@@ -30,6 +30,33 @@ function H.flat(t)
   return out
 end
 
+-- Deterministic inputs: Park-Miller draws mapped to [-2, 2), the generator the specs'
+-- PyTorch numbers were produced with once (/usr/bin/python3, torch 1.13):
+--   def rnd(shape, seed): s = seed; for each element: s = s*16807 % 2147483647;
+--                         v = s/2147483647*4 - 2   (float64, row-major)
+function H.park_miller(shape, seed, dtype)
+  local n = 1
+  for _, s in ipairs(shape) do n = n * s end
+  local s, vals = seed, {}
+  for i = 1, n do
+    s = (s * 16807) % 2147483647
+    vals[i] = s / 2147483647 * 4 - 2
+  end
+  return cr.tensor(vals, { dtype = dtype or 'f64' }):view(shape)
+end
+
+-- f(...) with the fast paths on, then with the reference paths: fast, ref.
+function H.both_paths(f, ...)
+  local prev = cr.set_fast_paths(true)
+  local ok, fast = pcall(f, ...)
+  cr.set_fast_paths(false)
+  local ok2, ref = pcall(f, ...)
+  cr.set_fast_paths(prev)
+  if not ok then error(fast, 2) end
+  if not ok2 then error(ref, 2) end
+  return fast, ref
+end
+
 -- assert that a and b have the same shape and agree within atol + rtol*|b|
 function H.assert_close(a, b, atol, rtol, msg)
   atol, rtol = atol or 1e-5, rtol or 1e-5

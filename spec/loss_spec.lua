@@ -3,29 +3,10 @@
 -- reductions): values against PyTorch, gradchecks, non-contiguous inputs, bad input.
 local cr = H.cr
 
--- Deterministic inputs: Park-Miller draws mapped to [-2, 2). The PyTorch numbers below were
--- produced once with /usr/bin/python3 (torch 1.13) from the same generator:
---   def rnd(shape, seed): s = seed; for each element: s = s*16807 % 2147483647;
---                         v = s/2147483647*4 - 2   (float64, row-major)
-local function rnd(shape, seed, dtype)
-  local n = 1
-  for _, s in ipairs(shape) do n = n * s end
-  local s, vals = seed, {}
-  for i = 1, n do
-    s = (s * 16807) % 2147483647
-    vals[i] = s / 2147483647 * 4 - 2
-  end
-  return cr.tensor(vals, { dtype = dtype or 'f64' }):view(shape)
-end
+-- Deterministic inputs (H.park_miller): the PyTorch numbers below come from the same generator.
+local rnd = H.park_miller
 local function flat(t) return cr.tensor(H.flat(t), { dtype = 'f64' }) end
-local function both(f)
-  local prev = cr.set_fast_paths(true)
-  local fast = f()
-  cr.set_fast_paths(false)
-  local ref = f()
-  cr.set_fast_paths(prev)
-  return fast, ref
-end
+local both = H.both_paths
 
 describe('softmax and log_softmax', function()
   local x = rnd({ 3, 4, 5 }, 7)

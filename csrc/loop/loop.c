@@ -432,6 +432,21 @@ static void cr_loop_fire_after_failure(lua_State *L, cr_loop_ctx *c, int e) {
     }
 }
 
+/* The error object on top of the stack ends the run: task.exception and task.traceback
+ * are set, on_exception fires (and after_train too when it has not run yet), then the
+ * original error propagates with its message. */
+static int cr_loop_fail(lua_State *L, cr_loop_ctx *c, int then_after_train) {
+    int err = lua_gettop(L);
+    lua_pushvalue(L, err);
+    lua_setfield(L, RUN_TASK, "exception");
+    lua_getfield(L, LUA_REGISTRYINDEX, CR_LOOP_TB_KEY);
+    lua_setfield(L, RUN_TASK, "traceback");
+    cr_loop_fire_after_failure(L, c, CR_LOOP_ON_EXCEPTION);
+    if (then_after_train) cr_loop_fire_after_failure(L, c, CR_LOOP_AFTER_TRAIN);
+    lua_settop(L, err);
+    return lua_error(L);
+}
+
 /* Every step allocates and frees the same activation-sized blocks. glibc serves blocks
  * above its mmap threshold with a fresh mmap and returns them with munmap, so each step
  * page-faults its activations in again (~10% of a small ResNet step in the kernel
@@ -511,26 +526,10 @@ static int cr_loop_run_body(lua_State *L) {
         st = cr_loop_fire_hooks(L, c, CR_LOOP_AFTER_TRAIN, RUN_TASK, RUN_MSGH, NULL);
         if (!st) return 0;
         /* after_train itself failed: on_exception still hears of it */
-        int err = lua_gettop(L);
-        lua_pushvalue(L, err);
-        lua_setfield(L, RUN_TASK, "exception");
-        lua_getfield(L, LUA_REGISTRYINDEX, CR_LOOP_TB_KEY);
-        lua_setfield(L, RUN_TASK, "traceback");
-        cr_loop_fire_after_failure(L, c, CR_LOOP_ON_EXCEPTION);
-        lua_settop(L, err);
-        return lua_error(L);
+        return cr_loop_fail(L, c, 0);
     }
-    /* A failure: on_exception, then after_train (it always runs), then the original error
-     * propagates with its message. */
-    int err = lua_gettop(L);
-    lua_pushvalue(L, err);
-    lua_setfield(L, RUN_TASK, "exception");
-    lua_getfield(L, LUA_REGISTRYINDEX, CR_LOOP_TB_KEY);
-    lua_setfield(L, RUN_TASK, "traceback");
-    cr_loop_fire_after_failure(L, c, CR_LOOP_ON_EXCEPTION);
-    cr_loop_fire_after_failure(L, c, CR_LOOP_AFTER_TRAIN);
-    lua_settop(L, err);
-    return lua_error(L);
+    /* a failure: on_exception, then after_train (it always runs) */
+    return cr_loop_fail(L, c, 1);
 }
 
 /* loop.run(ctx, opts): the body under a pcall, between installing the signal handlers

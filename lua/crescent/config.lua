@@ -112,24 +112,7 @@ local function set(cfg, key, value)
   t[parts[#parts]] = value
 end
 
--- Edit distance (insert, delete, substitute: 1 each).
-local function levenshtein(a, b)
-  local la, lb = #a, #b
-  if la == 0 then return lb end
-  if lb == 0 then return la end
-  local prev, cur = {}, {}
-  for j = 0, lb do prev[j] = j end
-  for i = 1, la do
-    cur[0] = i
-    local ca = a:byte(i)
-    for j = 1, lb do
-      local cost = ca == b:byte(j) and 0 or 1
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-    end
-    prev, cur = cur, prev
-  end
-  return prev[lb]
-end
+local levenshtein = require('crescent.util').edit_distance
 M.levenshtein = levenshtein
 
 -- ---- the schema: every dotted key of the defaults and its type ----------------------------

@@ -13,20 +13,13 @@
 -- and a library the build lacks is 'absent'.
 local ffi = require 'ffi'
 local native = require 'crescent.ffi'
-local cjson = require 'cjson'
 
 local C = native.C
 local M = {}
 
 local ABSENT = 'absent'
 
-local function read_file(path)
-  local f = io.open(path, 'rb')
-  if not f then return nil end
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local read_file = require('crescent.util').read_file
 
 local function trim(s) return s and (s:gsub('^%s+', ''):gsub('%s+$', '')) end
 
@@ -192,42 +185,10 @@ function M.format(r)
   }, '\n')
 end
 
--- JSON with sorted keys, so equal reports give equal text.
-local function encode(v)
-  local t = type(v)
-  if t == 'table' then
-    if next(v) == nil then return '[]' end
-    if #v > 0 then
-      local parts = {}
-      for i, x in ipairs(v) do parts[i] = encode(x) end
-      return '[' .. table.concat(parts, ',') .. ']'
-    end
-    local keys = {}
-    for k in pairs(v) do keys[#keys + 1] = k end
-    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-    local parts = {}
-    for i, k in ipairs(keys) do parts[i] = encode(tostring(k)) .. ':' .. encode(v[k]) end
-    return '{' .. table.concat(parts, ',') .. '}'
-  elseif t == 'string' then
-    return (cjson.encode(v):gsub('\\/', '/'))   -- every '/' cjson writes follows its backslash
-  elseif t == 'number' then
-    if v ~= v or v == math.huge or v == -math.huge then return 'null' end
-    if v == math.floor(v) and math.abs(v) < 2 ^ 53 then return string.format('%d', v) end
-    for digits = 15, 16 do   -- the shortest text that reads back exactly
-      local text = string.format('%.' .. digits .. 'g', v)
-      if tonumber(text) == v then return text end
-    end
-    return string.format('%.17g', v)
-  elseif t == 'boolean' then
-    return tostring(v)
-  end
-  return 'null'
-end
-
 -- json(report) -> one JSON object (for the checkpoint's __metadata__).
 function M.json(r)
   check_report('env.json', r)
-  return encode(r)
+  return require('crescent.util').json(r)
 end
 
 return M

@@ -142,4 +142,95 @@ function M.dims_mask(what, dims, ndim)
   return mask
 end
 
+
+-- ---- files and names --------------------------------------------------------------------
+
+-- Whether path can be opened for reading.
+function M.file_exists(path)
+  local f = io.open(path, 'rb')
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- A whole file's bytes, or nil when it cannot be read.
+function M.read_file(path)
+  local f = io.open(path, 'rb')
+  if not f then return nil end
+  local s = f:read('*a')
+  f:close()
+  return s
+end
+
+-- Edit distance (insert, delete, substitute: 1 each).
+function M.edit_distance(a, b)
+  local la, lb = #a, #b
+  if la == 0 then return lb end
+  if lb == 0 then return la end
+  local prev, cur = {}, {}
+  for j = 0, lb do prev[j] = j end
+  for i = 1, la do
+    cur[0] = i
+    local ca = a:byte(i)
+    for j = 1, lb do
+      local cost = ca == b:byte(j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev, cur = cur, prev
+  end
+  return prev[lb]
+end
+
+-- The key of the set `known` (key -> anything) nearest to word, for "did you mean"
+-- messages; nil when none is within max(2, #word / 3) edits. Ties go to the first in
+-- sorted order, so the message does not change from run to run.
+function M.nearest(word, known)
+  local names = {}
+  for k in pairs(known) do
+    if type(k) == 'string' then names[#names + 1] = k end
+  end
+  table.sort(names)
+  local best, best_d = nil, math.huge
+  for _, k in ipairs(names) do
+    local d = M.edit_distance(word, k)
+    if d < best_d then best, best_d = k, d end
+  end
+  if best and best_d <= math.max(2, math.floor(#word / 3)) then return best end
+  return nil
+end
+
+
+-- One JSON text of v: objects with their keys sorted, numbers as the shortest text that
+-- reads back exactly (NaN and infinities: null), '/' unescaped (lua-cjson escapes it), so
+-- equal values give equal text (metrics.jsonl, JSON last lines, checkpoint metadata).
+function M.json(v)
+  local t = type(v)
+  if t == 'table' then
+    if next(v) == nil then return '[]' end
+    if #v > 0 then
+      local parts = {}
+      for i, x in ipairs(v) do parts[i] = M.json(x) end
+      return '[' .. table.concat(parts, ',') .. ']'
+    end
+    local keys = {}
+    for k in pairs(v) do keys[#keys + 1] = k end
+    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    local parts = {}
+    for i, k in ipairs(keys) do parts[i] = M.json(tostring(k)) .. ':' .. M.json(v[k]) end
+    return '{' .. table.concat(parts, ',') .. '}'
+  elseif t == 'string' then
+    return (require('cjson').encode(v):gsub('\\/', '/'))   -- every '/' cjson writes follows its backslash
+  elseif t == 'number' then
+    if v ~= v or v == math.huge or v == -math.huge then return 'null' end
+    if v == math.floor(v) and math.abs(v) < 2 ^ 53 then return string.format('%d', v) end
+    for digits = 15, 16 do   -- the shortest text that reads back exactly
+      local text = string.format('%.' .. digits .. 'g', v)
+      if tonumber(text) == v then return text end
+    end
+    return string.format('%.17g', v)
+  elseif t == 'boolean' then
+    return tostring(v)
+  end
+  return 'null'
+end
+
 return M

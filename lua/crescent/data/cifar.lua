@@ -36,11 +36,7 @@ local SPECS = {
 local OPTS = { cifar10 = { root = true, split = true, limit = true },
                cifar100 = { root = true, split = true, limit = true, labels = true } }
 
-local function exists(path)
-  local f = io.open(path, 'rb')
-  if f then f:close() end
-  return f ~= nil
-end
+local exists = require('crescent.util').file_exists
 
 local function candidates(root, sub)
   if root then

@@ -20,11 +20,7 @@ local MEAN, STD = 0.2860, 0.3530
 local SYSTEM_ROOT = '/usr/share/datasets/fashion-mnist'
 local OPTS = { root = true, split = true, limit = true }
 
-local function exists(path)
-  local f = io.open(path, 'rb')
-  if f then f:close() end
-  return f ~= nil
-end
+local exists = require('crescent.util').file_exists
 
 -- The file's path under dir (.gz first), or nil.
 local function locate(dir, base)

@@ -23,6 +23,7 @@ local ffi = require 'ffi'
 local cjson = require 'cjson'
 local cr = require 'crescent'
 local C = require('crescent.ffi').C
+local util = require 'crescent.util'
 
 pcall(ffi.cdef, [[
 int symlink(const char *target, const char *linkpath);
@@ -254,10 +255,18 @@ end
 -- ---- the checkpoint folder -----------------------------------------------------------
 
 -- The checkpoint files of a folder, newest (highest iteration) first; {} when the folder
--- does not exist.
+-- does not exist, an error when it cannot be read.
 function M.list(dir)
   local ok, entries = pcall(require('crescent.data.image_folder').list_dir, dir)
-  if not ok then return {} end
+  if not ok then
+    -- no folder yet: no checkpoints; a folder that cannot be read must not look empty
+    -- (a resume would start afresh and the next save would fail)
+    if util.file_exists(dir) then
+      error(string.format("checkpoint: cannot list the folder '%s' (%s); check its permissions", dir,
+        tostring(entries)), 0)
+    end
+    return {}
+  end
   local out = {}
   for _, e in ipairs(entries) do
     local ep, it = e.name:match(NAME_PATTERN)

@@ -40,11 +40,7 @@ function M.dir(cfg, default_name)
   return cfg.run.dir .. '/' .. name
 end
 
-local function exists(path)
-  local f = io.open(path, 'rb')
-  if f then f:close() return true end
-  return false
-end
+local exists = util.file_exists
 
 -- Makes the run folder ready: with run.resume = false, an earlier run there (one with
 -- checkpoints) is moved aside first; then config.lua and env.txt (cr.env) are written.

@@ -33,27 +33,7 @@ local function cfg_get(cfg, section, key)
   return s[key]
 end
 
-local function suggest(word, set)
-  local best, bestd = nil, math.huge
-  for k in pairs(set) do
-    -- edit distance, small strings only
-    local a, b = word, k
-    local prev = {}
-    for j = 0, #b do prev[j] = j end
-    for i = 1, #a do
-      local cur = { [0] = i }
-      for j = 1, #b do
-        local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
-        cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-      end
-      prev = cur
-    end
-    if prev[#b] < bestd then best, bestd = k, prev[#b] end
-  end
-  if best and bestd <= math.max(2, math.floor(#word / 3)) then return best end
-  return nil
-end
-Task._suggest = suggest
+local suggest = require('crescent.util').nearest
 
 local function new(_, args)
   if type(args) ~= 'table' then error('Task{...}: expected a table of fields', 2) end

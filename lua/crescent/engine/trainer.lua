@@ -5,6 +5,7 @@ local cr = require 'crescent'
 local loop = require 'crescent.engine.loop'
 local Task = require 'crescent.engine.task'
 local steps = require 'crescent.engine.steps'
+local util = require 'crescent.util'
 
 local M = {}
 
@@ -117,7 +118,7 @@ function M.check(task)
     for key, v in pairs(h) do
       if type(v) == 'function' and type(key) == 'string' and not Task.EVENT_SET[key]
          and (key:match('^before_') or key:match('^after_') or key:match('^on_')) then
-        local s = Task._suggest(key, Task.EVENT_SET)
+        local s = util.nearest(key, Task.EVENT_SET)
         fail(string.format("hook %d (%s) has a method '%s' that is no event%s; events: %s", i,
           tostring(h.name or '?'), key, s and ("; did you mean '" .. s .. "'?") or '', table.concat(Task.EVENTS, ', ')))
       end

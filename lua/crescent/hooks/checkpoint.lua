@@ -7,7 +7,7 @@
 -- Before the loop (setup), with resume = true, the newest valid checkpoint of `dir` is
 -- restored (a truncated or corrupt one is skipped with a warning naming it). Then a
 -- checkpoint ckpt-e<epochs done>-i<iteration>.safetensors is written every `every_epochs`
--- epochs (after the epoch's test phase when it has one), every `every_iters` iterations,
+-- epochs (once the epoch's phases are over), every `every_iters` iterations,
 -- after a step that a signal interrupted (SIGTERM/SIGINT/SIGUSR1: the loop stops there),
 -- and at the end of training. Writes are atomic; latest.safetensors links the newest,
 -- best.safetensors the one with the best task.metrics[best] (higher is better, or lower
@@ -61,11 +61,15 @@ function Checkpoint:save(task, why)
   end
 end
 
--- A test phase follows this train phase (the loop's rule in csrc/loop/loop.c).
-local function test_follows(task)
-  local te = task.test_every or 0
-  if not task.test_loader or te <= 0 or task.signal then return false end
-  return (task.epoch + 1) % te == 0 or task.epoch == task.epochs - 1 or task.stop_requested
+-- An epoch's checkpoint is taken once all its phases are over, so metrics measured after
+-- them (test top-1, kNN) are in it: at the start of the next train phase, or at the end
+-- of training (after_train).
+function Checkpoint:before_phase(task)
+  if task.phase ~= 'train' or task.signal or self.every_epochs == 0 then return end
+  local done = task.epoch   -- epochs finished
+  if done > 0 and done % self.every_epochs == 0 and self.last_saved ~= task.iteration then
+    self:save(task, 'epoch ' .. done)
+  end
 end
 
 function Checkpoint:after_step(task)
@@ -74,15 +78,6 @@ function Checkpoint:after_step(task)
     self:save(task, task.signal)
   elseif self.every_iters > 0 and task.iteration % self.every_iters == 0 then
     self:save(task, 'every ' .. self.every_iters .. ' iterations')
-  end
-end
-
-function Checkpoint:after_phase(task)
-  if task.signal or self.every_epochs == 0 then return end
-  if task.phase == 'train' and test_follows(task) then return end
-  local done = task.epoch + 1
-  if done % self.every_epochs == 0 and task.phase_iteration > 0 and self.last_saved ~= task.iteration then
-    self:save(task, 'epoch ' .. done)
   end
 end
 

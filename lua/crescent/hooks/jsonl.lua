@@ -10,7 +10,6 @@
 -- epoch is task.epoch (0-based); NaN and infinite values are written as null.
 --
 --   task:add_hook(cr.hooks.jsonl{path = 'runs/exp1/metrics.jsonl', every = 20})
-local cjson = require 'cjson'
 local util = require 'crescent.util'
 local tensorboard = require 'crescent.hooks.tensorboard'
 
@@ -31,14 +30,7 @@ function Jsonl:before_train(_)
   self.seen = {}
 end
 
--- cjson escapes '/' as '\/' (valid, but 'test\/top1' reads badly); every '/' it writes
--- follows its escaping backslash, so dropping those backslashes is exact.
-local function encode_string(s) return (cjson.encode(s):gsub('\\/', '/')) end
-
-local function encode_value(v)
-  if v ~= v or v == math.huge or v == -math.huge then return 'null' end
-  return cjson.encode(v)
-end
+local json = util.json   -- 'test/top1' stays so; NaN and infinities are null
 
 -- One line with the new scalars; nothing when there are none (a phase that put nothing).
 function Jsonl:write(task, unsmoothed_only)
@@ -46,11 +38,11 @@ function Jsonl:write(task, unsmoothed_only)
   if not f then return end
   local parts = {}
   tensorboard.new_scalars(task, self.seen, unsmoothed_only, self.window, function(name, v)
-    parts[#parts + 1] = encode_string(name) .. ':' .. encode_value(v)
+    parts[#parts + 1] = json(name) .. ':' .. json(v)
   end)
   if #parts == 0 then return end
   local line = string.format('{"iteration":%d,"epoch":%d,"phase":%s,%s}\n', task.iteration, task.epoch,
-    encode_string(task.phase or 'train'), table.concat(parts, ','))
+    json(task.phase or 'train'), table.concat(parts, ','))
   local ok, err = f:write(line)
   if ok then ok, err = f:flush() end
   if not ok then error("jsonl: writing '" .. self.path .. "' failed: " .. tostring(err), 0) end

@@ -1,15 +1,17 @@
 -- crescent.hooks.timer — iteration time, data time, images/s and the ETA, put into the
 -- event storage for writers (smoothed: the median of the last `window` iterations).
--- Also totals: task.metrics.train_seconds and train_img_per_s (train phases only).
+-- Also totals of this cr.train call (a resumed run counts from where it resumed):
+-- task.metrics.seconds, train_seconds, train_samples and train_img_per_s (train phases only).
 local loop = require 'crescent.engine.loop'
 local now = loop.now
 
 local Timer = {}
 Timer.__index = Timer
 
-function Timer:before_train(_)
+function Timer:before_train(task)
   self.t0 = now()
   self.train_seconds = 0
+  self.samples0 = task.samples_seen   -- > 0 when the run resumed from a checkpoint
 end
 
 function Timer:before_phase(task)
@@ -33,8 +35,9 @@ end
 function Timer:after_train(task)
   task.metrics.seconds = now() - (self.t0 or now())
   task.metrics.train_seconds = self.train_seconds
+  task.metrics.train_samples = task.samples_seen - (self.samples0 or 0)
   if self.train_seconds > 0 then
-    task.metrics.train_img_per_s = task.samples_seen / self.train_seconds
+    task.metrics.train_img_per_s = task.metrics.train_samples / self.train_seconds
   end
 end
 

@@ -70,27 +70,9 @@ end
 
 local function fail(msg) error(msg, util.user_level()) end
 
-local function edit_distance(a, b)
-  local prev = {}
-  for j = 0, #b do prev[j] = j end
-  for i = 1, #a do
-    local cur = { [0] = i }
-    for j = 1, #b do
-      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-    end
-    prev = cur
-  end
-  return prev[#b]
-end
-
 local function suggest(key, known)
-  local best, bd = nil, math.huge
-  for k in pairs(known) do
-    local d = edit_distance(key, k)
-    if d < bd then best, bd = k, d end
-  end
-  if best and bd <= math.max(2, math.floor(#key / 3)) then return "; did you mean '" .. best .. "'?" end
+  local best = util.nearest(key, known)
+  if best then return "; did you mean '" .. best .. "'?" end
   local names = {}
   for k in pairs(known) do names[#names + 1] = k end
   table.sort(names)

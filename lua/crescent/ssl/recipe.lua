@@ -12,6 +12,7 @@
 -- A method file (crescent.ssl.<method>) provides build(cfg, parts) -> the method module;
 -- parts = {trunk = fn() -> a fresh trunk, feat_dim = n, nchan = channels}.
 local cr = require 'crescent'
+local util = require 'crescent.util'
 
 local R = {}
 
@@ -92,7 +93,7 @@ function R.datasets(cfg)
            cr.data.synthetic { n = math.max(1, math.floor(n / 4)), shape = { 3, d.size, d.size }, seed = cfg.train.seed + 1 }
   elseif d.name == 'image_folder' then
     if not root then fail("data.name=image_folder needs data.root=<folder with train/ (and val/) class sub-folders>") end
-    local function exists(p) local f = io.open(p, 'rb') if f then f:close() return true end return false end
+    local exists = util.file_exists
     local tr = exists(root .. '/train') and root .. '/train' or root
     local opts = { root = tr, size = { d.size, d.size }, skip_bad = d.skip_bad }
     local train = cr.data.image_folder(opts)
@@ -283,26 +284,17 @@ end
 -- hook keeps it; preempted: the signal that stopped the run early).
 function R.finish(task)
   local path = R.run_dir(task) .. '/checkpoints/latest.safetensors'
-  local f = io.open(path, 'rb')
-  if f then f:close() else path = nil end
+  if not util.file_exists(path) then path = nil end
   local h = task.storage:history('loss')
   local per = task.iterations_per_epoch or 0
   local loss = h and h:avg(per > 0 and per or nil) or nil   -- nil (JSON null): no step ran
   local m = task.metrics
-  local cjson = require 'cjson'
   local out = { recipe = task.method_name, epochs = task.epoch, knn_top1 = m.knn_top1, knn_top5 = m.knn_top5,
                 knn_top1_init = m.knn_top1_init, train_loss = loss, seconds = m.seconds,
                 img_per_s = m.train_img_per_s, checkpoint = path, preempted = task.signal }
-  local keys = {}
-  for k in pairs(out) do keys[#keys + 1] = k end
-  table.sort(keys)
-  local parts = {}
-  for _, k in ipairs(keys) do
-    local v = out[k]
-    if type(v) == 'number' then v = tonumber(string.format('%.4f', v)) end
-    parts[#parts + 1] = cjson.encode(k) .. ':' .. cjson.encode(v)
-  end
-  print('{' .. table.concat(parts, ',') .. '}')
+  local shown = {}
+  for k, v in pairs(out) do shown[k] = type(v) == 'number' and tonumber(string.format('%.4f', v)) or v end
+  print(util.json(shown))
   return out
 end
 

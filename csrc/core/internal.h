@@ -28,6 +28,15 @@ cr_status cr_fail(cr_status st, const char *fmt, ...) __attribute__((format(prin
 const char *cr_shape_str(const cr_tensor *t, char *buf, size_t cap);
 const char *cr_dims_str(int ndim, const int64_t *shape, char *buf, size_t cap);
 
+/* ---- the large-block host cache (core/host_cache.c) ---- */
+/* 64-byte aligned block of at least `bytes`; NULL when memory is exhausted even after
+ * emptying the cache. Free with cr_host_free and the same `bytes`. */
+void *cr_host_alloc(size_t bytes);
+void cr_host_free(void *p, size_t bytes);
+/* The bytes cr_host_alloc really reserves for a request (its size class). */
+size_t cr_host_alloc_size(size_t bytes);
+void cr_host_cache_stats(int64_t *bytes, int64_t *hits);
+
 /* ---- storage and tensor ---- */
 typedef struct cr_storage {
     int64_t refcount;
@@ -62,6 +71,16 @@ struct cr_tensor {
 };
 
 /* Allocation of a fresh contiguous tensor; returns CR_ERR_OOM with a message on failure. */
+/* Channels-last activations (what conv2d writes on the oneDNN path; see ARCHITECTURE):
+ * a dense [N, C, H, W] with strides [HWC, 1, WC, C] that is not row-major as well. */
+bool cr_is_channels_last(const cr_tensor *t);
+/* A fresh tensor, row-major or (4-D only) channels-last. */
+cr_status cr_tensor_alloc_layout(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
+                                 cr_devtype dev, bool channels_last);
+/* Channels-last when `like` is channels-last with this shape, else row-major: elementwise
+ * results keep their input's layout. */
+cr_status cr_tensor_alloc_as(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
+                             cr_devtype dev, const cr_tensor *like);
 cr_status cr_tensor_alloc(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
                           cr_devtype dev);
 cr_status cr_tensor_alloc_like(cr_tensor **out, const cr_tensor *t);

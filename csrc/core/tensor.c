@@ -31,6 +31,7 @@ void cr_memory_stats(cr_memstats *out) {
     out->live_tensors = __atomic_load_n(&stat_live_tensors, __ATOMIC_RELAXED);
     out->live_storages = __atomic_load_n(&stat_live_storages, __ATOMIC_RELAXED);
     out->allocs = __atomic_load_n(&stat_allocs, __ATOMIC_RELAXED);
+    cr_host_cache_stats(&out->cached_bytes, &out->cache_hits);
 }
 
 void cr_memory_reset_peak(void) {
@@ -62,8 +63,8 @@ static cr_status storage_new(cr_storage **out, size_t nbytes, cr_devtype dev) {
             memset(s, 0, sizeof *s);
             data = (void *)(((uintptr_t)(s + 1) + 63) & ~(uintptr_t)63);
         }
-    } else if ((s = calloc(1, sizeof *s)) && posix_memalign(&data, 64, alloc) != 0) {
-        data = NULL;
+    } else if ((s = calloc(1, sizeof *s))) {
+        data = cr_host_alloc(alloc); /* host_cache.c: large blocks are reused, not re-faulted */
     }
     if (!s || !data) {
         free(s);
@@ -89,7 +90,7 @@ static void storage_release(cr_storage *s) {
     if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
     stats_add_bytes(-(int64_t)s->nbytes);
     __atomic_sub_fetch(&stat_live_storages, 1, __ATOMIC_RELAXED);
-    if (s->nbytes > CR_SMALL_STORAGE) free(s->data); /* small ones live inside s */
+    if (s->nbytes > CR_SMALL_STORAGE) cr_host_free(s->data, s->nbytes); /* small: inside s */
     free(s);
 }
 
@@ -157,6 +158,38 @@ cr_status cr_tensor_alloc(cr_tensor **out, int ndim, const int64_t *shape, cr_dt
     cr_contiguous_strides(ndim, shape, t->stride);
     *out = t;
     return CR_OK;
+}
+
+/* Dense channels-last [N, C, H, W] (strides [HWC, 1, WC, C], size-1 dims free) that is not
+ * also row-major: the layout oneDNN's convolutions read and write without reorders. */
+bool cr_is_channels_last(const cr_tensor *t) {
+    if (!t || t->ndim != 4 || cr_tensor_is_contiguous(t)) return false;
+    const int64_t *sh = t->shape;
+    const int64_t want[4] = {sh[1] * sh[2] * sh[3], 1, sh[3] * sh[1], sh[1]};
+    for (int d = 0; d < 4; d++)
+        if (sh[d] != 1 && t->stride[d] != want[d]) return false;
+    return true;
+}
+
+bool cr_tensor_is_channels_last(const cr_tensor *t) { return cr_is_channels_last(t); }
+
+cr_status cr_tensor_alloc_layout(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
+                                 cr_devtype dev, bool channels_last) {
+    cr_status st = cr_tensor_alloc(out, ndim, shape, dt, dev);
+    if (st || !channels_last || ndim != 4) return st;
+    int64_t *s = (*out)->stride;
+    s[1] = 1;
+    s[3] = shape[1];
+    s[2] = shape[3] * shape[1];
+    s[0] = shape[2] * shape[3] * shape[1];
+    return CR_OK;
+}
+
+cr_status cr_tensor_alloc_as(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
+                             cr_devtype dev, const cr_tensor *like) {
+    bool cl = like && like->ndim == ndim && !memcmp(like->shape, shape, sizeof *shape * (size_t)ndim) &&
+              cr_is_channels_last(like);
+    return cr_tensor_alloc_layout(out, ndim, shape, dt, dev, cl);
 }
 
 cr_status cr_tensor_alloc_like(cr_tensor **out, const cr_tensor *t) {

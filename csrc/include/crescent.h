@@ -62,9 +62,16 @@ typedef struct {
     int64_t live_tensors;  /* tensor handles alive */
     int64_t live_storages;
     int64_t allocs;        /* storage allocations so far */
+    int64_t cached_bytes;  /* freed large blocks kept for reuse (not in live_bytes) */
+    int64_t cache_hits;    /* allocations served from that cache */
 } cr_memstats;
 void cr_memory_stats(cr_memstats *out);
 void cr_memory_reset_peak(void);
+/* Gives the cached blocks back to the system. */
+void cr_memory_empty_cache(void);
+/* At most this many bytes stay cached; -1 restores the default (env
+ * CRESCENT_HOST_CACHE_MB, else a quarter of physical memory), 0 turns caching off. */
+void cr_memory_set_cache_limit(int64_t bytes);
 /* 1 when enough bytes were allocated since the last call that returned 1 that the
  * binding should run the Lua GC (tensor bytes live outside the Lua heap). */
 int cr_memory_gc_hint(void);
@@ -94,6 +101,9 @@ cr_dtype cr_tensor_dtype(const cr_tensor *t);
 cr_devtype cr_tensor_device(const cr_tensor *t);
 int cr_tensor_device_index(const cr_tensor *t);
 bool cr_tensor_is_contiguous(const cr_tensor *t);
+/* Dense [N, C, H, W] with strides [HWC, 1, WC, C] (and not also row-major): the layout of
+ * conv2d's f32 output on the oneDNN path, which elementwise ops and batch norm keep. */
+bool cr_tensor_is_channels_last(const cr_tensor *t);
 /* Address of element 0 of the view (CPU only; NULL otherwise). */
 void *cr_tensor_data(const cr_tensor *t);
 uint64_t cr_tensor_version(const cr_tensor *t);

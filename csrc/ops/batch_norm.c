@@ -187,6 +187,29 @@ static bool bn_forward_dnnl(cr_call *c, bool use_batch, double *mean, double *va
 }
 #endif
 
+/* Channels-last f32 (conv2d's output on the oneDNN path): batch_norm_nhwc.c. */
+static bool bn_forward_nhwc(cr_call *c, bool use_batch, double *mean, double *var) {
+    cr_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *rm = c->in[3], *rv = c->in[4];
+    const int64_t C = x->shape[1], M = x->numel / C;
+    float *scale = malloc(sizeof(float) * (size_t)(2 * C)), *shift = scale + C;
+    if (!scale) return false;
+    const float *xp = (const float *)cr_tensor_ptr(x);
+    if (use_batch) {
+        cr_bn_nhwc_stats(xp, M, C, mean, var);
+    } else {
+        for (int64_t ch = 0; ch < C; ch++) mean[ch] = vec_get(rm, ch), var[ch] = vec_get(rv, ch);
+    }
+    for (int64_t ch = 0; ch < C; ch++) {
+        const double invstd = 1.0 / sqrt(var[ch] + c->f[1]);
+        const double wc = w ? vec_get(w, ch) : 1.0, bc = b ? vec_get(b, ch) : 0.0;
+        scale[ch] = (float)(invstd * wc);
+        shift[ch] = (float)(bc - mean[ch] * invstd * wc);
+    }
+    cr_bn_nhwc_apply((float *)cr_tensor_ptr(c->out[0]), xp, M, C, scale, shift, c->i[4]);
+    free(scale);
+    return true;
+}
+
 /* in: x, weight?, bias?, running_mean?, running_var?; out: y, save_mean, save_invstd;
  * i[0] training, i[3] use batch statistics; f[0] momentum, f[1] eps. */
 cr_status cr_cpu_batch_norm(cr_call *c) {
@@ -198,8 +221,13 @@ cr_status cr_cpu_batch_norm(cr_call *c) {
     if (!mean) return cr_fail(CR_ERR_OOM, "batch_norm: out of memory for %lld channels",
                               (long long)C);
     bool done = false;
+    if (cr_is_channels_last(x) && !bn_forward_nhwc(c, use_batch, mean, var)) {
+        free(mean);
+        return cr_fail(CR_ERR_OOM, "batch_norm: out of memory for %lld channels", (long long)C);
+    }
+    done = cr_is_channels_last(x);
 #ifdef CR_HAVE_DNNL
-    if (!c->i[4] && bn_use_dnnl(x)) done = bn_forward_dnnl(c, use_batch, mean, var);
+    if (!done && !c->i[4] && bn_use_dnnl(x)) done = bn_forward_dnnl(c, use_batch, mean, var);
 #endif
     if (!done && x->dtype == CR_DT_F32 && cr_fast_paths_enabled())
         bn_forward_f32(c, use_batch, mean, var);
@@ -280,7 +308,13 @@ static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr
     cr_call c;
     memset(&c, 0, sizeof c);
     if ((st = cr_cast_if_needed(&xt, x, dt))) goto done;
-    if ((st = cr_op_contiguous(&xc, xt))) goto done;
+    /* channels-last f32 stays so (batch_norm_nhwc.c); anything else becomes row-major */
+    if (dt == CR_DT_F32 && cr_fast_paths_enabled() && cr_is_channels_last(xt)) {
+        cr_tensor_retain(xt);
+        xc = xt;
+    } else if ((st = cr_op_contiguous(&xc, xt))) {
+        goto done;
+    }
     if (weight && (st = cr_cast_if_needed(&wc, weight, dt))) goto done;
     if (bias && (st = cr_cast_if_needed(&bc, bias, dt))) goto done;
     if ((st = cr_call_init(&c, CR_OP_BATCH_NORM, 5, 3))) goto done;
@@ -296,7 +330,7 @@ static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr
     c.i[4] = relu;
     c.f[0] = momentum;
     c.f[1] = eps;
-    if ((st = cr_tensor_alloc(&c.out[0], xc->ndim, xc->shape, dt, xc->storage->device)) ||
+    if ((st = cr_tensor_alloc_as(&c.out[0], xc->ndim, xc->shape, dt, xc->storage->device, xc)) ||
         (st = cr_tensor_alloc(&c.out[1], 1, &C, dt, xc->storage->device)) ||
         (st = cr_tensor_alloc(&c.out[2], 1, &C, dt, xc->storage->device)))
         goto done;
@@ -494,10 +528,45 @@ static bool bn_backward_dnnl(cr_call *c) {
 }
 #endif
 
+/* Channels-last f32 backward (g, x, y and gx all channels-last): the f32 formulas. */
+static cr_status bn_backward_nhwc(cr_call *c) {
+    cr_tensor *g = c->in[0], *x = c->in[1], *w = c->in[2], *mean = c->in[3], *inv = c->in[4];
+    cr_tensor *gx = c->out[0], *gw = c->out[1], *gb = c->out[2];
+    const int64_t C = x->shape[1], M = x->numel / C;
+    const bool use_batch = c->i[0];
+    const float *y = c->nin > 5 && c->in[5] ? (const float *)cr_tensor_ptr(c->in[5]) : NULL;
+    double *m = malloc(sizeof(double) * (size_t)(3 * C)), *sg = m + C, *sgx = m + 2 * C;
+    float *a = malloc(sizeof(float) * (size_t)(3 * C)), *bx = a + C, *c0 = a + 2 * C;
+    if (!m || !a) {
+        free(m);
+        free(a);
+        return cr_fail(CR_ERR_OOM, "batch_norm backward: out of memory for %lld channels",
+                       (long long)C);
+    }
+    for (int64_t ch = 0; ch < C; ch++) m[ch] = vec_get(mean, ch);
+    const float *gp = (const float *)cr_tensor_ptr(g), *xp = (const float *)cr_tensor_ptr(x);
+    cr_bn_nhwc_grad_sums(gp, xp, y, m, M, C, sg, sgx);
+    for (int64_t ch = 0; ch < C; ch++) {
+        const double is = vec_get(inv, ch), wc = w ? vec_get(w, ch) : 1.0;
+        if (gb) vec_set(gb, ch, sg[ch]);
+        if (gw) vec_set(gw, ch, sgx[ch] * is);
+        const double gmean = use_batch ? sg[ch] / (double)M : 0.0;
+        const double proj = use_batch ? sgx[ch] / (double)M * is * is : 0.0;
+        a[ch] = (float)(wc * is);
+        bx[ch] = (float)(-wc * is * proj);
+        c0[ch] = (float)(wc * is * (m[ch] * proj - gmean));
+    }
+    if (gx) cr_bn_nhwc_grad_input((float *)cr_tensor_ptr(gx), gp, xp, y, M, C, a, bx, c0);
+    free(m);
+    free(a);
+    return CR_OK;
+}
+
 /* in: g, x, weight?, save_mean, save_invstd, and y when the forward fused a relu (the
  * grad is then zero where y was clipped); g and x contiguous, one float dtype.
  * out: gx?, gw?, gb?; i[0] batch statistics were used; f[0] eps. */
 cr_status cr_cpu_batch_norm_backward(cr_call *c) {
+    if (cr_is_channels_last(c->in[1])) return bn_backward_nhwc(c);
 #ifdef CR_HAVE_DNNL
     const cr_tensor *x = c->in[1];
     if (c->nin == 5 && bn_use_dnnl(x) && bn_backward_dnnl(c))
@@ -508,6 +577,23 @@ cr_status cr_cpu_batch_norm_backward(cr_call *c) {
     else
         bn_backward_ref(c);
     return CR_OK;
+}
+
+/* The grad in x's layout: channels-last for a channels-last x, else row-major. */
+static cr_status grad_like(cr_tensor **out, cr_tensor *g, const cr_tensor *x) {
+    if (!cr_is_channels_last(x)) return cr_op_contiguous(out, g);
+    if (cr_is_channels_last(g)) {
+        cr_tensor_retain(g);
+        *out = g;
+        return CR_OK;
+    }
+    cr_status st = cr_tensor_alloc_layout(out, 4, g->shape, g->dtype, g->storage->device, true);
+    if (st) return st;
+    cr_call u;
+    cr_call_init(&u, CR_OP_COPY_, 1, 1);
+    u.in[0] = g;
+    u.out[0] = *out;
+    return cr_cpu_copy_(&u);
 }
 
 cr_status cr_grad_batch_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
@@ -522,7 +608,7 @@ cr_status cr_grad_batch_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
         (st = cr_saved_out(n, 1, &mean)) || (st = cr_saved_out(n, 2, &inv)) ||
         (relu && (st = cr_saved_out(n, 0, &y))))
         return st;
-    if ((st = cr_op_contiguous(&g, gout[0]))) return st;
+    if ((st = grad_like(&g, gout[0], x))) return st;
     cr_call c;
     if ((st = cr_call_init(&c, CR_OP_BATCH_NORM_BACKWARD, relu ? 6 : 5, 3))) goto done;
     if (relu) c.in[5] = y;
@@ -534,8 +620,8 @@ cr_status cr_grad_batch_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     c.i[0] = n->call.i[3];
     c.f[0] = n->call.f[1];
     const int64_t C = x->shape[1];
-    if ((need_x && (st = cr_tensor_alloc(&c.out[0], x->ndim, x->shape, x->dtype,
-                                         x->storage->device))) ||
+    if ((need_x && (st = cr_tensor_alloc_as(&c.out[0], x->ndim, x->shape, x->dtype,
+                                            x->storage->device, x))) ||
         (need_w && (st = cr_tensor_alloc(&c.out[1], 1, &C, x->dtype, x->storage->device))) ||
         (need_b && (st = cr_tensor_alloc(&c.out[2], 1, &C, x->dtype, x->storage->device))))
         goto done;

@@ -295,9 +295,54 @@ static cr_status conv_check(const char *op, const cr_tensor *x, const cr_tensor 
 static bool is_half(cr_dtype dt) { return dt == CR_DT_F16 || dt == CR_DT_BF16; }
 
 /* ---- conv2d ------------------------------------------------------------------------- */
+/* oneDNN computes f32 convolutions; their activations are channels-last (see
+ * conv_dnnl.c), and conv2d's output stays so, which the ops after it keep. */
+static bool conv_fast(const cr_tensor *x) {
+#ifdef CR_HAVE_DNNL
+    return x->dtype == CR_DT_F32 && cr_fast_paths_enabled();
+#else
+    (void)x;
+    return false;
+#endif
+}
+
+/* t itself when it is row-major or (on the fast path) channels-last, else a row-major copy. */
+static cr_status conv_operand(cr_tensor **out, cr_tensor *t, bool fast) {
+    if (fast && cr_is_channels_last(t)) {
+        cr_tensor_retain(t);
+        *out = t;
+        return CR_OK;
+    }
+    return cr_op_contiguous(out, t);
+}
+
+/* The reference loops read and write row-major buffers: a row-major copy (not recorded),
+ * or t itself. */
+static cr_status rowmajor(cr_tensor **out, cr_tensor *t) {
+    bool prev = cr_grad_set_enabled(false);
+    cr_status st = cr_op_contiguous(out, t);
+    cr_grad_set_enabled(prev);
+    return st;
+}
+
+/* dst (channels-last) = src (row-major), after a reference loop wrote src. */
+static void copy_into(cr_tensor *dst, cr_tensor *src) {
+    cr_call u;
+    cr_call_init(&u, CR_OP_COPY_, 1, 1);
+    u.in[0] = src;
+    u.out[0] = dst;
+    cr_cpu_copy_(&u);
+}
+
+static void conv_layouts(cr_conv_geom *g, const cr_tensor *xside, const cr_tensor *yside) {
+    g->src_cl = cr_is_channels_last(xside);
+    g->dst_cl = cr_is_channels_last(yside);
+}
+
 cr_status cr_cpu_conv2d(cr_call *c) {
     cr_conv_geom g;
     geom_from_call(c, c->in[0], c->in[1], &g);
+    conv_layouts(&g, c->in[0], c->out[0]);
     cr_dtype dt = c->in[0]->dtype;
     const char *b = c->in[2] ? cr_tensor_ptr(c->in[2]) : NULL;
     if (dt == CR_DT_F32 && cr_fast_paths_enabled() && c->out[0]->numel > 0 &&
@@ -305,9 +350,17 @@ cr_status cr_cpu_conv2d(cr_call *c) {
                                (const float *)cr_tensor_ptr(c->in[1]), (const float *)b,
                                (float *)cr_tensor_ptr(c->out[0])) == CR_OK)
         return CR_OK;
-    conv2d_forward_ref(&g, dt, cr_tensor_ptr(c->in[0]), cr_tensor_ptr(c->in[1]), b,
-                       cr_tensor_ptr(c->out[0]));
-    return CR_OK;
+    cr_tensor *x = NULL, *y = c->out[0];
+    cr_status st = rowmajor(&x, c->in[0]);
+    if (!st && g.dst_cl) st = cr_tensor_alloc(&y, 4, y->shape, dt, CR_DEV_CPU);
+    if (!st) {
+        conv2d_forward_ref(&g, dt, cr_tensor_ptr(x), cr_tensor_ptr(c->in[1]), b,
+                           cr_tensor_ptr(y));
+        if (g.dst_cl) copy_into(c->out[0], y);
+    }
+    if (y != c->out[0]) cr_tensor_free(y);
+    cr_tensor_free(x);
+    return st;
 }
 
 /* Half inputs: convert to f32 (recorded, so grads flow back), convolve, convert back. */
@@ -366,11 +419,13 @@ cr_status cr_op_conv2d(cr_tensor **out, cr_tensor *x, cr_tensor *w, cr_tensor *b
     cr_call c;
     if ((st = cr_call_init(&c, CR_OP_CONV2D, 3, 1))) return st;
     params_to_call(&c, p);
-    st = cr_op_contiguous(&xc, x);
+    bool fast = conv_fast(x);
+    st = conv_operand(&xc, x, fast);
     if (!st) st = cr_op_contiguous(&wc, w);
     if (!st && bias) st = cr_op_contiguous(&bc, bias);
     c.in[0] = xc, c.in[1] = wc, c.in[2] = bc;
-    if (!st) st = cr_tensor_alloc(&c.out[0], 4, oshape, x->dtype, x->storage->device);
+    if (!st)
+        st = cr_tensor_alloc_layout(&c.out[0], 4, oshape, x->dtype, x->storage->device, fast);
     if (!st) st = cr_dispatch(&c);
     if (!st) st = cr_autograd_record(&c, 1u | 2u, 0);
     cr_tensor_free(xc);
@@ -402,26 +457,41 @@ cr_status cr_cpu_conv2d_backward(cr_call *c) {
     cr_tensor *gx = c->out[0], *gw = c->out[1], *gb = c->out[2];
     cr_conv_geom g;
     geom_from_call(c, x, w, &g);
+    conv_layouts(&g, x, gy);
     cr_dtype dt = x->dtype;
     bool fast = dt == CR_DT_F32 && cr_fast_paths_enabled() && gy->numel > 0 && x->numel > 0;
-    if (gx) {
-        if (!fast || cr_conv2d_dnnl_backward_data(&g, (const float *)cr_tensor_ptr(gy),
-                                                  (const float *)cr_tensor_ptr(w),
-                                                  (float *)cr_tensor_ptr(gx)) != CR_OK)
-            conv2d_backward_data_ref(&g, dt, cr_tensor_ptr(gy), cr_tensor_ptr(w),
-                                     cr_tensor_ptr(gx));
+    bool gx_done = !gx || (fast && cr_conv2d_dnnl_backward_data(
+                                       &g, (const float *)cr_tensor_ptr(gy),
+                                       (const float *)cr_tensor_ptr(w),
+                                       (float *)cr_tensor_ptr(gx)) == CR_OK);
+    bool gw_done = !gw || (fast && cr_conv2d_dnnl_backward_weights(
+                                       &g, (const float *)cr_tensor_ptr(x),
+                                       (const float *)cr_tensor_ptr(gy),
+                                       (float *)cr_tensor_ptr(gw),
+                                       gb ? (float *)cr_tensor_ptr(gb) : NULL) == CR_OK);
+    if (gw && gw_done) gb = NULL; /* oneDNN wrote the bias grad too */
+    if (gx_done && gw_done && !gb) return CR_OK;
+    /* the reference loops, on row-major copies of channels-last operands */
+    cr_tensor *gyr = NULL, *xr = NULL, *gxr = gx;
+    cr_status st = rowmajor(&gyr, gy);
+    if (!st) st = rowmajor(&xr, x);
+    if (!st && !gx_done && cr_is_channels_last(gx))
+        st = cr_tensor_alloc(&gxr, 4, gx->shape, dt, CR_DEV_CPU);
+    if (!st) {
+        if (!gx_done) {
+            conv2d_backward_data_ref(&g, dt, cr_tensor_ptr(gyr), cr_tensor_ptr(w),
+                                     cr_tensor_ptr(gxr));
+            if (gxr != gx) copy_into(gx, gxr);
+        }
+        if (!gw_done)
+            conv2d_backward_weights_ref(&g, dt, cr_tensor_ptr(xr), cr_tensor_ptr(gyr),
+                                        cr_tensor_ptr(gw));
+        if (gb) conv2d_backward_bias_ref(&g, dt, cr_tensor_ptr(gyr), cr_tensor_ptr(gb));
     }
-    if (gw) {
-        if (fast && cr_conv2d_dnnl_backward_weights(
-                        &g, (const float *)cr_tensor_ptr(x), (const float *)cr_tensor_ptr(gy),
-                        (float *)cr_tensor_ptr(gw),
-                        gb ? (float *)cr_tensor_ptr(gb) : NULL) == CR_OK)
-            return CR_OK; /* oneDNN wrote the bias grad too */
-        conv2d_backward_weights_ref(&g, dt, cr_tensor_ptr(x), cr_tensor_ptr(gy),
-                                    cr_tensor_ptr(gw));
-    }
-    if (gb) conv2d_backward_bias_ref(&g, dt, cr_tensor_ptr(gy), cr_tensor_ptr(gb));
-    return CR_OK;
+    if (gxr != gx) cr_tensor_free(gxr);
+    cr_tensor_free(gyr);
+    cr_tensor_free(xr);
+    return st;
 }
 
 cr_status cr_op_conv2d_backward(cr_tensor **gx, cr_tensor **gw, cr_tensor **gb,
@@ -455,13 +525,15 @@ cr_status cr_op_conv2d_backward(cr_tensor **gx, cr_tensor **gw, cr_tensor **gb,
     params_to_call(&c, p);
     cr_tensor *gc = NULL, *xc = NULL, *wc = NULL;
     bool prev = cr_grad_set_enabled(false); /* a non-differentiable op: copies need no graph */
-    st = cr_op_contiguous(&gc, gout);
-    if (!st) st = cr_op_contiguous(&xc, x);
+    bool fast = conv_fast(x);
+    st = conv_operand(&gc, gout, fast);
+    if (!st) st = conv_operand(&xc, x, fast);
     if (!st) st = cr_op_contiguous(&wc, w);
     cr_grad_set_enabled(prev);
     c.in[0] = gc, c.in[1] = xc, c.in[2] = wc;
     cr_devtype dev = x->storage->device;
-    if (!st && gx) st = cr_tensor_alloc(&c.out[0], 4, x->shape, x->dtype, dev);
+    /* gx in x's layout */
+    if (!st && gx) st = cr_tensor_alloc_as(&c.out[0], 4, x->shape, x->dtype, dev, xc);
     if (!st && gw) st = cr_tensor_alloc(&c.out[1], 4, w->shape, w->dtype, dev);
     if (!st && gb) st = cr_tensor_alloc(&c.out[2], 1, w->shape, w->dtype, dev);
     if (!st) st = cr_dispatch(&c);

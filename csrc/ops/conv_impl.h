@@ -13,9 +13,10 @@ typedef struct {
     int64_t o, kh, kw;
     int64_t oh, ow;
     int64_t sh, sw, ph, pw, dh, dw, groups;
+    int64_t src_cl, dst_cl; /* x-side (x, gx) and y-side (y, gy) buffers are channels-last */
 } cr_conv_geom;
 
-/* The oneDNN paths (f32, contiguous NCHW buffers). They return CR_ERR_UNSUPPORTED, with
+/* The oneDNN paths (f32 buffers, row-major or channels-last as the geometry says). They return CR_ERR_UNSUPPORTED, with
  * no message, when oneDNN is missing or declines the problem; the caller then runs the
  * reference loops. gb may be NULL. */
 cr_status cr_conv2d_dnnl_forward(const cr_conv_geom *g, const float *x, const float *w,

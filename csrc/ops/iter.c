@@ -18,11 +18,25 @@ void cr_iter_init(cr_iter *it, int nargs, cr_tensor *const *args) {
             it->stride[k][d] = (dt >= 0 && t->shape[dt] != 1) ? t->stride[dt] * es : 0;
         }
     }
+    /* visit dims in the output's memory order (largest stride first): a channels-last
+     * output [N, C, H, W] with strides [HWC, 1, WC, C] runs as [N, H, W, C], so its
+     * operands stream contiguously. Row-major outputs keep their order (the sort is
+     * stable); every user of the iterator is elementwise, so the order is free. */
+    int perm[CR_MAX_DIMS];
+    for (int d = 0; d < n; d++) {
+        int j = d;
+        while (j > 0 && it->stride[0][perm[j - 1]] < it->stride[0][d]) {
+            perm[j] = perm[j - 1];
+            j--;
+        }
+        perm[j] = d;
+    }
     /* drop size-1 dims, then merge dim d into d+1 when every operand is contiguous
      * across the pair */
     int m = 0;
     int64_t shape[CR_MAX_DIMS], stride[CR_ITER_MAX_ARGS][CR_MAX_DIMS];
-    for (int d = 0; d < n; d++) {
+    for (int q = 0; q < n; q++) {
+        int d = perm[q];
         if (out->shape[d] == 1) continue;
         if (m > 0) {
             bool merge = true;

@@ -12,7 +12,10 @@ cr_status cr_unary_op(cr_tensor **out, cr_op op, cr_tensor *t, cr_dtype result,
     cr_status st = cr_call_init(&c, op, 1, 1);
     for (int k = 0; k < nparams && k < CR_CALL_MAX_F; k++) c.f[k] = params[k];
     c.in[0] = t;
-    if ((st = cr_tensor_alloc(&c.out[0], t->ndim, t->shape, result, t->storage->device)))
+    /* results keep a channels-last input's layout, except clone: contiguous() and
+     * reshape() rely on it being row-major */
+    if ((st = cr_tensor_alloc_as(&c.out[0], t->ndim, t->shape, result, t->storage->device,
+                                 op == CR_OP_CLONE ? NULL : t)))
         return st;
     if (!(st = cr_dispatch(&c))) st = cr_autograd_record(&c, save_in, save_out);
     if (st) {

@@ -694,7 +694,7 @@ static cr_status act_backward(cr_tensor **out, cr_op op, cr_tensor *g, cr_tensor
     if ((st = cr_cast_if_needed(&gc, g, v->dtype))) return st;
     c.in[0] = gc;
     c.in[1] = v;
-    st = cr_tensor_alloc(&c.out[0], v->ndim, v->shape, v->dtype, v->storage->device);
+    st = cr_tensor_alloc_as(&c.out[0], v->ndim, v->shape, v->dtype, v->storage->device, v);
     if (!st) st = cr_dispatch(&c);
     if (!st) st = cr_autograd_record(&c, 0, 0);
     cr_tensor_free(gc);

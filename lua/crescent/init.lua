@@ -36,7 +36,18 @@ function cr.memory_stats()
   C.cr_memory_stats(s)
   return { live_bytes = tonumber(s.live_bytes), peak_bytes = tonumber(s.peak_bytes),
            live_tensors = tonumber(s.live_tensors), live_storages = tonumber(s.live_storages),
-           allocs = tonumber(s.allocs) }
+           allocs = tonumber(s.allocs), cached_bytes = tonumber(s.cached_bytes),
+           cache_hits = tonumber(s.cache_hits) }
+end
+-- Large freed blocks are cached for reuse (csrc/core/host_cache.c); these give them back
+-- and bound them (bytes; nil restores the default: env CRESCENT_HOST_CACHE_MB, else a
+-- quarter of physical memory; 0 turns the cache off).
+function cr.memory_empty_cache() C.cr_memory_empty_cache() end
+function cr.memory_cache_limit(bytes)
+  if bytes ~= nil and (type(bytes) ~= 'number' or bytes < 0) then
+    error('memory_cache_limit: expected a number of bytes >= 0, or nil for the default', 2)
+  end
+  C.cr_memory_set_cache_limit(bytes or -1)
 end
 -- Fast paths (oneDNN, fused kernels) on by default; specs compare them with the reference.
 function cr.set_fast_paths(flag) return C.cr_set_fast_paths(flag and true or false) end

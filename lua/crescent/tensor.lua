@@ -153,6 +153,8 @@ function Tensor.stride(t, d)
   return s
 end
 function Tensor.is_contiguous(t) return C.cr_tensor_is_contiguous(t) end
+-- conv2d's f32 output on the oneDNN path is channels-last ([N, C, H, W] stored as NHWC)
+function Tensor.is_channels_last(t) return C.cr_tensor_is_channels_last(t) end
 function Tensor.is_floating_point(t) return C.cr_dtype_is_float(C.cr_tensor_dtype(t)) end
 function Tensor.data_ptr(t) return C.cr_tensor_data(t) end
 function Tensor.same_storage(a, b) return C.cr_tensor_same_storage(a, b) end

@@ -11,7 +11,6 @@
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 local cr = require 'crescent'
-local cjson = require 'cjson'
 local recipe = cr.ssl.recipe
 local util = require 'crescent.util'
 
@@ -54,4 +53,4 @@ for _, split in ipairs(splits) do
   result.files[#result.files + 1] = path
   result[split .. '_shape'] = feats.shape
 end
-print(cjson.encode(result))
+print(util.json(result))

@@ -12,7 +12,7 @@
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 local cr = require 'crescent'
-local cjson = require 'cjson'
+local util = require 'crescent.util'
 local recipe = cr.ssl.recipe
 
 local defaults = cr.config.merge(recipe.frozen_defaults(), {
@@ -51,6 +51,6 @@ local task = cr.ssl.linear_probe.task {
 }
 cr.train(task)
 local m = task.metrics
-print(cjson.encode { recipe = 'linear_eval', model = cfg.model.arch, init = cfg.model.init, epochs = task.epoch,
+print(util.json { recipe = 'linear_eval', model = cfg.model.arch, init = cfg.model.init, epochs = task.epoch,
                      linear_top1 = m.test_top1, linear_top5 = m.test_top5, knn_top1 = knn_top1,
                      seconds = cr.engine.loop.now() - t0 })

@@ -42,6 +42,11 @@ ifeq ($(HAVE_DNNL),1)
 CFLAGS += -DCR_HAVE_DNNL
 LDLIBS += -ldnnl
 endif
+# the toolkit's headers tell csrc/core/cuda_probe.c which CUDA version the build targets
+ifeq ($(HAVE_NVCC),1)
+CFLAGS += -DCR_CUDA_HEADERS -I$(CUDA_HOME)/include
+endif
+LDLIBS += -ldl
 
 SRCS := $(wildcard csrc/core/*.c csrc/ops/*.c csrc/autograd/*.c csrc/optim/*.c csrc/data/*.c \
                   csrc/ssl/*.c csrc/io/*.c)

@@ -32,7 +32,9 @@ local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.r
   ['train.log_every'] = { type = 'integer', min = 1 },
 }) })
 
-if cfg.train.device == 'cuda' then error('train.device=cuda: the CUDA backend arrives with issue 6; use cpu', 0) end
+local device_ok, device_or_why, device_line = pcall(cr.cuda.resolve, cfg.train.device)
+if not device_ok then error(device_or_why, 0) end
+if device_line then print(device_line) end
 if cfg.train.threads > 0 then cr.set_num_threads(cfg.train.threads) end
 if cfg.data.name ~= 'fashion_mnist' then
   error("data.name='" .. cfg.data.name .. "': this recipe trains on fashion_mnist only", 0)

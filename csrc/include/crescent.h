@@ -55,6 +55,11 @@ int cr_get_num_threads(void);
 const char *cr_version(void);
 const char *cr_build_features(void); /* "onednn=1 cuda=0 ..." */
 const char *cr_dnnl_version(void);   /* "3.0.0"; "" when built without oneDNN */
+/* The number of usable CUDA GPUs, or -1 with the reason in why (no driver, a driver
+ * older than the build's toolkit, no device); the driver is opened at run time. */
+int cr_cuda_probe(char *why, size_t cap);
+/* CUDA_VERSION of the toolkit this build was compiled against (13000 = 13.0); 0: none. */
+int cr_cuda_built_version(void);
 
 typedef struct {
     int64_t live_bytes;    /* bytes held by live CPU storages */

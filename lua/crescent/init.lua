@@ -52,6 +52,7 @@ end
 -- Fast paths (oneDNN, fused kernels) on by default; specs compare them with the reference.
 function cr.set_fast_paths(flag) return C.cr_set_fast_paths(flag and true or false) end
 function cr.features() return ffi.string(C.cr_build_features()) end
+cr.cuda = require 'crescent.cuda'
 
 -- Each op family installs its functions on cr and its methods on Tensor.
 for _, family in ipairs { 'creation', 'shape', 'elementwise', 'reduce', 'loss', 'linalg',

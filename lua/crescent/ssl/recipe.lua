@@ -70,7 +70,9 @@ end
 
 -- The run's device check, thread count and seed: first thing a recipe does.
 function R.setup(cfg)
-  if cfg.train.device == 'cuda' then fail('train.device=cuda: the CUDA backend arrives with issue 6; use cpu') end
+  local ok, device, line = pcall(cr.cuda.resolve, cfg.train.device)
+  if not ok then fail(device) end
+  if line then print(line) end
   if cfg.train.threads > 0 then cr.set_num_threads(cfg.train.threads) end
   cr.manual_seed(cfg.train.seed)
 end

@@ -49,12 +49,7 @@ local function assert_same_tensor(got, want, what)
   assert.same(want.shape, got.shape, what)
   assert.equal(raw(want), raw(got), what)
 end
-local function keys(t)
-  local out = {}
-  for k in pairs(t) do out[#out + 1] = k end
-  table.sort(out)
-  return out
-end
+local keys = require('crescent.util').sorted_keys
 local function ls(dir)
   local p = io.popen('ls -A ' .. dir)
   local out = {}

@@ -23,12 +23,7 @@ local function T(values, opts)
   return cr.tensor(values, opts)
 end
 
-local function keys(t)
-  local out = {}
-  for k in pairs(t) do out[#out + 1] = k end
-  table.sort(out)
-  return out
-end
+local keys = require('crescent.util').sorted_keys
 
 -- A small custom module with its own parameter, a buffer, children and a nested Sequential.
 local Block = nn.Module:extend('Block')

@@ -248,13 +248,7 @@ end)
 local root = io.popen('pwd'):read('*l')
 local script = root .. '/spec/fixtures/signal_run.lua'
 
-local function read_file(path)
-  local f = io.open(path, 'r')
-  if not f then return nil end
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local read_file = require('crescent.util').read_file
 
 local function sleep_ms(ms) ffi.C.poll(nil, 0, ms) end
 

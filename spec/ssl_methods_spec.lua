@@ -164,6 +164,8 @@ describe('ssl.moco.MoCo', function()
       'key_trunk must be a second module')
     H.assert_error(function() make { queue_length = 10 } end, 'not a multiple of the batch 4')
     H.assert_error(function() make { shuffle_bn_splits = 3 } end, 'does not divide the batch size 4')
+    H.assert_error(function() make { temperature = 0 / 0 } end, 'MoCo: temperature must be a number > 0, got nan')
+    H.assert_error(function() cr.ssl.moco.MoCo(5) end, 'MoCo{trunk = a, key_trunk = b, feat_dim = 128}')
   end)
 end)
 
@@ -176,6 +178,15 @@ describe('ssl.simclr.SimCLR', function()
     local loss = m:loss(out)
     H.assert_close(loss, cr.ssl.nt_xent(out.z1, out.z2, { temperature = 0.5 }), 1e-6)
     H.assert_error(function() m({ cr.randn(3, 1, 8, 8) }) end, 'list of 2 views')
+  end)
+
+  it('rejects bad configurations, a NaN temperature included', function()
+    H.assert_error(function() cr.ssl.simclr.SimCLR { trunk = tiny_trunk(), feat_dim = 32, temperature = 0 / 0 } end,
+      'SimCLR: temperature must be a number > 0, got nan')
+    H.assert_error(function() cr.ssl.simclr.SimCLR { trunk = 3, feat_dim = 32 } end,
+      'SimCLR: trunk must be a module returning features [B, feat_dim], got number')
+    H.assert_error(function() cr.ssl.simclr.SimCLR { trunk = tiny_trunk(), feat_dim = 0 } end,
+      "SimCLR: 'feat_dim' must be an integer >= 1, got 0")
   end)
 end)
 

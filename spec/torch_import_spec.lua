@@ -17,12 +17,7 @@ local N_TENSORS = 122  -- 20 convs, 20 BNs x 5, fc weight and bias
 local tmpdir = H.tmpdir('torch_import')
 teardown(tmpdir.remove)
 
-local function sorted_keys(t)
-  local out = {}
-  for k in pairs(t) do out[#out + 1] = k end
-  table.sort(out)
-  return out
-end
+local sorted_keys = require('crescent.util').sorted_keys
 
 local function our_resnet()
   return nn.models.resnet18 { stem = 'cifar', width = WIDTH, in_channels = 1, num_classes = 10 }

@@ -71,9 +71,6 @@ struct cr_tensor {
 };
 
 /* Allocation of a fresh contiguous tensor; returns CR_ERR_OOM with a message on failure. */
-/* Channels-last activations (what conv2d writes on the oneDNN path; see ARCHITECTURE):
- * a dense [N, C, H, W] with strides [HWC, 1, WC, C] that is not row-major as well. */
-bool cr_is_channels_last(const cr_tensor *t);
 /* A fresh tensor, row-major or (4-D only) channels-last. */
 cr_status cr_tensor_alloc_layout(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
                                  cr_devtype dev, bool channels_last);

@@ -162,7 +162,7 @@ cr_status cr_tensor_alloc(cr_tensor **out, int ndim, const int64_t *shape, cr_dt
 
 /* Dense channels-last [N, C, H, W] (strides [HWC, 1, WC, C], size-1 dims free) that is not
  * also row-major: the layout oneDNN's convolutions read and write without reorders. */
-bool cr_is_channels_last(const cr_tensor *t) {
+bool cr_tensor_is_channels_last(const cr_tensor *t) {
     if (!t || t->ndim != 4 || cr_tensor_is_contiguous(t)) return false;
     const int64_t *sh = t->shape;
     const int64_t want[4] = {sh[1] * sh[2] * sh[3], 1, sh[3] * sh[1], sh[1]};
@@ -170,8 +170,6 @@ bool cr_is_channels_last(const cr_tensor *t) {
         if (sh[d] != 1 && t->stride[d] != want[d]) return false;
     return true;
 }
-
-bool cr_tensor_is_channels_last(const cr_tensor *t) { return cr_is_channels_last(t); }
 
 cr_status cr_tensor_alloc_layout(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
                                  cr_devtype dev, bool channels_last) {
@@ -188,7 +186,7 @@ cr_status cr_tensor_alloc_layout(cr_tensor **out, int ndim, const int64_t *shape
 cr_status cr_tensor_alloc_as(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
                              cr_devtype dev, const cr_tensor *like) {
     bool cl = like && like->ndim == ndim && !memcmp(like->shape, shape, sizeof *shape * (size_t)ndim) &&
-              cr_is_channels_last(like);
+              cr_tensor_is_channels_last(like);
     return cr_tensor_alloc_layout(out, ndim, shape, dt, dev, cl);
 }
 

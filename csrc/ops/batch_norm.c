@@ -220,12 +220,11 @@ cr_status cr_cpu_batch_norm(cr_call *c) {
     double *mean = malloc(sizeof(double) * (size_t)(2 * C + 1)), *var = mean + C;
     if (!mean) return cr_fail(CR_ERR_OOM, "batch_norm: out of memory for %lld channels",
                               (long long)C);
-    bool done = false;
-    if (cr_is_channels_last(x) && !bn_forward_nhwc(c, use_batch, mean, var)) {
+    bool done = cr_tensor_is_channels_last(x);
+    if (done && !bn_forward_nhwc(c, use_batch, mean, var)) {
         free(mean);
         return cr_fail(CR_ERR_OOM, "batch_norm: out of memory for %lld channels", (long long)C);
     }
-    done = cr_is_channels_last(x);
 #ifdef CR_HAVE_DNNL
     if (!done && !c->i[4] && bn_use_dnnl(x)) done = bn_forward_dnnl(c, use_batch, mean, var);
 #endif
@@ -309,7 +308,7 @@ static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr
     memset(&c, 0, sizeof c);
     if ((st = cr_cast_if_needed(&xt, x, dt))) goto done;
     /* channels-last f32 stays so (batch_norm_nhwc.c); anything else becomes row-major */
-    if (dt == CR_DT_F32 && cr_fast_paths_enabled() && cr_is_channels_last(xt)) {
+    if (dt == CR_DT_F32 && cr_fast_paths_enabled() && cr_tensor_is_channels_last(xt)) {
         cr_tensor_retain(xt);
         xc = xt;
     } else if ((st = cr_op_contiguous(&xc, xt))) {
@@ -566,7 +565,7 @@ static cr_status bn_backward_nhwc(cr_call *c) {
  * grad is then zero where y was clipped); g and x contiguous, one float dtype.
  * out: gx?, gw?, gb?; i[0] batch statistics were used; f[0] eps. */
 cr_status cr_cpu_batch_norm_backward(cr_call *c) {
-    if (cr_is_channels_last(c->in[1])) return bn_backward_nhwc(c);
+    if (cr_tensor_is_channels_last(c->in[1])) return bn_backward_nhwc(c);
 #ifdef CR_HAVE_DNNL
     const cr_tensor *x = c->in[1];
     if (c->nin == 5 && bn_use_dnnl(x) && bn_backward_dnnl(c))
@@ -581,19 +580,19 @@ cr_status cr_cpu_batch_norm_backward(cr_call *c) {
 
 /* The grad in x's layout: channels-last for a channels-last x, else row-major. */
 static cr_status grad_like(cr_tensor **out, cr_tensor *g, const cr_tensor *x) {
-    if (!cr_is_channels_last(x)) return cr_op_contiguous(out, g);
-    if (cr_is_channels_last(g)) {
+    if (!cr_tensor_is_channels_last(x)) return cr_op_contiguous(out, g);
+    if (cr_tensor_is_channels_last(g)) {
         cr_tensor_retain(g);
         *out = g;
         return CR_OK;
     }
     cr_status st = cr_tensor_alloc_layout(out, 4, g->shape, g->dtype, g->storage->device, true);
-    if (st) return st;
-    cr_call u;
-    cr_call_init(&u, CR_OP_COPY_, 1, 1);
-    u.in[0] = g;
-    u.out[0] = *out;
-    return cr_cpu_copy_(&u);
+    if (!st) st = cr_copy_into(*out, g);
+    if (st) {
+        cr_tensor_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 cr_status cr_grad_batch_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {

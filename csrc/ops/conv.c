@@ -3,6 +3,7 @@
  * oneDNN (conv_dnnl.c, f32 only), and the derivative rule, which calls the
  * conv2d_backward op so that each device can bring its own backward kernels. */
 #include "conv_impl.h"
+#include "elementwise_impl.h"
 
 /* ---- typed row helpers: the only code that differs between f32 and f64 ---------
  * Rows are where the time goes; everything around them is written once. */
@@ -308,7 +309,7 @@ static bool conv_fast(const cr_tensor *x) {
 
 /* t itself when it is row-major or (on the fast path) channels-last, else a row-major copy. */
 static cr_status conv_operand(cr_tensor **out, cr_tensor *t, bool fast) {
-    if (fast && cr_is_channels_last(t)) {
+    if (fast && cr_tensor_is_channels_last(t)) {
         cr_tensor_retain(t);
         *out = t;
         return CR_OK;
@@ -325,18 +326,9 @@ static cr_status rowmajor(cr_tensor **out, cr_tensor *t) {
     return st;
 }
 
-/* dst (channels-last) = src (row-major), after a reference loop wrote src. */
-static void copy_into(cr_tensor *dst, cr_tensor *src) {
-    cr_call u;
-    cr_call_init(&u, CR_OP_COPY_, 1, 1);
-    u.in[0] = src;
-    u.out[0] = dst;
-    cr_cpu_copy_(&u);
-}
-
 static void conv_layouts(cr_conv_geom *g, const cr_tensor *xside, const cr_tensor *yside) {
-    g->src_cl = cr_is_channels_last(xside);
-    g->dst_cl = cr_is_channels_last(yside);
+    g->src_cl = cr_tensor_is_channels_last(xside);
+    g->dst_cl = cr_tensor_is_channels_last(yside);
 }
 
 cr_status cr_cpu_conv2d(cr_call *c) {
@@ -356,7 +348,7 @@ cr_status cr_cpu_conv2d(cr_call *c) {
     if (!st) {
         conv2d_forward_ref(&g, dt, cr_tensor_ptr(x), cr_tensor_ptr(c->in[1]), b,
                            cr_tensor_ptr(y));
-        if (g.dst_cl) copy_into(c->out[0], y);
+        if (g.dst_cl) st = cr_copy_into(c->out[0], y);
     }
     if (y != c->out[0]) cr_tensor_free(y);
     cr_tensor_free(x);
@@ -475,13 +467,13 @@ cr_status cr_cpu_conv2d_backward(cr_call *c) {
     cr_tensor *gyr = NULL, *xr = NULL, *gxr = gx;
     cr_status st = rowmajor(&gyr, gy);
     if (!st) st = rowmajor(&xr, x);
-    if (!st && !gx_done && cr_is_channels_last(gx))
+    if (!st && !gx_done && cr_tensor_is_channels_last(gx))
         st = cr_tensor_alloc(&gxr, 4, gx->shape, dt, CR_DEV_CPU);
     if (!st) {
         if (!gx_done) {
             conv2d_backward_data_ref(&g, dt, cr_tensor_ptr(gyr), cr_tensor_ptr(w),
                                      cr_tensor_ptr(gxr));
-            if (gxr != gx) copy_into(gx, gxr);
+            if (gxr != gx) st = cr_copy_into(gx, gxr);
         }
         if (!gw_done)
             conv2d_backward_weights_ref(&g, dt, cr_tensor_ptr(xr), cr_tensor_ptr(gyr),

@@ -48,7 +48,7 @@ cr_status cr_binary_op(cr_tensor **out, cr_op op, cr_tensor *a, cr_tensor *b,
     c.in[1] = cb;
     /* the layout of an input with the output's shape (channels-last stays so) */
     st = cr_tensor_alloc_as(&c.out[0], ndim, shape, result, a->storage->device,
-                            cr_is_channels_last(a) ? a : b);
+                            cr_tensor_is_channels_last(a) ? a : b);
     if (!st) st = cr_dispatch(&c);
     if (!st) st = cr_autograd_record(&c, save_in, save_out);
     cr_tensor_free(ca);

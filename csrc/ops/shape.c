@@ -372,11 +372,7 @@ cr_status cr_cpu_cat(cr_call *c) {
                                          c->out[0]->offset + pos * c->out[0]->stride[dim]);
         dst->shape[dim] = src->shape[dim];
         dst->numel = cr_shape_numel(dst->ndim, dst->shape);
-        cr_call u;
-        cr_call_init(&u, CR_OP_COPY_, 1, 1);
-        u.in[0] = src;
-        u.out[0] = dst;
-        cr_status st = cr_cpu_copy_(&u);
+        cr_status st = cr_copy_into(dst, src);
         cr_tensor_free(dst);
         if (st) return st;
         pos += src->shape[dim];

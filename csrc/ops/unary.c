@@ -138,6 +138,14 @@ cr_status cr_cpu_copy_(cr_call *c) {
     return cr_run_unary(&u, loop_cast);
 }
 
+cr_status cr_copy_into(cr_tensor *dst, cr_tensor *src) {
+    cr_call u;
+    cr_call_init(&u, CR_OP_COPY_, 1, 1);
+    u.in[0] = src;
+    u.out[0] = dst;
+    return cr_cpu_copy_(&u);
+}
+
 static cr_status run_inplace(cr_op op, cr_tensor *dst, cr_tensor *src, double alpha) {
     cr_call c;
     cr_status st = cr_call_init(&c, op, 1, 1);

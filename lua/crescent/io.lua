@@ -276,14 +276,6 @@ function M.load_into(model, src, opts)
   return report
 end
 
-local function some(names, max)
-  local shown = {}
-  for i = 1, math.min(#names, max) do shown[i] = names[i] end
-  local s = table.concat(shown, ', ')
-  if #names > max then s = s .. string.format(', ... (%d in all)', #names) end
-  return s
-end
-
 -- cr.io.format_report(report) -> 'loaded 60 tensors; 2 missing (fc.weight, fc.bias); ...'
 function M.format_report(report)
   if type(report) ~= 'table' then fail('format_report: expected the report of load_into, got ' .. kind(report)) end
@@ -291,10 +283,10 @@ function M.format_report(report)
   local mismatched = report.mismatched or {}
   local loaded = report.loaded
   local parts = { string.format('loaded %s tensor%s', tostring(loaded or '?'), loaded == 1 and '' or 's') }
-  if #missing > 0 then parts[#parts + 1] = string.format('%d missing (%s)', #missing, some(missing, 3)) end
-  if #unexpected > 0 then parts[#parts + 1] = string.format('%d unexpected (%s)', #unexpected, some(unexpected, 3)) end
+  if #missing > 0 then parts[#parts + 1] = string.format('%d missing (%s)', #missing, util.short_list(missing, 3)) end
+  if #unexpected > 0 then parts[#parts + 1] = string.format('%d unexpected (%s)', #unexpected, util.short_list(unexpected, 3)) end
   local ignored = report.ignored or {}
-  if #ignored > 0 then parts[#parts + 1] = string.format('%d ignored (%s)', #ignored, some(ignored, 3)) end
+  if #ignored > 0 then parts[#parts + 1] = string.format('%d ignored (%s)', #ignored, util.short_list(ignored, 3)) end
   if #mismatched > 0 then
     local shown = {}
     for i = 1, math.min(#mismatched, 3) do

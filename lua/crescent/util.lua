@@ -180,17 +180,33 @@ function M.edit_distance(a, b)
   return prev[lb]
 end
 
+-- 'a, b, c, ... (N in all)': the first `max` (default 8) of a list, for messages.
+function M.short_list(xs, max)
+  max = max or 8
+  local shown = {}
+  for i = 1, math.min(#xs, max) do shown[i] = xs[i] end
+  local s = table.concat(shown, ', ')
+  if #xs > max then s = s .. string.format(', ... (%d in all)', #xs) end
+  return s
+end
+
+-- The string keys of t, sorted: for messages that list the known names, and for output
+-- that must not change from run to run.
+function M.sorted_keys(t)
+  local ks = {}
+  for k in pairs(t) do
+    if type(k) == 'string' then ks[#ks + 1] = k end
+  end
+  table.sort(ks)
+  return ks
+end
+
 -- The key of the set `known` (key -> anything) nearest to word, for "did you mean"
 -- messages; nil when none is within max(2, #word / 3) edits. Ties go to the first in
 -- sorted order, so the message does not change from run to run.
 function M.nearest(word, known)
-  local names = {}
-  for k in pairs(known) do
-    if type(k) == 'string' then names[#names + 1] = k end
-  end
-  table.sort(names)
   local best, best_d = nil, math.huge
-  for _, k in ipairs(names) do
+  for _, k in ipairs(M.sorted_keys(known)) do
     local d = M.edit_distance(word, k)
     if d < best_d then best, best_d = k, d end
   end

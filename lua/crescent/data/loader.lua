@@ -90,10 +90,7 @@ local function new(_, ds, opts)
   for k, v in pairs(opts) do
     local want = OPTS[k]
     if not want then
-      local names = {}
-      for name in pairs(OPTS) do names[#names + 1] = name end
-      table.sort(names)
-      error("Loader: unknown option '" .. tostring(k) .. "'; options are " .. table.concat(names, ', '), 2)
+      error("Loader: unknown option '" .. tostring(k) .. "'; options are " .. table.concat(util.sorted_keys(OPTS), ', '), 2)
     end
     if not want:find(type(v), 1, true) then
       error(string.format('Loader: option %s must be a %s, got %s', k, want, type(v)), 2)

@@ -49,10 +49,8 @@ local function is_num(v) return type(v) == 'number' and v == v end
 local function check_keys(where, t, allowed, what)
   for k in pairs(t) do
     if not allowed[k] then
-      local names = {}
-      for name in pairs(allowed) do names[#names + 1] = name end
-      table.sort(names)
-      fail(where, string.format("unknown %s '%s'; options are %s", what, tostring(k), table.concat(names, ', ')))
+      fail(where, string.format("unknown %s '%s'; options are %s", what, tostring(k),
+                                table.concat(util.sorted_keys(allowed), ', ')))
     end
   end
 end

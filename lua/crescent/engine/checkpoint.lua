@@ -69,12 +69,7 @@ local function method_of(task)
   return nil
 end
 
-local function sorted_keys(t)
-  local ks = {}
-  for k in pairs(t) do ks[#ks + 1] = k end
-  table.sort(ks)
-  return ks
-end
+local sorted_keys = util.sorted_keys
 
 -- ---- save ----------------------------------------------------------------------------
 

@@ -7,17 +7,15 @@
 --   cr.schedule.apply{schedule = s, target = obj, field = 'name', per = 'step'|'epoch'}
 --   {schedule = s, target = obj, field = 'name', per = ...}   (made into the above)
 -- Each applied value goes into the storage under the binding's name (the field).
+local util = require 'crescent.util'
+
 local Schedule = {}
 Schedule.__index = Schedule
 
 local function bindings(task)
   local S = require('crescent').schedule
-  local out, keys = {}, {}
-  for k in pairs(task.schedules) do
-    if type(k) == 'string' then keys[#keys + 1] = k end
-  end
-  table.sort(keys)
-  for _, k in ipairs(keys) do
+  local out = {}
+  for _, k in ipairs(util.sorted_keys(task.schedules)) do
     if not task.optimizer then
       error("schedule: task.schedules." .. k .. " targets the optimizer, but the task has none", 0)
     end

@@ -13,7 +13,8 @@ nn.init = require('crescent.nn.initializers')(cr)
 -- Errors point at the user's line (the first caller outside lua/crescent/), also when a
 -- layer is built inside a model.
 local is_tensor = cr.Tensor._wrap.is_tensor
-local user_level = require('crescent.util').user_level
+local util = require 'crescent.util'
+local user_level = util.user_level
 function nn._error(msg) error(msg, user_level()) end
 
 -- opts must be nil or a table whose keys are all in `known`; returns a table.
@@ -24,10 +25,8 @@ function nn._options(what, opts, known)
   end
   for k in pairs(opts) do
     if not known[k] then
-      local names = {}
-      for n in pairs(known) do names[#names + 1] = n end
-      table.sort(names)
-      error(string.format("%s: unknown option '%s'; known: %s", what, tostring(k), table.concat(names, ', ')),
+      error(string.format("%s: unknown option '%s'; known: %s", what, tostring(k),
+                          table.concat(util.sorted_keys(known), ', ')),
         user_level())
     end
   end

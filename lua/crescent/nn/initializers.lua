@@ -2,6 +2,8 @@
 -- formulas (kaiming, xavier, uniform, normal, constants) and the layers' default init.
 -- Every draw comes from the Philox stream (cr.rand / cr.randn), so a model built after
 -- cr.manual_seed(s) has the same weights every time. All writes run under no_grad.
+local util = require 'crescent.util'
+
 return function(cr)
   local init = {}
 
@@ -37,11 +39,8 @@ return function(cr)
     end
     local g = gains[nonlinearity]
     if not g then
-      local names = {}
-      for k in pairs(gains) do names[#names + 1] = k end
-      table.sort(names)
       error(string.format("calculate_gain: unknown nonlinearity '%s'; known: leaky_relu, %s",
-        tostring(nonlinearity), table.concat(names, ', ')), 2)
+        tostring(nonlinearity), table.concat(util.sorted_keys(gains), ', ')), 2)
     end
     return g
   end

@@ -341,15 +341,6 @@ local function same_shape(a, b)
   return true
 end
 
-local function list_str(xs, max)
-  max = max or 8
-  local shown = {}
-  for i = 1, math.min(#xs, max) do shown[i] = xs[i] end
-  local s = table.concat(shown, ', ')
-  if #xs > max then s = s .. string.format(', ... (%d in all)', #xs) end
-  return s
-end
-
 -- Lua patterns `skip` (a string or a list of them); a name that matches one is skipped.
 local function skip_matcher(skip, what)
   if skip == nil then return function() return false end end
@@ -422,10 +413,10 @@ function Module:load_state_dict(sd, opts)
   if strict and (#report.missing > 0 or #report.unexpected > 0 or #report.mismatched > 0) then
     local lines = { string.format('%s: %s does not match %s:', what, source, self.__name) }
     if #report.missing > 0 then
-      lines[#lines + 1] = '  missing keys: ' .. list_str(report.missing)
+      lines[#lines + 1] = '  missing keys: ' .. util.short_list(report.missing)
     end
     if #report.unexpected > 0 then
-      lines[#lines + 1] = '  unexpected keys: ' .. list_str(report.unexpected)
+      lines[#lines + 1] = '  unexpected keys: ' .. util.short_list(report.unexpected)
     end
     for i, mm in ipairs(report.mismatched) do
       if i > 8 then lines[#lines + 1] = string.format('  ... %d shape mismatches in all', #report.mismatched); break end

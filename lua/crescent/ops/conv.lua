@@ -3,6 +3,7 @@
 -- numbers or {h, w} pairs, keyword arguments come in an options table.
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
+local util = require 'crescent.util'
 
 return function(cr, Tensor, W)
   local conv_p = ffi.new('cr_conv2d_params')
@@ -36,11 +37,8 @@ return function(cr, Tensor, W)
     end
     for k in pairs(opts) do
       if not known[k] then
-        local names = {}
-        for n in pairs(known) do names[#names + 1] = n end
-        table.sort(names)
         error(string.format("%s: unknown option '%s'; known: %s", what, tostring(k),
-          table.concat(names, ', ')), 4)
+          table.concat(util.sorted_keys(known), ', ')), 4)
       end
     end
     return opts

@@ -73,10 +73,7 @@ local function fail(msg) error(msg, util.user_level()) end
 local function suggest(key, known)
   local best = util.nearest(key, known)
   if best then return "; did you mean '" .. best .. "'?" end
-  local names = {}
-  for k in pairs(known) do names[#names + 1] = k end
-  table.sort(names)
-  return '; known options: ' .. table.concat(names, ', ')
+  return '; known options: ' .. table.concat(util.sorted_keys(known), ', ')
 end
 
 local function shape_str(t) return '[' .. table.concat(t.shape, ', ') .. ']' end

@@ -43,6 +43,31 @@ local function opts_table(what, opts)
 end
 M._opts_table = opts_table
 
+-- What every method's constructor checks first: an options table of known keys with a
+-- trunk module. Returns the projection head's dims: feat_dim, hidden_dim (default 512;
+-- 0: no hidden layer) and out_dim (default 128).
+function M._method_options(what, o, known, example)
+  local nn = require('crescent').nn
+  if type(o) ~= 'table' then
+    fail(string.format('%s: give an options table, e.g. %s%s', what, what, example or '{trunk = model, feat_dim = 128}'))
+  end
+  nn._options(what, o, known)
+  if not nn.is_module(o.trunk) then
+    fail(what .. ': trunk must be a module returning features [B, feat_dim], got ' .. type(o.trunk))
+  end
+  return nn._int(what, 'feat_dim', o.feat_dim, 1), nn._int(what, 'hidden_dim', o.hidden_dim or 512, 0),
+         nn._int(what, 'out_dim', o.out_dim or 128, 1)
+end
+
+-- A number > 0 (NaN refused), or the default when v is nil.
+function M._positive(what, name, v, default)
+  if v == nil then v = default end
+  if type(v) ~= 'number' or v ~= v or v <= 0 then
+    fail(string.format('%s: %s must be a number > 0, got %s', what, name, tostring(v)))
+  end
+  return v
+end
+
 -- ---- Sinkhorn-Knopp ------------------------------------------------------------------
 -- ssl.sinkhorn(scores [B, K], {epsilon = 0.05, iterations = 3}) -> codes [B, K], in the
 -- scores' dtype, each row summing to 1 and each column to B/K (SwAV returns Q * B, whose

@@ -43,23 +43,13 @@ local function head(feat, hidden, out)   -- MoCo v2's: no BatchNorm
 end
 
 function MoCo:init(o)
-  if type(o) ~= 'table' then fail('MoCo: give an options table, e.g. MoCo{trunk = a, key_trunk = b, feat_dim = 128}') end
-  nn._options('MoCo', o, KNOWN)
-  if not nn.is_module(o.trunk) then
-    fail('MoCo: trunk must be a module returning features [B, feat_dim], got ' .. type(o.trunk))
-  end
+  local feat, hidden, out = ssl_core._method_options('MoCo', o, KNOWN, '{trunk = a, key_trunk = b, feat_dim = 128}')
   if not nn.is_module(o.key_trunk) or o.key_trunk == o.trunk then
     fail('MoCo: key_trunk must be a second module of the same architecture as trunk (build the model twice)')
   end
-  local feat = int('feat_dim', o.feat_dim, 1)
-  local hidden = int('hidden_dim', o.hidden_dim or 512, 0)
-  local out = int('out_dim', o.out_dim or 128, 1)
   local L = int('queue_length', o.queue_length or 4096, 1)
   local B = int('batch_size', o.batch_size, 1)
-  self.temperature = o.temperature or 0.2
-  if type(self.temperature) ~= 'number' or self.temperature <= 0 then
-    fail('MoCo: temperature must be a number > 0, got ' .. tostring(self.temperature))
-  end
+  self.temperature = ssl_core._positive('MoCo', 'temperature', o.temperature, 0.2)
   local m = o.momentum or 0.999
   if type(m) ~= 'number' or m < 0 or m > 1 then fail('MoCo: momentum must be in [0, 1], got ' .. tostring(m)) end
   self.base_momentum, self.momentum = m, m

@@ -10,6 +10,7 @@
 -- `gather = fn(z) -> z of every rank` when given. Parameter names: trunk.*, head.*.
 local cr = require 'crescent'
 local util = require 'crescent.util'
+local ssl_core = require 'crescent.ssl'
 local nn = cr.nn
 local losses = require 'crescent.ssl.losses'
 
@@ -23,18 +24,8 @@ local SimCLR = nn.Module:extend('SimCLR')
 M.SimCLR = SimCLR
 
 function SimCLR:init(o)
-  if type(o) ~= 'table' then fail('SimCLR: give an options table, e.g. SimCLR{trunk = model, feat_dim = 128}') end
-  nn._options('SimCLR', o, KNOWN)
-  if not nn.is_module(o.trunk) then
-    fail('SimCLR: trunk must be a module returning features [B, feat_dim], got ' .. type(o.trunk))
-  end
-  local feat = nn._int('SimCLR', 'feat_dim', o.feat_dim, 1)
-  local hidden = nn._int('SimCLR', 'hidden_dim', o.hidden_dim or 512, 0)
-  local out = nn._int('SimCLR', 'out_dim', o.out_dim or 128, 1)
-  self.temperature = o.temperature or 0.5
-  if type(self.temperature) ~= 'number' or self.temperature <= 0 then
-    fail('SimCLR: temperature must be a number > 0, got ' .. tostring(self.temperature))
-  end
+  local feat, hidden, out = ssl_core._method_options('SimCLR', o, KNOWN)
+  self.temperature = ssl_core._positive('SimCLR', 'temperature', o.temperature, 0.5)
   if o.gather ~= nil and type(o.gather) ~= 'function' then fail('SimCLR: gather must be a function(z) -> z of all ranks') end
   self.gather = o.gather
   self.trunk = o.trunk

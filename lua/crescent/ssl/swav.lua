@@ -22,6 +22,7 @@
 -- prototypes.
 local cr = require 'crescent'
 local util = require 'crescent.util'
+local ssl_core = require 'crescent.ssl'
 local nn = cr.nn
 local losses = require 'crescent.ssl.losses'
 local Queue = require 'crescent.ssl.queue'
@@ -38,28 +39,16 @@ local KNOWN = {
 }
 
 local function int(name, v, lo) return nn._int('SwAV', name, v, lo) end
-local function positive(name, v)
-  if type(v) ~= 'number' or v ~= v or v <= 0 then
-    fail(string.format('SwAV: %s must be a number > 0, got %s', name, tostring(v)))
-  end
-  return v
-end
+local function positive(name, v, default) return ssl_core._positive('SwAV', name, v, default) end
 
 local SwAV = nn.Module:extend('SwAV')
 M.SwAV = SwAV
 
 function SwAV:init(o)
-  if type(o) ~= 'table' then fail('SwAV: give an options table, e.g. SwAV{trunk = model, feat_dim = 128}') end
-  nn._options('SwAV', o, KNOWN)
-  if not nn.is_module(o.trunk) then
-    fail('SwAV: trunk must be a module returning features [B, feat_dim], got ' .. type(o.trunk))
-  end
-  local feat = int('feat_dim', o.feat_dim, 1)
-  local hidden = int('hidden_dim', o.hidden_dim or 512, 0)
-  local out = int('out_dim', o.out_dim or 128, 1)
+  local feat, hidden, out = ssl_core._method_options('SwAV', o, KNOWN)
   local K = int('num_prototypes', o.num_prototypes or 100, 2)
-  self.temperature = positive('temperature', o.temperature or 0.1)
-  self.epsilon = positive('epsilon', o.epsilon or 0.05)
+  self.temperature = positive('temperature', o.temperature, 0.1)
+  self.epsilon = positive('epsilon', o.epsilon, 0.05)
   self.sinkhorn_iterations = int('sinkhorn_iterations', o.sinkhorn_iterations or 3, 0)
   self.sinkhorn_reduce = o.sinkhorn_reduce   -- issue 7: the all-reduce of Sinkhorn's sums
   self.crops_for_assign = o.crops_for_assign or { 0, 1 }

@@ -177,10 +177,16 @@ function H.list_loader(list)
   }
 end
 
--- GPU specs: `H.gpu_it(name, fn)` runs only where a GPU is usable, otherwise one pending
--- line says why.
+-- GPU specs run where a CUDA GPU is usable and CRESCENT_NO_GPU is unset. H.gpu_missing()
+-- is nil there, and elsewhere the reason, which a GPU block turns into one pending line.
 function H.gpu_available()
-  return cr.features():find('cuda=1', 1, true) ~= nil and os.getenv('CRESCENT_NO_GPU') == nil
+  return os.getenv('CRESCENT_NO_GPU') == nil and cr.cuda.is_available()
+end
+
+function H.gpu_missing()
+  if H.gpu_available() then return nil end
+  local why = os.getenv('CRESCENT_NO_GPU') and 'CRESCENT_NO_GPU is set' or cr.cuda.why_not()
+  return 'skipped, no usable GPU: ' .. tostring(why)
 end
 
 return H

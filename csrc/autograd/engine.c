@@ -126,7 +126,7 @@ cr_status cr_engine_new(cr_engine **out, cr_tensor *root, cr_tensor *grad, bool 
             return cr_fail(CR_ERR_ARG, "backward: a gradient can be created implicitly only for "
                            "one-element outputs; this one has %lld elements, so pass a grad",
                            (long long)root->numel);
-        cr_status st = cr_op_full(&g, root->ndim, root->shape, 1.0, root->dtype);
+        cr_status st = cr_full_on(&g, root->ndim, root->shape, 1.0, root->dtype, cr_tensor_dev(root));
         if (st) return st;
     }
     cr_engine *e = calloc(1, sizeof *e);
@@ -156,7 +156,7 @@ cr_status cr_engine_new(cr_engine **out, cr_tensor *root, cr_tensor *grad, bool 
 }
 
 static cr_status zeros_for(cr_tensor **out, const cr_input_meta *m) {
-    return cr_op_full(out, m->ndim, m->shape, 0.0, m->dtype);
+    return cr_zeros_meta(out, m);
 }
 
 static cr_status accumulate(cr_tensor **slot, cr_tensor *g) {

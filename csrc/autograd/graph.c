@@ -116,6 +116,7 @@ cr_node *cr_autograd_leaf_accumulator(cr_tensor *leaf) {
     cr_tensor_retain(leaf);
     n->out_meta[0].ndim = leaf->ndim;
     n->out_meta[0].dtype = leaf->dtype;
+    n->out_meta[0].device = cr_tensor_dev(leaf);
     memcpy(n->out_meta[0].shape, leaf->shape, sizeof leaf->shape);
     leaf->grad_acc = n;
     return n; /* refcount 0: the edge that points at it takes the first reference */
@@ -152,6 +153,7 @@ static void attach_outputs(cr_node *n, cr_tensor **outs, int nout, unsigned save
         if (!o) continue;
         n->out_meta[k].ndim = o->ndim;
         n->out_meta[k].dtype = o->dtype;
+        n->out_meta[k].device = cr_tensor_dev(o);
         memcpy(n->out_meta[k].shape, o->shape, sizeof o->shape);
         if (save_out & (1u << k)) {
             n->call.out[k] = detached_alias(o);
@@ -175,6 +177,7 @@ cr_status cr_autograd_record(cr_call *c, unsigned save_in, unsigned save_out) {
         if (!t) continue;
         n->in_meta[i].ndim = t->ndim;
         n->in_meta[i].dtype = t->dtype;
+        n->in_meta[i].device = cr_tensor_dev(t);
         memcpy(n->in_meta[i].shape, t->shape, sizeof t->shape);
         n->edges[i] = edge_for(t);
         if (save_in & (1u << i)) {

@@ -38,12 +38,20 @@ size_t cr_host_alloc_size(size_t bytes);
 void cr_host_cache_stats(int64_t *bytes, int64_t *hits);
 
 /* ---- storage and tensor ---- */
+/* Where a storage lives: the cpu, or CUDA device `index` (cuda:index). */
+typedef struct cr_device {
+    cr_devtype type;
+    int index;
+} cr_device;
+#define CR_CPU ((cr_device){CR_DEV_CPU, 0})
+
 typedef struct cr_storage {
     int64_t refcount;
     void *data;
     size_t nbytes;
     cr_devtype device;
     int device_index;
+    bool pinned;      /* page-locked host memory (from the CUDA backend) */
     uint64_t version; /* bumped by every in-place write; shared by all views */
 } cr_storage;
 
@@ -73,13 +81,15 @@ struct cr_tensor {
 /* Allocation of a fresh contiguous tensor; returns CR_ERR_OOM with a message on failure. */
 /* A fresh tensor, row-major or (4-D only) channels-last. */
 cr_status cr_tensor_alloc_layout(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
-                                 cr_devtype dev, bool channels_last);
+                                 cr_device dev, bool channels_last);
 /* Channels-last when `like` is channels-last with this shape, else row-major: elementwise
  * results keep their input's layout. */
 cr_status cr_tensor_alloc_as(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
-                             cr_devtype dev, const cr_tensor *like);
+                             cr_device dev, const cr_tensor *like);
 cr_status cr_tensor_alloc(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
-                          cr_devtype dev);
+                          cr_device dev);
+/* A fresh row-major tensor in page-locked host memory (the source of async copies). */
+cr_status cr_tensor_alloc_pinned(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt);
 cr_status cr_tensor_alloc_like(cr_tensor **out, const cr_tensor *t);
 /* A new handle sharing t's storage with the given geometry (no autograd). */
 cr_tensor *cr_tensor_alias(const cr_tensor *t, int ndim, const int64_t *shape,
@@ -90,6 +100,16 @@ bool cr_same_shape(const cr_tensor *a, const cr_tensor *b);
 static inline char *cr_tensor_ptr(const cr_tensor *t) {
     return (char *)t->storage->data + t->offset * (int64_t)cr_dtype_size(t->dtype);
 }
+static inline cr_device cr_tensor_dev(const cr_tensor *t) {
+    return (cr_device){t->storage->device, t->storage->device_index};
+}
+static inline bool cr_tensor_on_cpu(const cr_tensor *t) { return t->storage->device == CR_DEV_CPU; }
+/* A 0-dim cpu tensor: a number that may join an op on any device. */
+static inline bool cr_is_host_scalar(const cr_tensor *t) {
+    return t->ndim == 0 && t->storage->device == CR_DEV_CPU;
+}
+/* "cpu" or "cuda:N", for messages. */
+const char *cr_device_str(cr_device dev, char *buf, size_t cap);
 static inline void cr_tensor_bump_version(cr_tensor *t) { t->storage->version++; }
 
 /* ---- element access for any dtype (core/dtype.c) ---- */
@@ -147,6 +167,7 @@ typedef struct cr_edge {
 typedef struct cr_input_meta {
     int ndim;
     cr_dtype dtype;
+    cr_device device;
     int64_t shape[CR_MAX_DIMS];
 } cr_input_meta;
 
@@ -197,6 +218,12 @@ cr_node *cr_autograd_leaf_accumulator(cr_tensor *leaf);
 void cr_node_free(cr_node *n);
 /* Guard for in-place ops: fails on leaves that require grad while recording. */
 cr_status cr_check_inplace(const char *op, cr_tensor *t);
+/* A tensor of `value` on `dev` (zero grads of the inputs a rule does not reach). */
+cr_status cr_full_on(cr_tensor **out, int ndim, const int64_t *shape, double value, cr_dtype dt,
+                     cr_device dev);
+static inline cr_status cr_zeros_meta(cr_tensor **out, const cr_input_meta *m) {
+    return cr_full_on(out, m->ndim, m->shape, 0.0, m->dtype, m->device);
+}
 /* Sum `g` down to a broadcast source shape (grad of broadcasting). New reference. */
 cr_status cr_sum_to_shape(cr_tensor **out, cr_tensor *g, int ndim, const int64_t *shape);
 

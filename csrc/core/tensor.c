@@ -3,7 +3,7 @@
  * and the argument checks every op uses. */
 #include <math.h>
 
-#include "internal.h"
+#include "cuda_backend.h"
 
 static int64_t stat_live_bytes, stat_peak_bytes, stat_live_tensors, stat_live_storages,
     stat_allocs, stat_since_hint;
@@ -48,13 +48,46 @@ int cr_memory_gc_hint(void) {
     return 1;
 }
 
-static cr_status storage_new(cr_storage **out, size_t nbytes, cr_devtype dev) {
-    if (dev != CR_DEV_CPU)
-        return cr_fail(CR_ERR_DEVICE, "device cuda: this build has no CUDA backend yet; "
-                                      "use device 'cpu'");
+static cr_status storage_header(cr_storage **out, void *data, size_t alloc, cr_device dev) {
+    cr_storage *s = calloc(1, sizeof *s);
+    if (!s) return cr_fail(CR_ERR_OOM, "out of memory for a storage header");
+    s->refcount = 1;
+    s->data = data;
+    s->nbytes = alloc;
+    s->device = dev.type;
+    s->device_index = dev.index;
+    *out = s;
+    return CR_OK;
+}
+
+/* GPU storages and pinned host storages come from the CUDA backend and are not counted
+ * in the CPU statistics (the backend keeps its own). */
+static cr_status storage_new_cuda(cr_storage **out, size_t alloc, cr_device dev, bool pinned) {
+    const cr_cuda_backend *be = cr_cuda_backend_get();
+    if (!be) return CR_ERR_DEVICE;
+    if (!pinned && (dev.index < 0 || dev.index >= be->device_count)) {
+        char b[32];
+        return cr_fail(CR_ERR_DEVICE, "device %s does not exist: this machine has %d CUDA "
+                       "device%s (cuda:0..cuda:%d)", cr_device_str(dev, b, sizeof b),
+                       be->device_count, be->device_count == 1 ? "" : "s", be->device_count - 1);
+    }
+    void *data = NULL;
+    cr_status st = pinned ? be->host_alloc(alloc, &data) : be->alloc(dev.index, alloc, &data);
+    if (st) return st;
+    if ((st = storage_header(out, data, alloc, dev))) {
+        if (pinned) be->host_release(data);
+        else be->release(dev.index, data, alloc);
+        return st;
+    }
+    (*out)->pinned = pinned;
+    return CR_OK;
+}
+
+static cr_status storage_new(cr_storage **out, size_t nbytes, cr_device dev, bool pinned) {
+    size_t alloc = nbytes ? (nbytes + 63) & ~(size_t)63 : 64;
+    if (dev.type != CR_DEV_CPU || pinned) return storage_new_cuda(out, alloc, dev, pinned);
     cr_storage *s = NULL;
     void *data = NULL;
-    size_t alloc = nbytes ? (nbytes + 63) & ~(size_t)63 : 64;
     if (alloc <= CR_SMALL_STORAGE) {
         /* one plain malloc for header and data: for small tensors the allocator is most
          * of the cost of an op, and posix_memalign's splitting churns the heap */
@@ -78,7 +111,7 @@ static cr_status storage_new(cr_storage **out, size_t nbytes, cr_devtype dev) {
     s->refcount = 1;
     s->data = data;
     s->nbytes = alloc;
-    s->device = dev;
+    s->device = CR_DEV_CPU;
     stats_add_bytes((int64_t)alloc);
     __atomic_add_fetch(&stat_live_storages, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&stat_allocs, 1, __ATOMIC_RELAXED);
@@ -88,6 +121,14 @@ static cr_status storage_new(cr_storage **out, size_t nbytes, cr_devtype dev) {
 
 static void storage_release(cr_storage *s) {
     if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
+    if (s->device != CR_DEV_CPU || s->pinned) {
+        const cr_cuda_backend *be = cr_cuda_backend_get(); /* loaded: it made the storage */
+        CR_ASSERT(be);
+        if (s->pinned) be->host_release(s->data);
+        else be->release(s->device_index, s->data, s->nbytes);
+        free(s);
+        return;
+    }
     stats_add_bytes(-(int64_t)s->nbytes);
     __atomic_sub_fetch(&stat_live_storages, 1, __ATOMIC_RELAXED);
     if (s->nbytes > CR_SMALL_STORAGE) cr_host_free(s->data, s->nbytes); /* small: inside s */
@@ -138,16 +179,18 @@ static cr_tensor *tensor_handle(void) {
     return t;
 }
 
-cr_status cr_tensor_alloc(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
-                          cr_devtype dev) {
+static cr_status tensor_alloc(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
+                              cr_device dev, bool pinned) {
     *out = NULL;
     cr_status st = cr_check_shape_arg("empty", ndim, shape);
     if (st) return st;
     if ((unsigned)dt >= CR_DT_COUNT)
         return cr_fail(CR_ERR_ARG, "empty: invalid dtype %d", (int)dt);
+    if ((unsigned)dev.type >= CR_DEV_COUNT)
+        return cr_fail(CR_ERR_ARG, "empty: invalid device type %d", (int)dev.type);
     int64_t numel = cr_shape_numel(ndim, shape);
     cr_storage *s = NULL;
-    st = storage_new(&s, (size_t)numel * cr_dtype_size(dt), dev);
+    st = storage_new(&s, (size_t)numel * cr_dtype_size(dt), dev, pinned);
     if (st) return st;
     cr_tensor *t = tensor_handle();
     t->storage = s;
@@ -158,6 +201,15 @@ cr_status cr_tensor_alloc(cr_tensor **out, int ndim, const int64_t *shape, cr_dt
     cr_contiguous_strides(ndim, shape, t->stride);
     *out = t;
     return CR_OK;
+}
+
+cr_status cr_tensor_alloc(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
+                          cr_device dev) {
+    return tensor_alloc(out, ndim, shape, dt, dev, false);
+}
+
+cr_status cr_tensor_alloc_pinned(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt) {
+    return tensor_alloc(out, ndim, shape, dt, CR_CPU, true);
 }
 
 /* Dense channels-last [N, C, H, W] (strides [HWC, 1, WC, C], size-1 dims free) that is not
@@ -172,7 +224,7 @@ bool cr_tensor_is_channels_last(const cr_tensor *t) {
 }
 
 cr_status cr_tensor_alloc_layout(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
-                                 cr_devtype dev, bool channels_last) {
+                                 cr_device dev, bool channels_last) {
     cr_status st = cr_tensor_alloc(out, ndim, shape, dt, dev);
     if (st || !channels_last || ndim != 4) return st;
     int64_t *s = (*out)->stride;
@@ -184,24 +236,24 @@ cr_status cr_tensor_alloc_layout(cr_tensor **out, int ndim, const int64_t *shape
 }
 
 cr_status cr_tensor_alloc_as(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
-                             cr_devtype dev, const cr_tensor *like) {
+                             cr_device dev, const cr_tensor *like) {
     bool cl = like && like->ndim == ndim && !memcmp(like->shape, shape, sizeof *shape * (size_t)ndim) &&
               cr_tensor_is_channels_last(like);
     return cr_tensor_alloc_layout(out, ndim, shape, dt, dev, cl);
 }
 
 cr_status cr_tensor_alloc_like(cr_tensor **out, const cr_tensor *t) {
-    return cr_tensor_alloc(out, t->ndim, t->shape, t->dtype, t->storage->device);
+    return cr_tensor_alloc(out, t->ndim, t->shape, t->dtype, cr_tensor_dev(t));
 }
 
 cr_status cr_tensor_empty(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
-                          cr_devtype dev) {
-    return cr_tensor_alloc(out, ndim, shape, dt, dev);
+                          cr_devtype dev, int dev_index) {
+    return cr_tensor_alloc(out, ndim, shape, dt, (cr_device){dev, dev_index});
 }
 
 cr_status cr_tensor_from_data(cr_tensor **out, const void *data, int ndim,
                               const int64_t *shape, cr_dtype dt) {
-    cr_status st = cr_tensor_alloc(out, ndim, shape, dt, CR_DEV_CPU);
+    cr_status st = cr_tensor_alloc(out, ndim, shape, dt, CR_CPU);
     if (st) return st;
     if ((*out)->numel) {
         if (!data) {
@@ -215,7 +267,7 @@ cr_status cr_tensor_from_data(cr_tensor **out, const void *data, int ndim,
 }
 
 cr_status cr_tensor_scalar(cr_tensor **out, double value, cr_dtype dt) {
-    cr_status st = cr_tensor_alloc(out, 0, NULL, dt, CR_DEV_CPU);
+    cr_status st = cr_tensor_alloc(out, 0, NULL, dt, CR_CPU);
     if (st) return st;
     cr_store_f64((*out)->storage->data, dt, value);
     return CR_OK;
@@ -276,6 +328,14 @@ bool cr_tensor_same_storage(const cr_tensor *a, const cr_tensor *b) {
 }
 void *cr_tensor_data(const cr_tensor *t) {
     return t && t->storage->device == CR_DEV_CPU ? cr_tensor_ptr(t) : NULL;
+}
+
+bool cr_tensor_is_pinned(const cr_tensor *t) { return t && t->storage->pinned; }
+
+const char *cr_device_str(cr_device dev, char *buf, size_t cap) {
+    if (dev.type == CR_DEV_CPU) snprintf(buf, cap, "cpu");
+    else snprintf(buf, cap, "cuda:%d", dev.index);
+    return buf;
 }
 
 bool cr_tensor_is_contiguous(const cr_tensor *t) {
@@ -340,9 +400,10 @@ cr_status cr_check_same_device(const char *op, const cr_tensor *a, const cr_tens
     if (a->storage->device == b->storage->device &&
         a->storage->device_index == b->storage->device_index)
         return CR_OK;
+    char da[32], db[32];
     return cr_fail(CR_ERR_DEVICE, "%s: tensors on different devices (%s and %s); move one "
-                   "with :to(device)", op, a->storage->device == CR_DEV_CPU ? "cpu" : "cuda",
-                   b->storage->device == CR_DEV_CPU ? "cpu" : "cuda");
+                   "with :to('%s') or :to('%s')", op, cr_device_str(cr_tensor_dev(a), da, sizeof da),
+                   cr_device_str(cr_tensor_dev(b), db, sizeof db), da, db);
 }
 
 cr_status cr_check_float(const char *op, const cr_tensor *t, const char *argname) {

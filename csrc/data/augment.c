@@ -374,7 +374,7 @@ cr_status cr_augment_crops(cr_tensor **out, const cr_tensor *images, const cr_te
     j.osample = nchan * spec->size_h * spec->size_w;
     j.ssample = (size_t)(nchan * j.H * j.W) * cr_dtype_size(images->dtype);
     int64_t shape[5] = {ncrops, j.B, nchan, spec->size_h, spec->size_w};
-    st = cr_tensor_alloc(out, 5, shape, CR_DT_F32, CR_DEV_CPU);
+    st = cr_tensor_alloc(out, 5, shape, CR_DT_F32, CR_CPU);
     if (st) return st;
     for (int64_t c = 0; c < nchan; c++) {
         j.na[c] = (float)(1.0 / (255.0 * spec->std[c]));

@@ -166,10 +166,10 @@ cr_status cr_batch_make(cr_tensor **input, cr_tensor **target, const cr_tensor *
     int64_t B = index->shape[0], H = images->shape[nd - 2], W = images->shape[nd - 1];
     int64_t sample = nchan * H * W;
     int64_t shape[4] = {B, nchan, H, W};
-    st = cr_tensor_alloc(input, 4, shape, CR_DT_F32, CR_DEV_CPU);
+    st = cr_tensor_alloc(input, 4, shape, CR_DT_F32, CR_CPU);
     if (st) return st;
     if (labels) {
-        st = cr_tensor_alloc(target, 1, shape, CR_DT_I64, CR_DEV_CPU);
+        st = cr_tensor_alloc(target, 1, shape, CR_DT_I64, CR_CPU);
         if (st) {
             cr_tensor_free(*input);
             *input = NULL;
@@ -230,7 +230,7 @@ cr_status cr_data_make_batch(cr_tensor **input, cr_tensor **target, const cr_ten
 
 cr_status cr_batch_targets(cr_tensor **out, const cr_tensor *labels, const cr_tensor *index) {
     int64_t B = index->shape[0];
-    cr_status st = cr_tensor_alloc(out, 1, &B, CR_DT_I64, CR_DEV_CPU);
+    cr_status st = cr_tensor_alloc(out, 1, &B, CR_DT_I64, CR_CPU);
     if (st) return st;
     const int64_t *ix = (const int64_t *)cr_tensor_ptr(index);
     int64_t *t = (int64_t *)cr_tensor_ptr(*out);

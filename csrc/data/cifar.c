@@ -121,10 +121,10 @@ cr_status cr_cifar_read(cr_tensor **images, cr_tensor **labels, cr_tensor **coar
     uint8_t *buf = NULL;
     if (!st) {
         int64_t ishape[4] = {n, 3, 32, 32};
-        st = cr_tensor_alloc(&img, 4, ishape, CR_DT_U8, CR_DEV_CPU);
-        if (!st) st = cr_tensor_alloc(&fine, 1, ishape, CR_DT_I64, CR_DEV_CPU);
+        st = cr_tensor_alloc(&img, 4, ishape, CR_DT_U8, CR_CPU);
+        if (!st) st = cr_tensor_alloc(&fine, 1, ishape, CR_DT_I64, CR_CPU);
         if (!st && coarse && kind == CR_CIFAR_100)
-            st = cr_tensor_alloc(&crs, 1, ishape, CR_DT_I64, CR_DEV_CPU);
+            st = cr_tensor_alloc(&crs, 1, ishape, CR_DT_I64, CR_CPU);
     }
     if (!st) {
         buf = malloc((size_t)CIFAR_CHUNK * (size_t)(lay.label_bytes + CIFAR_PIXELS));

@@ -175,7 +175,7 @@ cr_status cr_data_read_idx(cr_tensor **out, const char *path) {
                      path, dims, type->name, (long long)need, (long long)sb.st_size);
         goto done;
     }
-    st = cr_tensor_alloc(&t, ndim, shape, type->dt, CR_DEV_CPU);
+    st = cr_tensor_alloc(&t, ndim, shape, type->dt, CR_CPU);
     if (st) goto done;
     got = gz_read_all(gz, cr_tensor_ptr(t), need);
     if (got < 0) {

@@ -449,7 +449,7 @@ cr_status cr_image_read(cr_tensor **out, const char *path, int channels, int hei
     if (rc) return cr_fail(CR_ERR_ARG, "read_image: %s", err);
     int oh = height ? height : r.h, ow = width ? width : r.w;
     int64_t shape[3] = {channels, oh, ow};
-    st = cr_tensor_alloc(out, 3, shape, CR_DT_U8, CR_DEV_CPU);
+    st = cr_tensor_alloc(out, 3, shape, CR_DT_U8, CR_CPU);
     if (!st)
         resize_into(r.pix, channels, r.h, r.w, 1, (int64_t)r.w * channels, channels,
                     (uint8_t *)cr_tensor_ptr(*out), oh, ow);
@@ -534,7 +534,7 @@ cr_status cr_image_resize(cr_tensor **out, const cr_tensor *img, int height, int
         return cr_fail(CR_ERR_ARG, "resize_image: input %s has an empty or oversized plane",
                        cr_shape_str(img, buf, sizeof buf));
     int64_t shape[4] = {N, C, height, width};
-    cr_status st = cr_tensor_alloc(out, nd, nd == 4 ? shape : shape + 1, CR_DT_U8, CR_DEV_CPU);
+    cr_status st = cr_tensor_alloc(out, nd, nd == 4 ? shape : shape + 1, CR_DT_U8, CR_CPU);
     if (st) return st;
     const uint8_t *src = (const uint8_t *)cr_tensor_ptr(img);
     uint8_t *dst = (uint8_t *)cr_tensor_ptr(*out);

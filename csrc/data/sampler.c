@@ -23,7 +23,7 @@ cr_status cr_data_permutation(cr_tensor **out, int64_t n, uint64_t seed, uint64_
         return cr_fail(CR_ERR_ARG, "permutation: n = %lld is out of range [0, 2^32)",
                        (long long)n);
     int64_t shape[1] = {n};
-    cr_status st = cr_tensor_alloc(out, 1, shape, CR_DT_I64, CR_DEV_CPU);
+    cr_status st = cr_tensor_alloc(out, 1, shape, CR_DT_I64, CR_CPU);
     if (st) return st;
     int64_t *p = (int64_t *)cr_tensor_ptr(*out);
     for (int64_t i = 0; i < n; i++) p[i] = i;

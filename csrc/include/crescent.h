@@ -61,6 +61,25 @@ int cr_cuda_probe(char *why, size_t cap);
 /* CUDA_VERSION of the toolkit this build was compiled against (13000 = 13.0); 0: none. */
 int cr_cuda_built_version(void);
 
+/* ---- CUDA devices. The backend (build/libcrescent_cuda.so) is opened on first use; every
+ * function below fails with the reason when no GPU is usable. ---- */
+typedef struct {
+    int64_t allocated_bytes;      /* held by live tensors (in the allocator's size classes) */
+    int64_t reserved_bytes;       /* allocated plus cached: what the device gave crescent */
+    int64_t peak_allocated_bytes; /* high-water mark of allocated_bytes */
+    int64_t allocs;               /* allocations so far */
+    int64_t cache_hits;           /* of those, served from the cache */
+    int64_t device_mallocs;       /* cudaMalloc calls */
+    int64_t oom_retries;          /* allocations that emptied the cache and retried */
+} cr_cuda_memstats;
+cr_status cr_cuda_init(void);
+int cr_cuda_device_count(void); /* 0 when no GPU is usable */
+cr_status cr_cuda_memory_stats(int device, cr_cuda_memstats *out);
+cr_status cr_cuda_reset_peak(int device);
+/* Gives the cached device blocks back to the driver (waits for the devices first). */
+cr_status cr_cuda_empty_cache(void);
+cr_status cr_cuda_synchronize(int device); /* -1: every device */
+
 typedef struct {
     int64_t live_bytes;    /* bytes held by live CPU storages */
     int64_t peak_bytes;    /* high-water mark of live_bytes */
@@ -88,8 +107,9 @@ bool cr_dtype_is_float(cr_dtype dt);
 cr_dtype cr_dtype_promote(cr_dtype a, cr_dtype b);
 
 /* ---- tensors: lifetime and metadata ---------------------------------------- */
+/* Uninitialised; dev_index picks the GPU for CR_DEV_CUDA (0 for the cpu). */
 cr_status cr_tensor_empty(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
-                          cr_devtype dev);
+                          cr_devtype dev, int dev_index);
 /* Wraps a copy of `nbytes` bytes of host data laid out contiguously in `dt`. */
 cr_status cr_tensor_from_data(cr_tensor **out, const void *data, int ndim,
                               const int64_t *shape, cr_dtype dt);
@@ -106,6 +126,7 @@ cr_dtype cr_tensor_dtype(const cr_tensor *t);
 cr_devtype cr_tensor_device(const cr_tensor *t);
 int cr_tensor_device_index(const cr_tensor *t);
 bool cr_tensor_is_contiguous(const cr_tensor *t);
+bool cr_tensor_is_pinned(const cr_tensor *t); /* in page-locked host memory */
 /* Dense [N, C, H, W] with strides [HWC, 1, WC, C] (and not also row-major): the layout of
  * conv2d's f32 output on the oneDNN path, which elementwise ops and batch norm keep. */
 bool cr_tensor_is_channels_last(const cr_tensor *t);
@@ -149,6 +170,8 @@ void cr_rng_philox_words(uint32_t *out, int64_t n, uint64_t seed, uint64_t offse
 const char *cr_op_name(cr_op op);
 int cr_op_count(void);
 bool cr_op_differentiable(cr_op op);
+/* Whether `dev` has a kernel for op (the cuda column fills when the backend opens). */
+bool cr_op_has_kernel(cr_op op, cr_devtype dev);
 
 /* ---- the backward engine, pull-style ------------------------------------------
  * C never calls Lua here. cr_engine_run returns to the caller whenever Lua work is

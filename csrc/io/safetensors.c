@@ -370,7 +370,7 @@ static cr_status read_tensors(const char *ctx, int fd, int64_t data_start, const
     for (int64_t i = 0; i < es->n; i++) {
         const st_entry *e = &es->e[i];
         cr_tensor *t = NULL;
-        cr_status st = cr_tensor_alloc(&t, e->ndim, e->shape, e->dt, CR_DEV_CPU);
+        cr_status st = cr_tensor_alloc(&t, e->ndim, e->shape, e->dt, CR_CPU);
         if (st) return st;
         f->tensors[i] = t;
         f->names[i] = e->name;

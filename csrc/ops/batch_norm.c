@@ -329,9 +329,9 @@ static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr
     c.i[4] = relu;
     c.f[0] = momentum;
     c.f[1] = eps;
-    if ((st = cr_tensor_alloc_as(&c.out[0], xc->ndim, xc->shape, dt, xc->storage->device, xc)) ||
-        (st = cr_tensor_alloc(&c.out[1], 1, &C, dt, xc->storage->device)) ||
-        (st = cr_tensor_alloc(&c.out[2], 1, &C, dt, xc->storage->device)))
+    if ((st = cr_tensor_alloc_as(&c.out[0], xc->ndim, xc->shape, dt, cr_tensor_dev(xc), xc)) ||
+        (st = cr_tensor_alloc(&c.out[1], 1, &C, dt, cr_tensor_dev(xc))) ||
+        (st = cr_tensor_alloc(&c.out[2], 1, &C, dt, cr_tensor_dev(xc))))
         goto done;
     if ((st = cr_dispatch(&c))) goto done;
     if (training && running_mean) {
@@ -586,7 +586,7 @@ static cr_status grad_like(cr_tensor **out, cr_tensor *g, const cr_tensor *x) {
         *out = g;
         return CR_OK;
     }
-    cr_status st = cr_tensor_alloc_layout(out, 4, g->shape, g->dtype, g->storage->device, true);
+    cr_status st = cr_tensor_alloc_layout(out, 4, g->shape, g->dtype, cr_tensor_dev(g), true);
     if (!st) st = cr_copy_into(*out, g);
     if (st) {
         cr_tensor_free(*out);
@@ -620,9 +620,9 @@ cr_status cr_grad_batch_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     c.f[0] = n->call.f[1];
     const int64_t C = x->shape[1];
     if ((need_x && (st = cr_tensor_alloc_as(&c.out[0], x->ndim, x->shape, x->dtype,
-                                            x->storage->device, x))) ||
-        (need_w && (st = cr_tensor_alloc(&c.out[1], 1, &C, x->dtype, x->storage->device))) ||
-        (need_b && (st = cr_tensor_alloc(&c.out[2], 1, &C, x->dtype, x->storage->device))))
+                                            cr_tensor_dev(x), x))) ||
+        (need_w && (st = cr_tensor_alloc(&c.out[1], 1, &C, x->dtype, cr_tensor_dev(x)))) ||
+        (need_b && (st = cr_tensor_alloc(&c.out[2], 1, &C, x->dtype, cr_tensor_dev(x)))))
         goto done;
     if ((st = cr_dispatch(&c))) goto done;
     for (int k = 0; k < 3; k++) {

@@ -344,7 +344,7 @@ cr_status cr_cpu_conv2d(cr_call *c) {
         return CR_OK;
     cr_tensor *x = NULL, *y = c->out[0];
     cr_status st = rowmajor(&x, c->in[0]);
-    if (!st && g.dst_cl) st = cr_tensor_alloc(&y, 4, y->shape, dt, CR_DEV_CPU);
+    if (!st && g.dst_cl) st = cr_tensor_alloc(&y, 4, y->shape, dt, CR_CPU);
     if (!st) {
         conv2d_forward_ref(&g, dt, cr_tensor_ptr(x), cr_tensor_ptr(c->in[1]), b,
                            cr_tensor_ptr(y));
@@ -417,7 +417,7 @@ cr_status cr_op_conv2d(cr_tensor **out, cr_tensor *x, cr_tensor *w, cr_tensor *b
     if (!st && bias) st = cr_op_contiguous(&bc, bias);
     c.in[0] = xc, c.in[1] = wc, c.in[2] = bc;
     if (!st)
-        st = cr_tensor_alloc_layout(&c.out[0], 4, oshape, x->dtype, x->storage->device, fast);
+        st = cr_tensor_alloc_layout(&c.out[0], 4, oshape, x->dtype, cr_tensor_dev(x), fast);
     if (!st) st = cr_dispatch(&c);
     if (!st) st = cr_autograd_record(&c, 1u | 2u, 0);
     cr_tensor_free(xc);
@@ -468,7 +468,7 @@ cr_status cr_cpu_conv2d_backward(cr_call *c) {
     cr_status st = rowmajor(&gyr, gy);
     if (!st) st = rowmajor(&xr, x);
     if (!st && !gx_done && cr_tensor_is_channels_last(gx))
-        st = cr_tensor_alloc(&gxr, 4, gx->shape, dt, CR_DEV_CPU);
+        st = cr_tensor_alloc(&gxr, 4, gx->shape, dt, CR_CPU);
     if (!st) {
         if (!gx_done) {
             conv2d_backward_data_ref(&g, dt, cr_tensor_ptr(gyr), cr_tensor_ptr(w),
@@ -523,7 +523,7 @@ cr_status cr_op_conv2d_backward(cr_tensor **gx, cr_tensor **gw, cr_tensor **gb,
     if (!st) st = cr_op_contiguous(&wc, w);
     cr_grad_set_enabled(prev);
     c.in[0] = gc, c.in[1] = xc, c.in[2] = wc;
-    cr_devtype dev = x->storage->device;
+    cr_device dev = cr_tensor_dev(x);
     /* gx in x's layout */
     if (!st && gx) st = cr_tensor_alloc_as(&c.out[0], 4, x->shape, x->dtype, dev, xc);
     if (!st && gw) st = cr_tensor_alloc(&c.out[1], 4, w->shape, w->dtype, dev);

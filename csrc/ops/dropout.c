@@ -84,7 +84,7 @@ static cr_status dropout_backward(cr_tensor **out, cr_tensor *g, cr_tensor *mask
     c.in[0] = gc;
     c.in[1] = mask;
     c.f[0] = scale;
-    if (!(st = cr_tensor_alloc(&c.out[0], gc->ndim, gc->shape, gc->dtype, gc->storage->device)) &&
+    if (!(st = cr_tensor_alloc(&c.out[0], gc->ndim, gc->shape, gc->dtype, cr_tensor_dev(gc))) &&
         !(st = cr_dispatch(&c)))
         st = cr_autograd_record(&c, 2u, 0);
     cr_tensor_free(gc);
@@ -134,8 +134,8 @@ cr_status cr_op_dropout(cr_tensor **out, cr_tensor *x, double p, bool training) 
     cr_philox_stream s = p < 1 ? cr_rng_reserve(xc->numel) : (cr_philox_stream){0, 0};
     c.i[0] = (int64_t)s.seed;
     c.i[1] = (int64_t)s.counter;
-    if (!(st = cr_tensor_alloc(&c.out[0], xc->ndim, xc->shape, xc->dtype, xc->storage->device)) &&
-        !(st = cr_tensor_alloc(&c.out[1], xc->ndim, xc->shape, CR_DT_U8, xc->storage->device)) &&
+    if (!(st = cr_tensor_alloc(&c.out[0], xc->ndim, xc->shape, xc->dtype, cr_tensor_dev(xc))) &&
+        !(st = cr_tensor_alloc(&c.out[1], xc->ndim, xc->shape, CR_DT_U8, cr_tensor_dev(xc))) &&
         !(st = cr_dispatch(&c)))
         st = cr_autograd_record(&c, 0, 2u);
     cr_tensor_free(xc);

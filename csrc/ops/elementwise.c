@@ -47,7 +47,8 @@ cr_status cr_binary_op(cr_tensor **out, cr_op op, cr_tensor *a, cr_tensor *b,
     c.in[0] = ca;
     c.in[1] = cb;
     /* the layout of an input with the output's shape (channels-last stays so) */
-    st = cr_tensor_alloc_as(&c.out[0], ndim, shape, result, a->storage->device,
+    st = cr_tensor_alloc_as(&c.out[0], ndim, shape, result,
+                            cr_tensor_dev(cr_is_host_scalar(a) ? b : a),
                             cr_tensor_is_channels_last(a) ? a : b);
     if (!st) st = cr_dispatch(&c);
     if (!st) st = cr_autograd_record(&c, save_in, save_out);
@@ -64,6 +65,7 @@ cr_status cr_binary_op(cr_tensor **out, cr_op op, cr_tensor *a, cr_tensor *b,
 cr_status cr_check_binary(const char *op, cr_tensor *a, cr_tensor *b) {
     CR_CHECK_TENSOR(op, a, "self");
     CR_CHECK_TENSOR(op, b, "other");
+    if (cr_is_host_scalar(a) || cr_is_host_scalar(b)) return CR_OK; /* x_cuda * 2 */
     return cr_check_same_device(op, a, b);
 }
 

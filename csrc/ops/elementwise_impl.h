@@ -22,8 +22,8 @@ cr_status cr_unary_op(cr_tensor **out, cr_op op, cr_tensor *t, cr_dtype result,
                       const double *params, int nparams, unsigned save_in, unsigned save_out);
 /* Kernel body for 1-input ops: iterates out, in[0]; ctx points at the cr_call. */
 cr_status cr_run_unary(cr_call *c, cr_loop_fn fn);
-/* dst = src (cast to dst's dtype) over any strides of either: the kernel-level copy ops use
- * between layouts. Not recorded, no checks: dst is the caller's fresh tensor or view. */
+/* dst = src (cast to dst's dtype) over any strides of either, on dst's device: the copy
+ * kernels use between layouts. Not recorded, no checks: dst is a fresh tensor or view. */
 cr_status cr_copy_into(cr_tensor *dst, cr_tensor *src);
 
 /* The inner loop of a binary op for one dtype pair: out of type TO, inputs of type TI,

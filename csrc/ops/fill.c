@@ -32,17 +32,22 @@ static cr_status run_fill(cr_tensor *t, double value) {
     return st ? st : cr_dispatch(&c);
 }
 
-cr_status cr_op_full(cr_tensor **out, int ndim, const int64_t *shape, double value,
-                     cr_dtype dt) {
+cr_status cr_full_on(cr_tensor **out, int ndim, const int64_t *shape, double value, cr_dtype dt,
+                     cr_device dev) {
     *out = NULL;
     cr_status st = cr_check_shape_arg("full", ndim, shape);
     if (st) return st;
-    if ((st = cr_tensor_alloc(out, ndim, shape, dt, CR_DEV_CPU))) return st;
+    if ((st = cr_tensor_alloc(out, ndim, shape, dt, dev))) return st;
     if ((st = run_fill(*out, value))) {
         cr_tensor_free(*out);
         *out = NULL;
     }
     return st;
+}
+
+cr_status cr_op_full(cr_tensor **out, int ndim, const int64_t *shape, double value,
+                     cr_dtype dt) {
+    return cr_full_on(out, ndim, shape, value, dt, CR_CPU);
 }
 
 cr_status cr_op_fill_(cr_tensor *t, double value) {

@@ -325,7 +325,7 @@ static cr_status copy_base(cr_call *c) {
 }
 
 static cr_status zeros_like_meta(cr_tensor **z, const cr_input_meta *m, cr_dtype dt) {
-    return cr_op_full(z, m->ndim, m->shape, 0.0, dt);
+    return cr_full_on(z, m->ndim, m->shape, 0.0, dt, m->device);
 }
 
 /* ---- index_select -------------------------------------------------------------------------- */
@@ -363,7 +363,7 @@ cr_status cr_op_index_select(cr_tensor **out, cr_tensor *t, int64_t dim, cr_tens
     c.in[0] = t;
     c.in[1] = index;
     c.i[0] = dim;
-    if ((st = cr_tensor_alloc(&c.out[0], t->ndim, shape, t->dtype, t->storage->device))) return st;
+    if ((st = cr_tensor_alloc(&c.out[0], t->ndim, shape, t->dtype, cr_tensor_dev(t)))) return st;
     return finish_op(out, &c, 1u << 1);
 }
 cr_status cr_grad_index_select(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
@@ -423,7 +423,7 @@ cr_status cr_op_gather(cr_tensor **out, cr_tensor *t, int64_t dim, cr_tensor *in
     c.in[0] = t;
     c.in[1] = index;
     c.i[0] = dim;
-    if ((st = cr_tensor_alloc(&c.out[0], index->ndim, index->shape, t->dtype, t->storage->device)))
+    if ((st = cr_tensor_alloc(&c.out[0], index->ndim, index->shape, t->dtype, cr_tensor_dev(t))))
         return st;
     return finish_op(out, &c, 1u << 1);
 }
@@ -479,7 +479,7 @@ cr_status cr_op_scatter_add(cr_tensor **out, cr_tensor *t, int64_t dim, cr_tenso
     c.in[1] = index;
     c.in[2] = src;
     c.i[0] = dim;
-    if ((st = cr_tensor_alloc(&c.out[0], t->ndim, t->shape, t->dtype, t->storage->device)))
+    if ((st = cr_tensor_alloc(&c.out[0], t->ndim, t->shape, t->dtype, cr_tensor_dev(t))))
         return st;
     return finish_op(out, &c, 1u << 1);
 }
@@ -566,7 +566,7 @@ cr_status cr_op_index_add(cr_tensor **out, cr_tensor *t, int64_t dim, cr_tensor 
     c.in[1] = index;
     c.in[2] = src;
     c.i[0] = dim;
-    if ((st = cr_tensor_alloc(&c.out[0], t->ndim, t->shape, t->dtype, t->storage->device)))
+    if ((st = cr_tensor_alloc(&c.out[0], t->ndim, t->shape, t->dtype, cr_tensor_dev(t))))
         return st;
     return finish_op(out, &c, 1u << 1);
 }
@@ -619,7 +619,7 @@ cr_status cr_op_embedding(cr_tensor **out, cr_tensor *weight, cr_tensor *idx) {
     c.in[0] = weight;
     c.in[1] = idx;
     if ((st = cr_tensor_alloc(&c.out[0], idx->ndim + 1, shape, weight->dtype,
-                              weight->storage->device)))
+                              cr_tensor_dev(weight))))
         return st;
     return finish_op(out, &c, 1u << 1);
 }
@@ -685,7 +685,7 @@ cr_status cr_op_one_hot(cr_tensor **out, cr_tensor *idx, int64_t num_classes) {
     if ((st = cr_call_init(&c, CR_OP_ONE_HOT, 1, 1))) return st;
     c.in[0] = idx;
     c.i[0] = num_classes;
-    if ((st = cr_tensor_alloc(&c.out[0], idx->ndim + 1, shape, CR_DT_I64, idx->storage->device)))
+    if ((st = cr_tensor_alloc(&c.out[0], idx->ndim + 1, shape, CR_DT_I64, cr_tensor_dev(idx))))
         return st;
     return finish_op(out, &c, 0);
 }

@@ -198,9 +198,9 @@ cr_status cr_op_layer_norm(cr_tensor **out, cr_tensor *x, int normalized_ndim,
     c.f[0] = eps;
     int64_t rows, D;
     ln_geometry(xc, normalized_ndim, &rows, &D);
-    if ((st = cr_tensor_alloc(&c.out[0], xc->ndim, xc->shape, dt, xc->storage->device)) ||
-        (st = cr_tensor_alloc(&c.out[1], 1, &rows, dt, xc->storage->device)) ||
-        (st = cr_tensor_alloc(&c.out[2], 1, &rows, dt, xc->storage->device)))
+    if ((st = cr_tensor_alloc(&c.out[0], xc->ndim, xc->shape, dt, cr_tensor_dev(xc))) ||
+        (st = cr_tensor_alloc(&c.out[1], 1, &rows, dt, cr_tensor_dev(xc))) ||
+        (st = cr_tensor_alloc(&c.out[2], 1, &rows, dt, cr_tensor_dev(xc))))
         goto done;
     if (!(st = cr_dispatch(&c))) st = cr_autograd_record(&c, 1u | 2u, 2u | 4u);
 done:
@@ -247,9 +247,9 @@ cr_status cr_grad_layer_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     c.in[4] = rstd;
     c.i[0] = nd;
     if ((need_x && (st = cr_tensor_alloc(&c.out[0], x->ndim, x->shape, x->dtype,
-                                         x->storage->device))) ||
-        (need_w && (st = cr_tensor_alloc(&c.out[1], nd, pshape, x->dtype, x->storage->device))) ||
-        (need_b && (st = cr_tensor_alloc(&c.out[2], nd, pshape, x->dtype, x->storage->device))))
+                                         cr_tensor_dev(x)))) ||
+        (need_w && (st = cr_tensor_alloc(&c.out[1], nd, pshape, x->dtype, cr_tensor_dev(x)))) ||
+        (need_b && (st = cr_tensor_alloc(&c.out[2], nd, pshape, x->dtype, cr_tensor_dev(x)))))
         goto done;
     if ((st = cr_dispatch(&c))) goto done;
     for (int k = 0; k < 3; k++) {

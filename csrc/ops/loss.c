@@ -201,9 +201,9 @@ static cr_status loss_op(cr_tensor **out, cr_op op, cr_tensor *x, cr_tensor *tar
         int64_t shape[CR_MAX_DIMS];
         for (int d = 0, k = 0; d < x->ndim; d++)
             if (d != (x->ndim > 1 ? 1 : 0)) shape[k++] = x->shape[d];
-        st = cr_tensor_alloc(&c.out[0], ndim, shape, x->dtype, x->storage->device);
+        st = cr_tensor_alloc(&c.out[0], ndim, shape, x->dtype, cr_tensor_dev(x));
     } else {
-        st = cr_tensor_alloc(&c.out[0], 0, NULL, x->dtype, x->storage->device);
+        st = cr_tensor_alloc(&c.out[0], 0, NULL, x->dtype, cr_tensor_dev(x));
     }
     /* nll's derivative needs only the targets; cross_entropy recomputes softmax */
     unsigned save = op == CR_OP_NLL_LOSS ? 2 : 3;
@@ -234,7 +234,7 @@ cr_status cr_grad_nll_loss(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     for (int d = 2; d < m->ndim; d++) s.inner *= m->shape[d];
     int64_t npos = s.N * s.inner, ignore = n->call.i[1];
     if ((st = cr_reduce_contig_as(&tc, target, CR_DT_I64)) ||
-        (st = cr_op_full(&dx, m->ndim, m->shape, 0.0, m->dtype)) ||
+        (st = cr_zeros_meta(&dx, m)) ||
         (st = grad_scale(gout[0], n->call.i[0], n->call.f[1], npos, &scale, &one)))
         goto done;
     const int64_t *t = (const int64_t *)cr_tensor_ptr(tc);
@@ -358,8 +358,8 @@ cr_status cr_grad_cross_entropy(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     cr_dtype dt = m->dtype;
     if ((st = cr_reduce_contig_as(&xc, x, dt)) ||
         (st = cr_reduce_contig_as(&tc, target, soft ? dt : CR_DT_I64)) ||
-        (want_x && (st = cr_tensor_alloc(&dx, m->ndim, m->shape, dt, CR_DEV_CPU))) ||
-        (want_p && (st = cr_tensor_alloc(&dp, m->ndim, m->shape, dt, CR_DEV_CPU))) ||
+        (want_x && (st = cr_tensor_alloc(&dx, m->ndim, m->shape, dt, m->device))) ||
+        (want_p && (st = cr_tensor_alloc(&dp, m->ndim, m->shape, dt, m->device))) ||
         (st = grad_scale(gout[0], n->call.i[0], n->call.f[1], npos, &scale, &one)))
         goto done;
     ce_ctx ce = {cr_tensor_ptr(xc), soft ? cr_tensor_ptr(tc) : NULL, dt,

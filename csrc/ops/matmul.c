@@ -260,7 +260,8 @@ static cr_status check_operands(const char *op, cr_tensor *a, cr_tensor *b, cons
 
 static bool is_half(cr_dtype dt) { return dt == CR_DT_F16 || dt == CR_DT_BF16; }
 
-/* Half operands: the same op on f32 copies (recorded casts), the result cast back. */
+/* Half operands on the cpu: the same op on f32 copies (recorded casts), the result cast
+ * back. On a GPU, cuBLAS multiplies them natively (f32 accumulation). */
 static cr_status via_f32(cr_tensor **out, cr_op op, cr_tensor *bias, cr_tensor *a,
                          cr_tensor *b, double beta, double alpha) {
     cr_dtype dt = a->dtype;
@@ -284,7 +285,7 @@ done:
 static cr_status product_op(cr_tensor **out, cr_call *c, int ndim, const int64_t *shape) {
     cr_status st = cr_check_shape_arg(cr_op_name(c->op), ndim, shape);
     if (!st) st = cr_tensor_alloc(&c->out[0], ndim, shape, c->in[c->nin - 1]->dtype,
-                                  c->in[c->nin - 1]->storage->device);
+                                  cr_tensor_dev(c->in[c->nin - 1]));
     if (!st) st = cr_dispatch(c);
     if (!st) st = cr_autograd_record(c, c->op == CR_OP_ADDMM ? 6u : 3u, 0);
     if (st) {
@@ -372,7 +373,7 @@ cr_status cr_op_mm(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     *out = NULL;
     cr_status st = check_operands("mm", a, b, "self", "mat2", 2);
     if (st) return st;
-    if (is_half(a->dtype)) return via_f32(out, CR_OP_MM, NULL, a, b, 0, 1);
+    if (is_half(a->dtype) && cr_tensor_on_cpu(a)) return via_f32(out, CR_OP_MM, NULL, a, b, 0, 1);
     cr_call c;
     cr_call_init(&c, CR_OP_MM, 2, 1);
     c.in[0] = a;
@@ -390,7 +391,7 @@ cr_status cr_op_bmm(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     *out = NULL;
     cr_status st = check_operands("bmm", a, b, "self", "mat2", 3);
     if (st) return st;
-    if (is_half(a->dtype)) return via_f32(out, CR_OP_BMM, NULL, a, b, 0, 1);
+    if (is_half(a->dtype) && cr_tensor_on_cpu(a)) return via_f32(out, CR_OP_BMM, NULL, a, b, 0, 1);
     cr_call c;
     cr_call_init(&c, CR_OP_BMM, 2, 1);
     c.in[0] = a;
@@ -428,7 +429,8 @@ cr_status cr_op_addmm(cr_tensor **out, cr_tensor *bias, cr_tensor *a, cr_tensor 
     }
     if (beta != beta || alpha != alpha)
         return cr_fail(CR_ERR_ARG, "addmm: beta and alpha must be numbers (got NaN)");
-    if (is_half(a->dtype)) return via_f32(out, CR_OP_ADDMM, bias, a, b, beta, alpha);
+    if (is_half(a->dtype) && cr_tensor_on_cpu(a))
+        return via_f32(out, CR_OP_ADDMM, bias, a, b, beta, alpha);
     cr_call c;
     cr_call_init(&c, CR_OP_ADDMM, 3, 1);
     c.in[0] = bias;

@@ -128,7 +128,7 @@ cr_status cr_grad_normalize(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     c.in[2] = nrm;
     c.i[0] = n->call.i[0];
     c.f[0] = n->call.f[0];
-    if (!(st = cr_tensor_alloc(&c.out[0], y->ndim, y->shape, y->dtype, y->storage->device)))
+    if (!(st = cr_tensor_alloc(&c.out[0], y->ndim, y->shape, y->dtype, cr_tensor_dev(y))))
         st = cr_dispatch(&c);
     cr_tensor_free(g);
     if (st) {
@@ -161,8 +161,8 @@ cr_status cr_op_normalize(cr_tensor **out, cr_tensor *x, int64_t dim, double eps
     c.in[0] = xc;
     c.i[0] = dim;
     c.f[0] = eps;
-    if (!(st = cr_tensor_alloc(&c.out[0], xc->ndim, xc->shape, dt, xc->storage->device)) &&
-        !(st = cr_tensor_alloc(&c.out[1], xc->ndim, kshape, dt, xc->storage->device)) &&
+    if (!(st = cr_tensor_alloc(&c.out[0], xc->ndim, xc->shape, dt, cr_tensor_dev(xc))) &&
+        !(st = cr_tensor_alloc(&c.out[1], xc->ndim, kshape, dt, cr_tensor_dev(xc))) &&
         !(st = cr_dispatch(&c)))
         st = cr_autograd_record(&c, 0, 1u | 2u);
     cr_tensor_free(xc);

@@ -226,8 +226,8 @@ cr_status cr_op_max_pool2d(cr_tensor **out, cr_tensor **indices, cr_tensor *x,
     params_to_call(&c, p);
     s = cr_op_contiguous(&xc, x);
     c.in[0] = xc;
-    if (!s) s = cr_tensor_alloc(&c.out[0], x->ndim, oshape, x->dtype, x->storage->device);
-    if (!s) s = cr_tensor_alloc(&c.out[1], x->ndim, oshape, CR_DT_I64, x->storage->device);
+    if (!s) s = cr_tensor_alloc(&c.out[0], x->ndim, oshape, x->dtype, cr_tensor_dev(x));
+    if (!s) s = cr_tensor_alloc(&c.out[1], x->ndim, oshape, CR_DT_I64, cr_tensor_dev(x));
     if (!s) s = cr_dispatch(&c);
     if (!s) s = cr_autograd_record(&c, 0, 2u); /* the backward needs only the indices */
     cr_tensor_free(xc);
@@ -306,7 +306,7 @@ static cr_status run_backward(cr_call *c, cr_tensor **gx, int nin, cr_tensor **i
     for (int k = 0; k < nin && !s; k++) s = cr_op_contiguous(&cont[k], ins[k]);
     cr_grad_set_enabled(prev);
     for (int k = 0; k < nin; k++) c->in[k] = cont[k];
-    if (!s) s = cr_tensor_alloc(&c->out[0], ndim, shape, dt, ins[0]->storage->device);
+    if (!s) s = cr_tensor_alloc(&c->out[0], ndim, shape, dt, cr_tensor_dev(ins[0]));
     if (!s) s = cr_dispatch(c);
     for (int k = 0; k < nin; k++) cr_tensor_free(cont[k]);
     if (s) {
@@ -432,7 +432,7 @@ static cr_status run_forward(cr_call *c, cr_tensor **out, cr_tensor *x, const in
     cr_tensor *xc = NULL;
     cr_status s = cr_op_contiguous(&xc, x);
     c->in[0] = xc;
-    if (!s) s = cr_tensor_alloc(&c->out[0], x->ndim, oshape, x->dtype, x->storage->device);
+    if (!s) s = cr_tensor_alloc(&c->out[0], x->ndim, oshape, x->dtype, cr_tensor_dev(x));
     if (!s) s = cr_dispatch(c);
     if (!s) s = cr_autograd_record(c, 0, 0); /* the backward needs only sizes */
     cr_tensor_free(xc);

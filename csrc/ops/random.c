@@ -39,7 +39,7 @@ static cr_status random_setup(cr_call *c, cr_op op, int ndim, const int64_t *sha
                               cr_dtype dt) {
     cr_status st = cr_call_init(c, op, 0, 1);
     if (st) return st;
-    return cr_tensor_alloc(&c->out[0], ndim, shape, dt, CR_DEV_CPU);
+    return cr_tensor_alloc(&c->out[0], ndim, shape, dt, CR_CPU);
 }
 static void reserve_into(cr_call *c, int64_t nwords) {
     cr_philox_stream s = cr_rng_reserve(nwords);

@@ -212,8 +212,8 @@ static cr_status minmax_dim(cr_tensor **values, cr_tensor **indices, cr_op op, c
     c.i[0] = dims;
     c.i[1] = keepdim;
     c.i[2] = dim;
-    if ((st = cr_tensor_alloc(&c.out[0], ndim, shape, t->dtype, t->storage->device)) ||
-        (st = cr_tensor_alloc(&c.out[1], ndim, shape, CR_DT_I64, t->storage->device)))
+    if ((st = cr_tensor_alloc(&c.out[0], ndim, shape, t->dtype, cr_tensor_dev(t))) ||
+        (st = cr_tensor_alloc(&c.out[1], ndim, shape, CR_DT_I64, cr_tensor_dev(t))))
         goto fail;
     if ((st = cr_dispatch(&c)) || (st = cr_autograd_record(&c, 0, 2))) goto fail;
     *values = c.out[0];
@@ -232,7 +232,7 @@ static cr_status grad_minmax_dim(cr_node *n, cr_tensor **gout, cr_tensor **gin) 
     cr_status st = cr_saved_out(n, 1, &idx);
     if (st) return st;
     if ((st = cr_reduce_contig_as(&g, gout[0], m->dtype))) return st;
-    if ((st = cr_op_full(&z, m->ndim, m->shape, 0.0, m->dtype))) goto done;
+    if ((st = cr_zeros_meta(&z, m))) goto done;
     cr_reduce_plan p;
     cr_reduce_plan_init(&p, z, (uint32_t)n->call.i[0]);
     int64_t es = (int64_t)cr_dtype_size(m->dtype);
@@ -283,7 +283,7 @@ static cr_status amaxmin(cr_tensor **out, cr_op op, cr_tensor *t, uint32_t dims,
     c.in[0] = t;
     c.i[0] = dims;
     c.i[1] = keepdim;
-    if ((st = cr_tensor_alloc(&c.out[0], ndim, shape, t->dtype, t->storage->device))) return st;
+    if ((st = cr_tensor_alloc(&c.out[0], ndim, shape, t->dtype, cr_tensor_dev(t)))) return st;
     if ((st = cr_dispatch(&c)) || (st = cr_autograd_record(&c, 1, 1))) {
         cr_call_drop_outs(&c);
         return st;
@@ -334,8 +334,8 @@ cr_status cr_reduce_tie_grad(cr_tensor **gin, cr_tensor *g, cr_tensor *x, cr_ten
     cr_status st;
     if ((st = cr_reduce_contig_as(&xc, x, m->dtype)) ||
         (st = cr_reduce_contig_as(&bc, best, m->dtype)) ||
-        (st = cr_tensor_alloc(&w, m->ndim, m->shape, m->dtype, CR_DEV_CPU)) ||
-        (st = cr_tensor_alloc(&cnt, bc->ndim, bc->shape, CR_DT_F64, CR_DEV_CPU)))
+        (st = cr_tensor_alloc(&w, m->ndim, m->shape, m->dtype, m->device)) ||
+        (st = cr_tensor_alloc(&cnt, bc->ndim, bc->shape, CR_DT_F64, cr_tensor_dev(bc))))
         goto done;
     cr_reduce_plan p;
     cr_reduce_plan_init(&p, xc, dims);
@@ -406,7 +406,7 @@ static cr_status argmaxmin(cr_tensor **out, cr_op op, cr_tensor *t, int64_t dim,
     c.in[0] = t;
     c.i[0] = dims;
     c.i[1] = keepdim;
-    if ((st = cr_tensor_alloc(&c.out[0], ndim, shape, CR_DT_I64, t->storage->device))) return st;
+    if ((st = cr_tensor_alloc(&c.out[0], ndim, shape, CR_DT_I64, cr_tensor_dev(t)))) return st;
     if ((st = cr_dispatch(&c))) {
         cr_call_drop_outs(&c);
         return st;

@@ -74,7 +74,7 @@ static cr_status stat_op(cr_tensor **out, cr_op op, cr_tensor *t, uint32_t dims,
     c.i[0] = dims;
     c.i[1] = keepdim;
     c.f[0] = param;
-    if ((st = cr_tensor_alloc(&c.out[0], ndim, shape, result, t->storage->device))) return st;
+    if ((st = cr_tensor_alloc(&c.out[0], ndim, shape, result, cr_tensor_dev(t)))) return st;
     if ((st = cr_dispatch(&c)) || (st = cr_autograd_record(&c, save_in, save_out))) {
         cr_call_drop_outs(&c);
         return st;
@@ -128,7 +128,7 @@ static cr_status weight_grad(cr_node *n, cr_tensor **gout, cr_tensor **gin, weig
     if ((st = cr_saved_in(n, 0, &x)) || (st = cr_saved_out(n, 0, &res))) return st;
     if ((st = cr_reduce_contig_as(&xc, x, m->dtype)) ||
         (st = cr_reduce_contig_as(&rc, res, CR_DT_F64)) ||
-        (st = cr_tensor_alloc(&w, m->ndim, m->shape, m->dtype, CR_DEV_CPU)))
+        (st = cr_tensor_alloc(&w, m->ndim, m->shape, m->dtype, m->device)))
         goto done;
     cr_reduce_plan p;
     cr_reduce_plan_init(&p, xc, dims);
@@ -303,7 +303,7 @@ cr_status cr_grad_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     }
     if (p == 0) {
         const cr_input_meta *m = &n->in_meta[0];
-        return cr_op_full(&gin[0], m->ndim, m->shape, 0.0, m->dtype);
+        return cr_zeros_meta(&gin[0], m);
     }
     return weight_grad(n, gout, gin, p == 2 ? w_norm2 : p == 1 ? w_norm1 : w_normp, p);
 }

@@ -7,8 +7,8 @@
 static const char *op_names[CR_OP_COUNT] = {CR_OPS(NAME_ENTRY)};
 #undef NAME_ENTRY
 
-/* CUDA kernels arrive with issue 6; until then the cuda column is empty and dispatch
- * says so. */
+/* The cuda column is filled by the CUDA backend when it opens (csrc/cuda/); an op it
+ * leaves empty fails with a message naming the op. */
 #define KERNEL_ENTRY(E, name, kernel, rule) [CR_OP_##E] = {[CR_DEV_CPU] = kernel},
 cr_kernel_fn cr_kernel_table[CR_OP_COUNT][CR_DEV_COUNT] = {CR_OPS(KERNEL_ENTRY)};
 #undef KERNEL_ENTRY
@@ -28,6 +28,10 @@ const char *cr_op_name(cr_op op) { return (unsigned)op < CR_OP_COUNT ? op_names[
 int cr_op_count(void) { return CR_OP_COUNT; }
 bool cr_op_differentiable(cr_op op) {
     return (unsigned)op < CR_OP_COUNT && cr_grad_table[op] != cr_grad_none;
+}
+
+bool cr_op_has_kernel(cr_op op, cr_devtype dev) {
+    return (unsigned)op < CR_OP_COUNT && (unsigned)dev < CR_DEV_COUNT && cr_kernel_table[op][dev];
 }
 
 static bool fast_paths = true;
@@ -65,12 +69,36 @@ void cr_call_drop_outs(cr_call *c) {
     }
 }
 
+/* Every tensor of a call sits on the lead tensor's device; on a GPU, a 0-dim cpu input is
+ * a scalar the kernel reads on the host (x * 2 on cuda), as in PyTorch. */
+static cr_status check_devices(const cr_call *c, const cr_tensor *lead) {
+    cr_device want = cr_tensor_dev(lead);
+    for (int k = 0; k < c->nin + c->nout; k++) {
+        const cr_tensor *t = k < c->nin ? c->in[k] : c->out[k - c->nin];
+        if (!t) continue;
+        cr_device d = cr_tensor_dev(t);
+        if (d.type == want.type && d.index == want.index) continue;
+        if (want.type == CR_DEV_CUDA && d.type == CR_DEV_CPU && t->ndim == 0 && k < c->nin)
+            continue;
+        char a[32], b[32];
+        return cr_fail(CR_ERR_DEVICE, "%s: tensors on different devices (%s and %s); move them "
+                       "to one device with :to('%s')", op_names[c->op],
+                       cr_device_str(want, a, sizeof a), cr_device_str(d, b, sizeof b), a);
+    }
+    return CR_OK;
+}
+
 cr_status cr_dispatch(cr_call *c) {
     const cr_tensor *lead = c->nout && c->out[0] ? c->out[0] : c->nin ? c->in[0] : NULL;
     cr_devtype dev = lead ? lead->storage->device : CR_DEV_CPU;
+    if (lead) {
+        cr_status st = check_devices(c, lead);
+        if (st) return st;
+    }
     cr_kernel_fn k = cr_kernel_table[c->op][dev];
     if (!k)
-        return cr_fail(CR_ERR_UNSUPPORTED, "%s: no kernel for device %s in this build",
-                       op_names[c->op], dev == CR_DEV_CPU ? "cpu" : "cuda");
+        return cr_fail(CR_ERR_UNSUPPORTED, "%s: the CUDA backend has no kernel for this op yet; "
+                       "compute it on the cpu (:cpu()) and move the result back with :cuda()",
+                       op_names[c->op]);
     return k(c);
 }

@@ -284,7 +284,7 @@ cr_status cr_op_slice(cr_tensor **out, cr_tensor *t, int64_t dim, int64_t start,
 cr_status cr_grad_slice(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     const cr_input_meta *m = &n->in_meta[0];
     cr_tensor *z, *region;
-    cr_status st = cr_op_full(&z, m->ndim, m->shape, 0.0, gout[0]->dtype);
+    cr_status st = cr_full_on(&z, m->ndim, m->shape, 0.0, gout[0]->dtype, m->device);
     if (st) return st;
     int64_t dim = n->call.i[0], start = n->call.i[1], step = n->call.i[2];
     int64_t stop = start + gout[0]->shape[dim] * step;
@@ -419,7 +419,7 @@ cr_status cr_op_cat(cr_tensor **out, cr_tensor **ts, int n, int64_t dim) {
     if ((st = cr_call_init(&c, CR_OP_CAT, n, 1))) return st;
     c.i[0] = dim;
     for (int k = 0; k < n && !st; k++) st = cr_cast_if_needed(&c.in[k], ts[k], dt);
-    if (!st) st = cr_tensor_alloc(&c.out[0], ref->ndim, shape, dt, ref->storage->device);
+    if (!st) st = cr_tensor_alloc(&c.out[0], ref->ndim, shape, dt, cr_tensor_dev(ref));
     if (!st) st = cr_dispatch(&c);
     if (!st) st = cr_autograd_record(&c, 0, 0);
     for (int k = 0; k < n; k++) cr_tensor_free(c.in[k]);

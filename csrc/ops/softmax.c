@@ -169,7 +169,7 @@ static cr_status softmax_op(cr_tensor **out, cr_op op, cr_tensor *t, int64_t dim
     if ((st = cr_call_init(&c, op, 1, 1))) return st;
     c.in[0] = t;
     c.i[0] = dim;
-    if ((st = cr_tensor_alloc(&c.out[0], t->ndim, t->shape, t->dtype, t->storage->device)))
+    if ((st = cr_tensor_alloc(&c.out[0], t->ndim, t->shape, t->dtype, cr_tensor_dev(t))))
         return st;
     if ((st = cr_dispatch(&c)) || (st = cr_autograd_record(&c, 0, 1))) {
         cr_call_drop_outs(&c);

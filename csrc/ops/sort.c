@@ -162,8 +162,8 @@ static cr_status sort_like_op(cr_tensor **values, cr_tensor **indices, cr_op op,
     c.i[0] = dim;
     c.i[1] = k;
     c.i[2] = descending;
-    if ((st = cr_tensor_alloc(&c.out[0], t->ndim, shape, t->dtype, t->storage->device)) ||
-        (st = cr_tensor_alloc(&c.out[1], t->ndim, shape, CR_DT_I64, t->storage->device))) {
+    if ((st = cr_tensor_alloc(&c.out[0], t->ndim, shape, t->dtype, cr_tensor_dev(t))) ||
+        (st = cr_tensor_alloc(&c.out[1], t->ndim, shape, CR_DT_I64, cr_tensor_dev(t)))) {
         cr_call_drop_outs(&c);
         return st;
     }
@@ -183,7 +183,7 @@ static cr_status grad_scatter_back(cr_node *n, cr_tensor **gout, cr_tensor **gin
     cr_tensor *idx, *z;
     cr_status st = cr_saved_out(n, 1, &idx);
     if (st) return st;
-    if ((st = cr_op_full(&z, m->ndim, m->shape, 0.0, gout[0]->dtype))) return st;
+    if ((st = cr_full_on(&z, m->ndim, m->shape, 0.0, gout[0]->dtype, m->device))) return st;
     if (m->ndim == 0) { /* a 0-dim input: the one element's grad is g itself */
         cr_tensor_free(z);
         cr_tensor_retain(gout[0]);

@@ -14,7 +14,7 @@ cr_status cr_unary_op(cr_tensor **out, cr_op op, cr_tensor *t, cr_dtype result,
     c.in[0] = t;
     /* results keep a channels-last input's layout, except clone: contiguous() and
      * reshape() rely on it being row-major */
-    if ((st = cr_tensor_alloc_as(&c.out[0], t->ndim, t->shape, result, t->storage->device,
+    if ((st = cr_tensor_alloc_as(&c.out[0], t->ndim, t->shape, result, cr_tensor_dev(t),
                                  op == CR_OP_CLONE ? NULL : t)))
         return st;
     if (!(st = cr_dispatch(&c))) st = cr_autograd_record(&c, save_in, save_out);
@@ -143,7 +143,7 @@ cr_status cr_copy_into(cr_tensor *dst, cr_tensor *src) {
     cr_call_init(&u, CR_OP_COPY_, 1, 1);
     u.in[0] = src;
     u.out[0] = dst;
-    return cr_cpu_copy_(&u);
+    return cr_tensor_on_cpu(dst) ? cr_cpu_copy_(&u) : cr_dispatch(&u);
 }
 
 static cr_status run_inplace(cr_op op, cr_tensor *dst, cr_tensor *src, double alpha) {

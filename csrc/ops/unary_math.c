@@ -275,7 +275,7 @@ static cr_status scalar_mul(cr_tensor **out, cr_tensor *t, double v) {
 }
 
 static cr_status zeros_for_input(cr_node *n, int k, cr_tensor **out) {
-    return cr_op_full(out, n->in_meta[k].ndim, n->in_meta[k].shape, 0.0, n->in_meta[k].dtype);
+    return cr_zeros_meta(out, &n->in_meta[k]);
 }
 
 /* ---- abs: grad g*sign(x), so 0 at 0 ---- */
@@ -694,7 +694,7 @@ static cr_status act_backward(cr_tensor **out, cr_op op, cr_tensor *g, cr_tensor
     if ((st = cr_cast_if_needed(&gc, g, v->dtype))) return st;
     c.in[0] = gc;
     c.in[1] = v;
-    st = cr_tensor_alloc_as(&c.out[0], v->ndim, v->shape, v->dtype, v->storage->device, v);
+    st = cr_tensor_alloc_as(&c.out[0], v->ndim, v->shape, v->dtype, cr_tensor_dev(v), v);
     if (!st) st = cr_dispatch(&c);
     if (!st) st = cr_autograd_record(&c, 0, 0);
     cr_tensor_free(gc);

@@ -103,7 +103,7 @@ cr_status cr_op_where(cr_tensor **out, cr_tensor *cond, cr_tensor *a, cr_tensor 
     c.in[0] = cond;
     c.in[1] = ca;
     c.in[2] = cb;
-    st = cr_tensor_alloc(&c.out[0], ndim, shape, dt, a->storage->device);
+    st = cr_tensor_alloc(&c.out[0], ndim, shape, dt, cr_tensor_dev(a));
     if (!st) st = cr_dispatch(&c);
     if (!st) st = cr_autograd_record(&c, 1, 0);
     cr_tensor_free(ca);
@@ -209,7 +209,7 @@ cr_status cr_op_masked_fill(cr_tensor **out, cr_tensor *t, cr_tensor *mask, doub
     c.in[0] = t;
     c.in[1] = mask;
     c.f[0] = value;
-    if ((st = cr_tensor_alloc(&c.out[0], t->ndim, t->shape, t->dtype, t->storage->device)))
+    if ((st = cr_tensor_alloc(&c.out[0], t->ndim, t->shape, t->dtype, cr_tensor_dev(t))))
         return st;
     if (!(st = cr_dispatch(&c))) st = cr_autograd_record(&c, 2, 0);
     if (st) {

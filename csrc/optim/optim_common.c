@@ -125,7 +125,7 @@ void cr_optim_chunks_free(cr_optim_chunks *c) {
 }
 
 cr_status cr_optim_buffer_like(cr_tensor **out, const cr_tensor *t, bool zero) {
-    cr_status st = cr_tensor_alloc(out, t->ndim, t->shape, t->dtype, CR_DEV_CPU);
+    cr_status st = cr_tensor_alloc(out, t->ndim, t->shape, t->dtype, CR_CPU);
     if (st) return st;
     if (zero) memset(cr_tensor_ptr(*out), 0, (size_t)t->numel * cr_dtype_size(t->dtype));
     return CR_OK;

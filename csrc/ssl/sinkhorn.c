@@ -108,7 +108,7 @@ cr_status cr_ssl_sinkhorn_exp(cr_tensor **q, cr_tensor *scores, const double *co
         return cr_fail(CR_ERR_ARG, "sinkhorn: epsilon must be a finite number > 0 (SwAV: 0.05), "
                        "got %g", eps);
     int64_t B = scores->shape[0], K = scores->shape[1], nb = nblocks(B);
-    if ((st = cr_tensor_alloc(q, 2, scores->shape, CR_DT_F64, CR_DEV_CPU))) return st;
+    if ((st = cr_tensor_alloc(q, 2, scores->shape, CR_DT_F64, CR_CPU))) return st;
     double *Q = (double *)cr_tensor_ptr(*q);
     double *part = calloc((size_t)nb, sizeof(double));
     if (!part) {
@@ -192,7 +192,7 @@ cr_status cr_ssl_sinkhorn_finish(cr_tensor **out, cr_tensor *q, double batch_glo
     if (!cr_dtype_is_float(dtype))
         return cr_fail(CR_ERR_ARG, "sinkhorn_finish: the output dtype must be a float type, got %s",
                        cr_dtype_name(dtype));
-    if ((st = cr_tensor_alloc(out, 2, q->shape, dtype, CR_DEV_CPU))) return st;
+    if ((st = cr_tensor_alloc(out, 2, q->shape, dtype, CR_CPU))) return st;
     const double *Q = (const double *)cr_tensor_ptr(q);
     char *o = cr_tensor_ptr(*out);
     int64_t n = q->numel;

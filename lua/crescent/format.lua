@@ -28,6 +28,7 @@ function M.tensor(t)
   local dtname = ffi.string(C.cr_dtype_name(dt))
   local dev = C.cr_tensor_device(t) == C.CR_DEV_CPU and 'cpu' or ('cuda:' .. C.cr_tensor_device_index(t))
   local summarise = n > THRESHOLD
+  local host = dev == 'cpu' and t or t:cpu() -- a GPU tensor prints from a host copy
 
   -- which flat indices are shown: along each dim keep the first/last EDGE when summarising
   local function shown(d, i) return not summarise or shape[d] <= 2 * EDGE or i < EDGE or i >= shape[d] - EDGE end
@@ -43,9 +44,9 @@ function M.tensor(t)
       if shown(d, i) then visit(d + 1, base + i * strides[d], f) end
     end
   end
-  if n > 0 and C.cr_tensor_device(t) == C.CR_DEV_CPU then
+  if n > 0 then
     visit(1, 0, function(flat)
-      local v = C.cr_tensor_get_flat(t, flat)
+      local v = C.cr_tensor_get_flat(host, flat)
       if v == v and v ~= math.huge and v ~= -math.huge then
         local a = math.abs(v)
         if a > maxabs then maxabs = a end
@@ -61,12 +62,12 @@ function M.tensor(t)
   local width = 1
   if n > 0 then
     visit(1, 0, function(flat)
-      local s = fmt_number(C.cr_tensor_get_flat(t, flat), isfloat, isbool, sci, 0, prec)
+      local s = fmt_number(C.cr_tensor_get_flat(host, flat), isfloat, isbool, sci, 0, prec)
       if #s > width then width = #s end
     end)
   end
   local function num(flat)
-    local s = fmt_number(C.cr_tensor_get_flat(t, flat), isfloat, isbool, sci, width, prec)
+    local s = fmt_number(C.cr_tensor_get_flat(host, flat), isfloat, isbool, sci, width, prec)
     if isfloat and allint and not sci then s = s .. '.' end
     return s
   end
@@ -91,8 +92,7 @@ function M.tensor(t)
     emit(']')
   end
   local body
-  if C.cr_tensor_device(t) ~= C.CR_DEV_CPU then body = '<on ' .. dev .. '>'
-  elseif ndim == 0 then body = num(0)
+  if ndim == 0 then body = num(0)
   else rec(1, 0, 0); body = table.concat(parts) end
   local info = { dtname, '[' .. table.concat(shape, ', ') .. ']', dev }
   local gf = ffi.string(C.cr_tensor_grad_fn_name(t))

@@ -152,6 +152,7 @@ function Tensor.stride(t, d)
   for i = 0, C.cr_tensor_ndim(t) - 1 do s[i + 1] = tonumber(C.cr_tensor_stride(t, i)) end
   return s
 end
+function props.is_cuda(t) return C.cr_tensor_device(t) == C.CR_DEV_CUDA end
 function Tensor.is_contiguous(t) return C.cr_tensor_is_contiguous(t) end
 -- conv2d's f32 output on the oneDNN path is channels-last ([N, C, H, W] stored as NHWC)
 function Tensor.is_channels_last(t) return C.cr_tensor_is_channels_last(t) end
@@ -169,6 +170,7 @@ function Tensor.item(t)
   if C.cr_tensor_numel(t) ~= 1 then
     error(string.format('item: the tensor has %d elements; item() needs exactly one', tonumber(C.cr_tensor_numel(t))), 2)
   end
+  if C.cr_tensor_device(t) ~= C.CR_DEV_CPU then t = t:cpu() end
   local v = C.cr_tensor_get_flat(t, 0)
   local dt = C.cr_tensor_dtype(t)
   if dt == DT_BOOL then return v ~= 0 end
@@ -177,6 +179,7 @@ end
 
 -- Nested Lua tables, row-major; 0-dim tensors give a number.
 function Tensor.totable(t)
+  if C.cr_tensor_device(t) ~= C.CR_DEV_CPU then t = t:cpu() end
   local n = tonumber(C.cr_tensor_numel(t))
   local buf = ffi.new(double_vla_ct, math.max(n, 1))
   check(C.cr_tensor_read_f64(t, buf))

@@ -82,6 +82,21 @@ function M.dtype(name, default)
   return dt
 end
 
+-- 'cpu' | 'cuda' | 'cuda:N' -> device type, index; anything else is an error naming it.
+function M.device(name, level)
+  if name == 'cpu' then return C.CR_DEV_CPU, 0 end
+  if name == 'cuda' then return C.CR_DEV_CUDA, 0 end
+  local index = type(name) == 'string' and tonumber(name:match('^cuda:(%d+)$'))
+  if not index then
+    error("unknown device '" .. tostring(name) .. "'; use 'cpu', 'cuda' or 'cuda:N'", (level or 2) + 1)
+  end
+  return C.CR_DEV_CUDA, index
+end
+
+function M.is_device_name(name)
+  return name == 'cpu' or name == 'cuda' or (type(name) == 'string' and name:match('^cuda:%d+$') ~= nil)
+end
+
 function M.dtype_name(dt)
   return ffi.string(C.cr_dtype_name(dt))
 end

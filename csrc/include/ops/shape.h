@@ -10,7 +10,8 @@
     X(EXPAND, "expand", cr_cpu_view, cr_grad_expand)                                 \
     X(SLICE, "slice", cr_cpu_view, cr_grad_slice)                                    \
     X(CLONE, "clone", cr_cpu_clone, cr_grad_clone)        \
-    X(CAT, "cat", cr_cpu_cat, cr_grad_cat)
+    X(CAT, "cat", cr_cpu_cat, cr_grad_cat)                                           \
+    X(TO_DEVICE, "to_device", cr_copy_to_device, cr_grad_to_device)
 
 /* view: same elements, new shape; one entry may be -1. Fails on a non-contiguous
  * input that cannot be viewed (use reshape). */
@@ -34,6 +35,15 @@ cr_status cr_op_select(cr_tensor **out, cr_tensor *t, int64_t dim, int64_t index
 /* contiguous: a new reference to t when already contiguous, else a clone. */
 cr_status cr_op_contiguous(cr_tensor **out, cr_tensor *t);
 cr_status cr_op_clone(cr_tensor **out, cr_tensor *t);
+/* The same elements on another device (cuda:dev_index or the cpu), row-major; a new
+ * reference to t when it is already there. non_blocking: a copy from pinned host memory
+ * to a GPU returns before it finishes (later GPU work waits for it). Differentiable: the
+ * grad goes back to t's device. */
+cr_status cr_op_to_device(cr_tensor **out, cr_tensor *t, cr_devtype dev, int dev_index,
+                          bool non_blocking);
+/* A copy of a cpu tensor in page-locked memory (the source of asynchronous copies to a
+ * GPU); t itself when it is pinned already. Needs the CUDA backend. */
+cr_status cr_op_pin_memory(cr_tensor **out, cr_tensor *t);
 cr_status cr_op_cat(cr_tensor **out, cr_tensor **ts, int n, int64_t dim);
 cr_status cr_op_stack(cr_tensor **out, cr_tensor **ts, int n, int64_t dim);
 

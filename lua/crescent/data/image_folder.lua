@@ -139,7 +139,7 @@ function M.decode(paths, opts)
     h, w = info.height, info.width
   end
   local box = util.box
-  if C.cr_tensor_empty(box, 4, ffi.new('int64_t[4]', #paths, c, h, w), C.CR_DT_U8, C.CR_DEV_CPU) ~= 0 then
+  if C.cr_tensor_empty(box, 4, ffi.new('int64_t[4]', #paths, c, h, w), C.CR_DT_U8, C.CR_DEV_CPU, 0) ~= 0 then
     util.raise()
   end
   local out = util.own(box[0])
@@ -269,7 +269,7 @@ function M.image_folder(opts)
   end
 
   local box = util.box
-  if C.cr_tensor_empty(box, 4, ffi.new('int64_t[4]', n, nc, h, w), C.CR_DT_U8, C.CR_DEV_CPU) ~= 0 then
+  if C.cr_tensor_empty(box, 4, ffi.new('int64_t[4]', n, nc, h, w), C.CR_DT_U8, C.CR_DEV_CPU, 0) ~= 0 then
     util.raise()
   end
   local images = util.own(box[0])

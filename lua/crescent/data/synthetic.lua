@@ -85,7 +85,7 @@ return function(opts)
   local dims = #shape == 3 and { n, nc, H, W } or { n, H, W }
   local box = util.box
   local sh = ffi.new('int64_t[4]', dims)
-  util.check(C.cr_tensor_empty(box, #dims, sh, C.CR_DT_U8, C.CR_DEV_CPU))
+  util.check(C.cr_tensor_empty(box, #dims, sh, C.CR_DT_U8, C.CR_DEV_CPU, 0))
   local images = util.own(box[0])
   local px = ffi.cast('uint8_t *', images:data_ptr())
   local lab = {}
@@ -130,7 +130,7 @@ return function(opts)
   if n > 0 then
     util.check(C.cr_tensor_from_data(box, ffi.new('int64_t[?]', n, lab), 1, ffi.new('int64_t[1]', n), C.CR_DT_I64))
   else
-    util.check(C.cr_tensor_empty(box, 1, ffi.new('int64_t[1]', 0), C.CR_DT_I64, C.CR_DEV_CPU))
+    util.check(C.cr_tensor_empty(box, 1, ffi.new('int64_t[1]', 0), C.CR_DT_I64, C.CR_DEV_CPU, 0))
   end
   labels = util.own(box[0])
   local classes = {}

@@ -12,7 +12,9 @@ return function(cr, Tensor, W)
   local function opts_dtype(opts, default)
     return util.dtype(opts and opts.dtype, default)
   end
+  -- opts.device: made on the cpu, then moved (opts.device = 'cuda:0')
   local function finish(t, opts)
+    if opts and opts.device and util.device(opts.device, 3) ~= C.CR_DEV_CPU then t = t:to(opts.device) end
     if opts and opts.requires_grad then check(C.cr_tensor_set_requires_grad(t, true)) end
     return t
   end
@@ -46,12 +48,14 @@ return function(cr, Tensor, W)
     local shape = type(first) == 'table' and first or { ... }
     if type(first) ~= 'table' then shape[n + 1] = nil end
     local nd, s = util.shape_arg('empty', shape)
-    local st = C.cr_tensor_empty(box, nd, s, opts_dtype(opts), C.CR_DEV_CPU)
-    if st ~= 0 then util.retry(st, C.cr_tensor_empty, box, nd, s, opts_dtype(opts), C.CR_DEV_CPU) end
-    return finish(own(box[0]), opts)
+    local dev, index = util.device(opts and opts.device or 'cpu')
+    local st = C.cr_tensor_empty(box, nd, s, opts_dtype(opts), dev, index)
+    if st ~= 0 then util.retry(st, C.cr_tensor_empty, box, nd, s, opts_dtype(opts), dev, index) end
+    return finish(own(box[0]), { requires_grad = opts and opts.requires_grad })
   end
   local function like_opts(t, opts)
-    return { dtype = (opts and opts.dtype) or t.dtype, requires_grad = opts and opts.requires_grad }
+    return { dtype = (opts and opts.dtype) or t.dtype, requires_grad = opts and opts.requires_grad,
+             device = (opts and opts.device) or t.device }
   end
   function cr.zeros_like(t, opts) return cr.full(t.shape, 0, like_opts(t, opts)) end
   function cr.ones_like(t, opts) return cr.full(t.shape, 1, like_opts(t, opts)) end

@@ -86,8 +86,25 @@ return function(cr, Tensor, W)
     return W.call(C.cr_op_masked_fill, t, mask, value)
   end
 
-  -- t:to(dtype) converts; t:float(), t:double(), t:long(), ...
-  function Tensor.to(t, dtype) return W.call(C.cr_op_to, t, util.dtype(dtype)) end
+  -- t:to(dtype) converts; t:to('cuda:1') / t:to('cpu') moves (opts.non_blocking: a copy
+  -- from pinned memory to a GPU returns at once); t:float(), t:double(), t:long(), ...
+  function Tensor.to(t, what, opts)
+    if util.is_device_name(what) then
+      local dev, index = util.device(what)
+      return W.call(C.cr_op_to_device, t, dev, index, opts and opts.non_blocking or false)
+    end
+    if type(what) ~= 'number' and not util.dtypes[what] then
+      error(string.format("to: unknown dtype '%s'; use f32, f64, f16, bf16, i64, i32, u8 or bool, or a "
+                          .. "device: 'cpu', 'cuda' or 'cuda:N'", tostring(what)), 2)
+    end
+    return W.call(C.cr_op_to, t, util.dtype(what))
+  end
+  function Tensor.cuda(t, index, opts)
+    return W.call(C.cr_op_to_device, t, C.CR_DEV_CUDA, index or 0, opts and opts.non_blocking or false)
+  end
+  function Tensor.cpu(t) return W.call(C.cr_op_to_device, t, C.CR_DEV_CPU, 0, false) end
+  function Tensor.pin_memory(t) return W.call(C.cr_op_pin_memory, t) end
+  function Tensor.is_pinned(t) return C.cr_tensor_is_pinned(t) end
   function Tensor.float(t) return W.call(C.cr_op_to, t, C.CR_DT_F32) end
   function Tensor.double(t) return W.call(C.cr_op_to, t, C.CR_DT_F64) end
   function Tensor.half(t) return W.call(C.cr_op_to, t, C.CR_DT_F16) end

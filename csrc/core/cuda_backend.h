@@ -1,0 +1,48 @@
+/* cuda_backend.h — what the core asks of the CUDA backend, and how it finds it.
+ *
+ * The backend is a library of its own, build/libcrescent_cuda.so (csrc/cuda/, built when
+ * nvcc is present), opened with dlopen the first time a tensor goes to a GPU. So
+ * libcrescent.so itself needs no CUDA library to load and run on the CPU, and one build
+ * serves machines with and without GPUs. On opening, the backend fills this table (memory,
+ * copies, streams) and its column of the dispatch table cr_kernel_table[op][CR_DEV_CUDA].
+ * Private to the C layers. */
+#ifndef CR_CUDA_BACKEND_H
+#define CR_CUDA_BACKEND_H
+
+#include "internal.h"
+
+enum { CR_CUDA_BACKEND_ABI = 1 };
+
+typedef struct cr_cuda_backend {
+    int abi; /* CR_CUDA_BACKEND_ABI of the backend's build; must equal the core's */
+    int device_count;
+    /* Device memory from the caching allocator of `device`. Blocks belong to the device's
+     * compute stream: a freed block is reused by later work on that stream without a
+     * wait. Out of memory: the cache is emptied and the request retried once, then
+     * CR_ERR_OOM with the size and the allocator's stats. */
+    cr_status (*alloc)(int device, size_t bytes, void **ptr);
+    void (*release)(int device, void *ptr, size_t bytes);
+    /* Page-locked host memory (the only source from which host-to-device copies can run
+     * asynchronously). */
+    cr_status (*host_alloc)(size_t bytes, void **ptr);
+    void (*host_release)(void *ptr);
+    /* Copies bytes; a device of -1 means the host. Device-to-host copies wait for the
+     * data. A host-to-device copy from pinned memory with non_blocking runs on the copy
+     * stream, and the compute stream waits for it before its next kernel. */
+    cr_status (*copy)(void *dst, int dst_device, const void *src, int src_device, size_t bytes,
+                      bool non_blocking);
+    cr_status (*synchronize)(int device); /* -1: every device */
+    cr_status (*memory_stats)(int device, cr_cuda_memstats *out);
+    void (*reset_peak)(int device);
+    void (*empty_cache)(void);
+} cr_cuda_backend;
+
+/* Exported by libcrescent_cuda.so: fills *out (and the CUDA column of the dispatch table),
+ * or fails with the reason (CR_ERR_DEVICE). */
+typedef cr_status (*cr_cuda_backend_open_fn)(cr_cuda_backend *out);
+
+/* The loaded backend, opening it on first use; NULL with the reason in cr_last_error()
+ * (no driver, no device, a version mismatch, or a build without nvcc). */
+const cr_cuda_backend *cr_cuda_backend_get(void);
+
+#endif

@@ -1,0 +1,263 @@
+/* backend.c — the CUDA backend's entry (cr_cuda_backend_open, called by the core's
+ * cuda_loader.c), the per-device context (compute stream, copy stream, cuBLAS handle),
+ * copies between host and devices, pinned host memory and error mapping.
+ *
+ * Ordering: every kernel, library call and allocation of a device runs on its compute
+ * stream, so work is ordered without events. The copy stream carries only asynchronous
+ * host-to-device copies from pinned memory: it first waits for the compute stream (the
+ * destination block may have just been freed by queued work), and the compute stream
+ * then waits for the copy before its next kernel. */
+#include <pthread.h>
+
+#include "cuda_impl.h"
+
+typedef struct {
+    bool ready;
+    cudaStream_t compute, copy;
+    cublasHandle_t blas;
+} device_ctx;
+
+static device_ctx devices[CR_GPU_MAX_DEVICES];
+static int device_count;
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread int current_device = -1;
+
+cr_status cr_gpu_check(cudaError_t err, const char *what) {
+    if (err == cudaSuccess) return CR_OK;
+    cudaGetLastError(); /* clear the sticky-free error state */
+    if (err == cudaErrorMemoryAllocation)
+        return cr_fail(CR_ERR_OOM, "%s: out of GPU memory (%s)", what, cudaGetErrorString(err));
+    return cr_fail(CR_ERR_DEVICE, "%s: CUDA error %d (%s)", what, (int)err, cudaGetErrorString(err));
+}
+
+cr_status cr_gpu_check_cublas(cublasStatus_t st, const char *what) {
+    if (st == CUBLAS_STATUS_SUCCESS) return CR_OK;
+    if (st == CUBLAS_STATUS_ALLOC_FAILED)
+        return cr_fail(CR_ERR_OOM, "%s: cuBLAS could not allocate GPU memory", what);
+    return cr_fail(CR_ERR_DEVICE, "%s: cuBLAS error %d (%s)", what, (int)st, cublasGetStatusString(st));
+}
+
+int cr_gpu_device_count(void) { return device_count; }
+
+static cr_status init_device(int device) {
+    device_ctx *d = &devices[device];
+    cr_status st = CR_OK;
+    pthread_mutex_lock(&ctx_lock);
+    if (!d->ready) {
+        st = cr_gpu_check(cudaStreamCreateWithFlags(&d->compute, cudaStreamNonBlocking),
+                          "creating the compute stream");
+        if (!st)
+            st = cr_gpu_check(cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking),
+                              "creating the copy stream");
+        if (!st) d->ready = true;
+    }
+    pthread_mutex_unlock(&ctx_lock);
+    return st;
+}
+
+cr_status cr_gpu_enter(int device) {
+    if (device < 0 || device >= device_count)
+        return cr_fail(CR_ERR_DEVICE, "cuda:%d does not exist: this machine has %d CUDA device%s",
+                       device, device_count, device_count == 1 ? "" : "s");
+    if (device != current_device) {
+        cr_status st = cr_gpu_check(cudaSetDevice(device), "selecting the GPU");
+        if (st) return st;
+        current_device = device;
+    }
+    return devices[device].ready ? CR_OK : init_device(device);
+}
+
+cudaStream_t cr_gpu_stream(int device) { return devices[device].compute; }
+
+cr_status cr_gpu_cublas(int device, cublasHandle_t *out) {
+    device_ctx *d = &devices[device];
+    cr_status st = CR_OK;
+    pthread_mutex_lock(&ctx_lock);
+    if (!d->blas) {
+        st = cr_gpu_check_cublas(cublasCreate(&d->blas), "creating the cuBLAS handle");
+        if (!st) st = cr_gpu_check_cublas(cublasSetStream(d->blas, d->compute), "cublasSetStream");
+    }
+    pthread_mutex_unlock(&ctx_lock);
+    *out = d->blas;
+    return st;
+}
+
+cr_status cr_gpu_call_device(const cr_call *c, int *device) {
+    const cr_tensor *lead = c->nout && c->out[0] ? c->out[0] : c->in[0];
+    *device = lead->storage->device_index;
+    return cr_gpu_enter(*device);
+}
+
+/* ---- copies ---- */
+static cr_status copy_async_h2d(void *dst, int dd, const void *src, size_t bytes) {
+    device_ctx *d = &devices[dd];
+    cudaEvent_t before = NULL, after = NULL;
+    cr_status st = cr_gpu_check(cudaEventCreateWithFlags(&before, cudaEventDisableTiming), "event");
+    if (!st) st = cr_gpu_check(cudaEventCreateWithFlags(&after, cudaEventDisableTiming), "event");
+    if (!st) st = cr_gpu_check(cudaEventRecord(before, d->compute), "cudaEventRecord");
+    if (!st) st = cr_gpu_check(cudaStreamWaitEvent(d->copy, before, 0), "cudaStreamWaitEvent");
+    if (!st)
+        st = cr_gpu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->copy),
+                          "copying to the GPU");
+    if (!st) st = cr_gpu_check(cudaEventRecord(after, d->copy), "cudaEventRecord");
+    if (!st) st = cr_gpu_check(cudaStreamWaitEvent(d->compute, after, 0), "cudaStreamWaitEvent");
+    if (before) cudaEventDestroy(before); /* released by the driver once they complete */
+    if (after) cudaEventDestroy(after);
+    return st;
+}
+
+static cr_status copy(void *dst, int dd, const void *src, int sd, size_t bytes, bool non_blocking) {
+    cr_status st;
+    if (sd < 0 && dd < 0) {
+        memcpy(dst, src, bytes);
+        return CR_OK;
+    }
+    if (sd < 0) { /* host -> device */
+        if ((st = cr_gpu_enter(dd))) return st;
+        if (non_blocking) return copy_async_h2d(dst, dd, src, bytes);
+        cudaStream_t s = devices[dd].compute;
+        st = cr_gpu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s),
+                          "copying to the GPU");
+        /* the pageable source may be freed as soon as we return */
+        return st ? st : cr_gpu_check(cudaStreamSynchronize(s), "copying to the GPU");
+    }
+    if (dd < 0) { /* device -> host: the caller reads the bytes next */
+        if ((st = cr_gpu_enter(sd))) return st;
+        cudaStream_t s = devices[sd].compute;
+        st = cr_gpu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s),
+                          "copying from the GPU");
+        return st ? st : cr_gpu_check(cudaStreamSynchronize(s), "copying from the GPU");
+    }
+    if (sd == dd) {
+        if ((st = cr_gpu_enter(dd))) return st;
+        return cr_gpu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                            devices[dd].compute), "copying on the GPU");
+    }
+    /* between GPUs: the source's queued work first, then the copy on the target's stream */
+    if ((st = cr_gpu_enter(sd)) ||
+        (st = cr_gpu_check(cudaStreamSynchronize(devices[sd].compute), "copying between GPUs")) ||
+        (st = cr_gpu_enter(dd)))
+        return st;
+    return cr_gpu_check(cudaMemcpyPeerAsync(dst, dd, src, sd, bytes, devices[dd].compute),
+                        "copying between GPUs");
+}
+
+static cr_status synchronize(int device) {
+    for (int d = device < 0 ? 0 : device; d < (device < 0 ? device_count : device + 1); d++) {
+        if (!devices[d].ready) continue;
+        cr_status st = cr_gpu_enter(d);
+        if (!st) st = cr_gpu_check(cudaStreamSynchronize(devices[d].compute), "synchronize");
+        if (!st) st = cr_gpu_check(cudaStreamSynchronize(devices[d].copy), "synchronize");
+        if (st) return st;
+    }
+    return CR_OK;
+}
+
+/* ---- pinned host memory ----
+ * A pinned block may still be the source of a copy in flight when its storage dies, so
+ * it is freed only once an event recorded on every copy stream at release has passed. */
+typedef struct deferred {
+    void *ptr;
+    cudaEvent_t done[CR_GPU_MAX_DEVICES];
+    int n;
+    struct deferred *next;
+} deferred;
+static deferred *pending;
+static pthread_mutex_t pinned_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void reap_pinned(bool wait) {
+    deferred **pp = &pending;
+    while (*pp) {
+        deferred *p = *pp;
+        bool done = true;
+        for (int k = 0; k < p->n && done; k++) {
+            if (wait) cudaEventSynchronize(p->done[k]);
+            else if (cudaEventQuery(p->done[k]) == cudaErrorNotReady) done = false;
+        }
+        cudaGetLastError();
+        if (!done) {
+            pp = &p->next;
+            continue;
+        }
+        for (int k = 0; k < p->n; k++) cudaEventDestroy(p->done[k]);
+        cudaFreeHost(p->ptr);
+        *pp = p->next;
+        free(p);
+    }
+}
+
+static cr_status host_alloc(size_t bytes, void **ptr) {
+    pthread_mutex_lock(&pinned_lock);
+    reap_pinned(false);
+    cudaError_t err = cudaHostAlloc(ptr, bytes, cudaHostAllocPortable);
+    if (err == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        reap_pinned(true);
+        err = cudaHostAlloc(ptr, bytes, cudaHostAllocPortable);
+    }
+    pthread_mutex_unlock(&pinned_lock);
+    if (err == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        return cr_fail(CR_ERR_OOM, "pin_memory: could not page-lock %zu bytes of host memory; "
+                       "pin smaller batches or raise the memlock limit (ulimit -l)", bytes);
+    }
+    return cr_gpu_check(err, "pin_memory");
+}
+
+static void host_release(void *ptr) {
+    deferred *p = calloc(1, sizeof *p);
+    CR_ASSERT(p);
+    p->ptr = ptr;
+    int saved = current_device;
+    for (int d = 0; d < device_count; d++) {
+        if (!devices[d].ready || cr_gpu_enter(d)) continue;
+        if (cudaEventCreateWithFlags(&p->done[p->n], cudaEventDisableTiming) != cudaSuccess) break;
+        cudaEventRecord(p->done[p->n], devices[d].copy);
+        p->n++;
+    }
+    if (saved >= 0) cr_gpu_enter(saved);
+    cudaGetLastError();
+    pthread_mutex_lock(&pinned_lock);
+    p->next = pending;
+    pending = p;
+    reap_pinned(false);
+    pthread_mutex_unlock(&pinned_lock);
+}
+
+static void empty_cache(void) {
+    synchronize(-1);
+    pthread_mutex_lock(&pinned_lock);
+    reap_pinned(true);
+    pthread_mutex_unlock(&pinned_lock);
+    cr_gpu_empty_cache();
+}
+
+cr_status cr_cuda_backend_open(cr_cuda_backend *out);
+cr_status cr_cuda_backend_open(cr_cuda_backend *out) {
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        return cr_fail(CR_ERR_DEVICE, "the CUDA runtime sees no usable GPU: %s",
+                       cudaGetErrorString(err));
+    }
+    if (n < 1) return cr_fail(CR_ERR_DEVICE, "the CUDA runtime sees no GPU");
+    device_count = n < CR_GPU_MAX_DEVICES ? n : CR_GPU_MAX_DEVICES;
+    *out = (cr_cuda_backend){
+        .abi = CR_CUDA_BACKEND_ABI,
+        .device_count = device_count,
+        .alloc = cr_gpu_alloc,
+        .release = cr_gpu_release,
+        .host_alloc = host_alloc,
+        .host_release = host_release,
+        .copy = copy,
+        .synchronize = synchronize,
+        .memory_stats = cr_gpu_memory_stats,
+        .reset_peak = cr_gpu_reset_peak,
+        .empty_cache = empty_cache,
+    };
+    cr_gpu_register_elementwise();
+    cr_gpu_register_reduce();
+    cr_gpu_register_blas();
+    return CR_OK;
+}

@@ -1,0 +1,43 @@
+/* cuda_impl.h — what the files of the CUDA backend share (private to csrc/cuda/): the
+ * device context (current device, streams, library handles), error mapping, and the
+ * caching allocator. Everything here runs on the host; kernels live in kernels/. */
+#ifndef CR_CUDA_IMPL_H
+#define CR_CUDA_IMPL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "cuda_backend.h"
+#include "kernels/kernels.h"
+
+enum { CR_GPU_MAX_DEVICES = 64 };
+
+/* Makes `device` current on this thread (cudaSetDevice only when it changes). */
+cr_status cr_gpu_enter(int device);
+/* The device's compute stream: every kernel, library call and allocation runs on it. */
+cudaStream_t cr_gpu_stream(int device);
+/* The cuBLAS handle of the device, bound to its compute stream (made on first use). */
+cr_status cr_gpu_cublas(int device, cublasHandle_t *out);
+int cr_gpu_device_count(void);
+
+/* A CUDA error as a crescent status with a message naming what failed; CR_OK for
+ * cudaSuccess. Out-of-memory errors become CR_ERR_OOM. */
+cr_status cr_gpu_check(cudaError_t err, const char *what);
+cr_status cr_gpu_check_cublas(cublasStatus_t st, const char *what);
+
+/* ---- the caching allocator (allocator.c) ---- */
+cr_status cr_gpu_alloc(int device, size_t bytes, void **ptr);
+void cr_gpu_release(int device, void *ptr, size_t bytes);
+cr_status cr_gpu_memory_stats(int device, cr_cuda_memstats *out);
+void cr_gpu_reset_peak(int device);
+void cr_gpu_empty_cache(void);
+
+/* ---- kernel glue ---- */
+/* The device of a call's lead tensor (first output, else first input); enters it. */
+cr_status cr_gpu_call_device(const cr_call *c, int *device);
+/* Registers the backend's kernels in cr_kernel_table[op][CR_DEV_CUDA]. */
+void cr_gpu_register_elementwise(void);
+void cr_gpu_register_reduce(void);
+void cr_gpu_register_blas(void);
+
+#endif

@@ -1,0 +1,243 @@
+// elementwise.cu — every elementwise op of crescent on the GPU: one grid-stride kernel per
+// compute type, operands read and written in their own dtypes (converted on load/store, so
+// casts, mixed dtypes and bool outputs need no extra pass), broadcast and strided through
+// the merged dims of ops/iter.c. Dense f32 operands take a vectorised path (float4). The
+// results follow the CPU reference loops (csrc/ops/elementwise.c, unary_math.c, compare.c):
+// NaN propagation in maximum/minimum/relu/clamp, integer wrap-around in the operand type,
+// zero for non-finite floats stored into integers.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "kernels.h"
+
+namespace {
+
+// cr_dtype values (crescent.h); checked against the header in csrc/cuda/elementwise.c.
+enum { F32 = 0, F64, F16, BF16, I64, I32, U8, BOOL };
+
+struct Params {
+    double p[4];
+};
+
+template <typename T> __device__ __forceinline__ T load(const char *p, int dt) {
+    switch (dt) {
+    case F32: return (T) * (const float *)p;
+    case F64: return (T) * (const double *)p;
+    case F16: return (T)__half2float(*(const __half *)p);
+    case BF16: return (T)__bfloat162float(*(const __nv_bfloat16 *)p);
+    case I64: return (T) * (const int64_t *)p;
+    case I32: return (T) * (const int32_t *)p;
+    case U8: return (T) * (const uint8_t *)p;
+    default: return (T)(*(const uint8_t *)p != 0);
+    }
+}
+
+template <typename T> __device__ __forceinline__ bool finite(T v) {
+    if constexpr (sizeof(T) == 8 && (T)0.5 != 0) return isfinite((double)v);
+    else if constexpr ((T)0.5 != 0) return isfinite((float)v);
+    else return true;
+}
+
+template <typename T> __device__ __forceinline__ void store(char *p, int dt, T v) {
+    switch (dt) {
+    case F32: *(float *)p = (float)v; break;
+    case F64: *(double *)p = (double)v; break;
+    case F16: *(__half *)p = __float2half_rn((float)v); break;
+    case BF16: *(__nv_bfloat16 *)p = __float2bfloat16_rn((float)v); break;
+    case I64: *(int64_t *)p = finite(v) ? (int64_t)v : 0; break;
+    case I32: *(int32_t *)p = finite(v) ? (int32_t)(int64_t)v : 0; break;
+    case U8: *(uint8_t *)p = finite(v) ? (uint8_t)(int64_t)v : 0; break;
+    default: *(uint8_t *)p = v != (T)0; break;
+    }
+}
+
+__device__ __forceinline__ int64_t ipow(int64_t a, int64_t b) {
+    if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+    int64_t r = 1;
+    while (b) {
+        if (b & 1) r *= a;
+        a *= a;
+        b >>= 1;
+    }
+    return r;
+}
+
+template <typename T> __device__ __forceinline__ T fpow(T a, T b) {
+    if constexpr (sizeof(T) == 8) return pow(a, b);
+    else return powf(a, b);
+}
+
+// The exact gelu and its derivative, as the CPU reference (erfc form).
+template <typename T> __device__ __forceinline__ T phi_cdf(T x) {
+    if constexpr (sizeof(T) == 8) return 0.5 * erfc(-x * 0.70710678118654752440);
+    else return 0.5f * erfcf(-x * 0.70710678118654752f);
+}
+
+template <typename T>
+__device__ __forceinline__ T apply(int op, T o, T a, T b, T c, const Params &q) {
+    constexpr bool is_float = (T)0.5 != (T)0;
+    switch (op) {
+    case CRK_COPY: return a;
+    case CRK_FILL: return (T)q.p[0];
+    case CRK_AXPY: return o + (T)q.p[0] * a;
+    case CRK_SCALE: return o * a;
+    case CRK_ADD: return a + b;
+    case CRK_SUB: return a - b;
+    case CRK_MUL: return a * b;
+    case CRK_DIV: return b != (T)0 || is_float ? a / b : (T)0;
+    case CRK_POW:
+        if constexpr (is_float) return fpow(a, b);
+        else return (T)ipow((int64_t)a, (int64_t)b);
+    case CRK_MAXIMUM: return (a > b || a != a) ? a : b;
+    case CRK_MINIMUM: return (a < b || a != a) ? a : b;
+    case CRK_EQ: return (T)(a == b);
+    case CRK_NE: return (T)(a != b);
+    case CRK_LT: return (T)(a < b);
+    case CRK_LE: return (T)(a <= b);
+    case CRK_GT: return (T)(a > b);
+    case CRK_GE: return (T)(a >= b);
+    case CRK_LOGICAL_AND: return (T)(a != (T)0 && b != (T)0);
+    case CRK_LOGICAL_OR: return (T)(a != (T)0 || b != (T)0);
+    case CRK_LOGICAL_NOT: return (T)(a == (T)0);
+    case CRK_NEG: return -a;
+    case CRK_ABS: return a < (T)0 ? -a : a;
+    case CRK_SIGN: return (T)((a > (T)0) - (a < (T)0));
+    case CRK_RELU: return a < (T)0 ? (T)0 : a;
+    case CRK_CLAMP: {
+        T lo = (T)q.p[0], hi = (T)q.p[1];
+        T r = (q.p[2] != 0 && a < lo) ? lo : a;
+        return (q.p[3] != 0 && r > hi) ? hi : r;
+    }
+    case CRK_WHERE: return a != (T)0 ? b : c;
+    case CRK_MASKED_FILL: return b != (T)0 ? (T)q.p[0] : a;
+    case CRK_ADD_RELU: return a + b < (T)0 ? (T)0 : a + b;
+    case CRK_RELU_BACKWARD: return b > (T)0 ? a : (T)0; // a = grad, b = saved output
+    default: break;
+    }
+    if constexpr (is_float) {
+        switch (op) {
+        case CRK_EXP: return exp(a);
+        case CRK_LOG: return log(a);
+        case CRK_SQRT: return sqrt(a);
+        case CRK_RSQRT: return (T)1 / sqrt(a);
+        case CRK_SIGMOID: return (T)1 / ((T)1 + exp(-a));
+        case CRK_TANH: return tanh(a);
+        case CRK_GELU: return a * phi_cdf(a);
+        case CRK_POW_SCALAR: return fpow(a, (T)q.p[0]);
+        case CRK_SIGMOID_BACKWARD: return a * ((T)1 - b) * b;
+        case CRK_TANH_BACKWARD: return a * ((T)1 - b * b);
+        case CRK_GELU_BACKWARD: // a = grad, b = x
+            return a * (phi_cdf(b) + b * (T)0.39894228040143267794 * exp((T)-0.5 * b * b));
+        default: break;
+        }
+    }
+    return (T)0;
+}
+
+// The offsets of flat index i in each operand (bytes), through the merged dims.
+template <int NARGS>
+__device__ __forceinline__ void offsets(const crk_iter &it, int64_t i, int64_t *off) {
+#pragma unroll
+    for (int k = 0; k < NARGS; k++) off[k] = 0;
+    for (int d = it.ndim - 1; d >= 0; d--) {
+        int64_t n = it.shape[d], c = i % n;
+        i /= n;
+#pragma unroll
+        for (int k = 0; k < NARGS; k++) off[k] += c * it.stride[k][d];
+    }
+}
+
+template <typename T, int NARGS>
+__global__ void elementwise_kernel(const crk_iter it, int op, const Params q, bool reads_out) {
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < it.numel; i += step) {
+        int64_t off[NARGS];
+        offsets<NARGS>(it, i, off);
+        T v[4] = {(T)0, (T)0, (T)0, (T)0};
+#pragma unroll
+        for (int k = 1; k < NARGS; k++)
+            v[k] = (it.host_scalar >> k) & 1 ? (T)it.scalar[k] : load<T>(it.base[k] + off[k], it.dtype[k]);
+        if (reads_out) v[0] = load<T>(it.base[0] + off[0], it.dtype[0]);
+        store<T>(it.base[0] + off[0], it.dtype[0], apply<T>(op, v[0], v[1], v[2], v[3], q));
+    }
+}
+
+// Dense f32 operands (no broadcast, no host scalar): four elements per thread.
+template <int NARGS>
+__global__ void dense_f32_kernel(float *out, const float *x, const float *y, int64_t n, int op,
+                                 const Params q, bool reads_out) {
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    const int64_t n4 = n / 4;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += step) {
+        float4 a = reinterpret_cast<const float4 *>(x)[i];
+        float4 b = NARGS > 2 ? reinterpret_cast<const float4 *>(y)[i] : a;
+        float4 o = reads_out ? reinterpret_cast<const float4 *>(out)[i] : a;
+        float4 r;
+        r.x = apply<float>(op, o.x, a.x, b.x, 0.f, q);
+        r.y = apply<float>(op, o.y, a.y, b.y, 0.f, q);
+        r.z = apply<float>(op, o.z, a.z, b.z, 0.f, q);
+        r.w = apply<float>(op, o.w, a.w, b.w, 0.f, q);
+        reinterpret_cast<float4 *>(out)[i] = r;
+    }
+    for (int64_t i = n4 * 4 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        float a = x[i], b = NARGS > 2 ? y[i] : a, o = reads_out ? out[i] : a;
+        out[i] = apply<float>(op, o, a, b, 0.f, q);
+    }
+}
+
+constexpr int THREADS = 256;
+
+unsigned grid_for(int64_t work) {
+    int64_t blocks = (work + THREADS - 1) / THREADS;
+    if (blocks > 65535 * 8) blocks = 65535 * 8; // grid-stride loops cover the rest
+    return (unsigned)(blocks < 1 ? 1 : blocks);
+}
+
+bool dense_f32(const crk_iter *it) {
+    if (it->ndim != 1 || it->nargs > 3 || it->host_scalar) return false;
+    for (int k = 0; k < it->nargs; k++) {
+        if (it->dtype[k] != F32 || it->stride[k][0] != 4) return false;
+        if (((uintptr_t)it->base[k]) % 16) return false;
+    }
+    return true;
+}
+
+template <typename T>
+cudaError_t launch(const crk_iter *it, int op, const Params &q, bool reads_out, cudaStream_t s) {
+    unsigned grid = grid_for(it->numel);
+    switch (it->nargs) {
+    case 1: elementwise_kernel<T, 1><<<grid, THREADS, 0, s>>>(*it, op, q, reads_out); break;
+    case 2: elementwise_kernel<T, 2><<<grid, THREADS, 0, s>>>(*it, op, q, reads_out); break;
+    case 3: elementwise_kernel<T, 3><<<grid, THREADS, 0, s>>>(*it, op, q, reads_out); break;
+    default: elementwise_kernel<T, 4><<<grid, THREADS, 0, s>>>(*it, op, q, reads_out); break;
+    }
+    return cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" int crk_elementwise(crk_op op, crk_compute compute, const crk_iter *it,
+                               const double *params, cudaStream_t stream) {
+    if (it->numel == 0) return 0;
+    Params q = {{0, 0, 0, 0}};
+    for (int k = 0; k < 4 && params; k++) q.p[k] = params[k];
+    bool reads_out = op == CRK_AXPY || op == CRK_SCALE;
+    if (compute == CRK_F32 && dense_f32(it) && it->nargs >= 2) {
+        const float *x = (const float *)it->base[1];
+        const float *y = it->nargs > 2 ? (const float *)it->base[2] : x;
+        unsigned grid = grid_for((it->numel + 3) / 4);
+        if (it->nargs == 2)
+            dense_f32_kernel<2><<<grid, THREADS, 0, stream>>>((float *)it->base[0], x, y, it->numel,
+                                                              op, q, reads_out);
+        else
+            dense_f32_kernel<3><<<grid, THREADS, 0, stream>>>((float *)it->base[0], x, y, it->numel,
+                                                              op, q, reads_out);
+        return cudaGetLastError();
+    }
+    switch (compute) {
+    case CRK_F64: return launch<double>(it, op, q, reads_out, stream);
+    case CRK_I64: return launch<int64_t>(it, op, q, reads_out, stream);
+    default: return launch<float>(it, op, q, reads_out, stream);
+    }
+}

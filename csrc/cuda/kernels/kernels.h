@@ -1,0 +1,69 @@
+/* kernels.h — the launchers of crescent's own CUDA kernels, in plain C types so that the
+ * C glue (the .c files of csrc/cuda) and the .cu files share them. Each returns a
+ * cudaError_t (0 = success) and runs on the given stream; none synchronises. */
+#ifndef CR_CUDA_KERNELS_H
+#define CR_CUDA_KERNELS_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { CRK_MAX_DIMS = 8, CRK_MAX_ARGS = 4 };
+
+/* Operands broadcast to the output's shape (operand 0), dims merged as in ops/iter.h;
+ * strides in bytes. An operand whose bit is set in host_scalar is a number held in
+ * scalar[k] (a 0-dim cpu tensor next to GPU tensors). dtype: a cr_dtype value. */
+typedef struct crk_iter {
+    int ndim, nargs;
+    int64_t numel;
+    int64_t shape[CRK_MAX_DIMS];
+    int64_t stride[CRK_MAX_ARGS][CRK_MAX_DIMS];
+    char *base[CRK_MAX_ARGS];
+    int dtype[CRK_MAX_ARGS];
+    unsigned host_scalar;
+    double scalar[CRK_MAX_ARGS];
+} crk_iter;
+
+/* The arithmetic type a kernel computes in: f32 for f32/f16/bf16, f64 when an operand is
+ * f64, i64 for integer and bool work. */
+typedef enum { CRK_F32 = 0, CRK_F64, CRK_I64 } crk_compute;
+
+/* Elementwise ops. Operand 1.. are the inputs; AXPY and SCALE read operand 0 too
+ * (in place: out += p0 * in1, out *= in1). WHERE: in1 ? in2 : in3. MASKED_FILL:
+ * in2 ? p0 : in1. CLAMP: p0/p1 bounds, p2/p3 whether each applies. FILL: p0. */
+typedef enum {
+    CRK_COPY = 0, CRK_FILL, CRK_AXPY, CRK_SCALE,
+    CRK_ADD, CRK_SUB, CRK_MUL, CRK_DIV, CRK_POW, CRK_MAXIMUM, CRK_MINIMUM,
+    CRK_EQ, CRK_NE, CRK_LT, CRK_LE, CRK_GT, CRK_GE, CRK_LOGICAL_AND, CRK_LOGICAL_OR,
+    CRK_LOGICAL_NOT, CRK_NEG, CRK_ABS, CRK_SIGN, CRK_EXP, CRK_LOG, CRK_SQRT, CRK_RSQRT,
+    CRK_SIGMOID, CRK_TANH, CRK_RELU, CRK_GELU, CRK_POW_SCALAR, CRK_CLAMP,
+    CRK_WHERE, CRK_MASKED_FILL,
+    CRK_RELU_BACKWARD, CRK_ADD_RELU, CRK_SIGMOID_BACKWARD, CRK_TANH_BACKWARD, CRK_GELU_BACKWARD,
+    CRK_OP_COUNT
+} crk_op;
+
+int crk_elementwise(crk_op op, crk_compute compute, const crk_iter *it, const double *params,
+                    cudaStream_t stream);
+
+/* Sum over the reduced dims of a reduction plan (see ops/reduce_impl.h): out[k] =
+ * scale * sum of the R elements of output k, accumulated in f64. Strides in elements. */
+typedef struct crk_reduce {
+    int nk, nr;
+    int64_t kshape[CRK_MAX_DIMS], kstride[CRK_MAX_DIMS];
+    int64_t rshape[CRK_MAX_DIMS], rstride[CRK_MAX_DIMS];
+    int64_t K, R;
+    const char *in;
+    int in_dtype;
+    char *out; /* K contiguous elements */
+    int out_dtype;
+} crk_reduce;
+
+int crk_sum(const crk_reduce *r, double scale, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

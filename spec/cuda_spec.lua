@@ -1,0 +1,228 @@
+-- cuda_spec — tensors on CUDA GPUs against the CPU reference. Without a usable GPU the
+-- GPU block is one pending line; the errors a user meets then are checked everywhere.
+local cr = H.cr
+
+describe('cuda without a usable GPU', function()
+  if H.gpu_available() then
+    it('is not the case here', function() pending('a GPU is usable: see the GPU block') end)
+    return
+  end
+  local why = cr.cuda.why_not()
+
+  it('refuses to move a tensor, naming the reason', function()
+    local x = cr.randn(3)
+    H.assert_error(function() return x:cuda() end, 'no usable CUDA GPU', why)
+    H.assert_error(function() return x:to('cuda:1') end, 'no usable CUDA GPU')
+    H.assert_error(function() return cr.zeros(2, { device = 'cuda' }) end, 'no usable CUDA GPU')
+    H.assert_error(function() return cr.empty(2, { device = 'cuda' }) end, 'no usable CUDA GPU')
+    H.assert_error(function() return x:pin_memory() end, 'no usable CUDA GPU')
+    H.assert_error(function() return cr.cuda.memory_stats(0) end, 'no usable CUDA GPU')
+  end)
+
+  it('names a bad device string and lists the good ones', function()
+    H.assert_error(function() return cr.randn(2):to('gpu') end, "unknown dtype 'gpu'", "'cuda:N'")
+    H.assert_error(function() return cr.zeros(2, { device = 'cuda:x' }) end, "unknown device 'cuda:x'")
+  end)
+
+  it('keeps cpu tensors where they are, as themselves', function()
+    local x = cr.randn(3)
+    assert.are.equal('cpu', x:cpu().device)
+    assert.is_true(x:to('cpu'):same_storage(x))
+    assert.is_false(x.is_cuda)
+  end)
+
+  it('has no CUDA kernels until the backend opens, so train.device=auto stays on the cpu', function()
+    assert.are.equal(cr.C.cr_op_count(), #cr.cuda.missing_kernels())
+    assert.are.equal('cpu', (cr.cuda.resolve('auto')))
+  end)
+end)
+
+describe('cuda tensors', function()
+  local missing = H.gpu_missing()
+  if missing then
+    it('runs on a CUDA GPU', function() pending(missing) end)
+    return
+  end
+  local function close(gpu, cpu, atol, rtol, msg)
+    assert.is_true(gpu.is_cuda, msg)
+    H.assert_close(gpu:cpu():double(), cpu:double(), atol, rtol, msg)
+  end
+  local tol = { f32 = { 1e-5, 1e-5 }, f64 = { 1e-12, 1e-12 }, f16 = { 2e-3, 2e-3 }, bf16 = { 1e-2, 1e-2 } }
+
+  it('moves every dtype there and back unchanged, strided views as row-major copies', function()
+    for _, dt in ipairs({ 'f32', 'f64', 'f16', 'bf16', 'i64', 'i32', 'u8', 'bool' }) do
+      local x = (H.park_miller({ 3, 5 }, 7) * 10):to(dt)
+      local g = x:cuda()
+      assert.are.equal('cuda:0', g.device)
+      assert.are.equal(dt, g.dtype)
+      assert.are.same(x:totable(), g:cpu():totable(), dt)
+      assert.are.same(x:t():totable(), x:t():cuda():totable(), dt)
+    end
+    local p = H.park_miller({ 1000 }, 3):pin_memory()
+    assert.is_true(p:is_pinned())
+    local g = p:cuda(0, { non_blocking = true })
+    assert.are.same(p:totable(), (g * 1):cpu():totable())
+  end)
+
+  it('computes every binary op as the cpu does, with broadcasting, NaN and mixed dtypes', function()
+    local a0 = H.park_miller({ 4, 1, 5 }, 1) * 3
+    local b0 = H.park_miller({ 3, 5 }, 2) * 3
+    a0 = cr.where(a0:gt(2.5), cr.tensor(0 / 0), a0) -- a few NaNs
+    local ops = { 'add', 'sub', 'mul', 'div', 'pow', 'maximum', 'minimum', 'eq', 'ne', 'lt', 'le', 'gt',
+                  'ge', 'logical_and', 'logical_or', 'add_relu' }
+    for _, dt in ipairs({ 'f32', 'f64', 'f16', 'bf16', 'i64', 'i32', 'u8' }) do
+      local a, b = a0:to(dt), b0:to(dt)
+      for _, op in ipairs(ops) do
+        local float_only = op == 'add_relu' or op == 'pow'
+        if not (float_only and not a:is_floating_point()) then
+          local want = cr.Tensor[op](a, b)
+          local t = tol[want.dtype] or { 0, 0 }
+          close(cr.Tensor[op](a:cuda(), b:cuda()), want, t[1], t[2], op .. ' ' .. dt)
+          close(cr.Tensor[op](a:cuda(), 2), cr.Tensor[op](a, 2), t[1], t[2], op .. ' ' .. dt .. ' with a number')
+        end
+      end
+    end
+    close((a0:cuda() + b0:to('f64'):cuda()), a0 + b0:to('f64'), 1e-12, 1e-12, 'f32 + f64')
+  end)
+
+  it('computes every unary op as the cpu does', function()
+    local x0 = H.park_miller({ 6, 7 }, 4) * 2
+    local unary = { 'neg', 'abs', 'sign', 'exp', 'log', 'sqrt', 'rsqrt', 'sigmoid', 'tanh', 'relu', 'gelu',
+                    'logical_not' }
+    for _, dt in ipairs({ 'f32', 'f64', 'f16', 'bf16' }) do
+      local x, t = x0:to(dt), tol[dt]
+      for _, op in ipairs(unary) do
+        close(cr.Tensor[op](x:cuda()), cr.Tensor[op](x), t[1], t[2], op .. ' ' .. dt)
+      end
+      close(x:cuda():pow(2.5), x:pow(2.5), t[1], t[2], 'pow_scalar ' .. dt)
+      close(x:cuda():clamp(-0.5, 0.7), x:clamp(-0.5, 0.7), t[1], t[2], 'clamp ' .. dt)
+      close(x:cuda():clamp_min(0.1), x:clamp_min(0.1), t[1], t[2], 'clamp_min ' .. dt)
+    end
+    for _, dt in ipairs({ 'i64', 'i32', 'u8' }) do
+      local x = (x0 * 10):to(dt)
+      for _, op in ipairs({ 'neg', 'abs', 'sign', 'relu', 'logical_not' }) do
+        if not (dt == 'u8' and op == 'neg') then close(cr.Tensor[op](x:cuda()), cr.Tensor[op](x), 0, 0, op .. ' ' .. dt) end
+      end
+      close(x:cuda():clamp(-3, 4), x:clamp(-3, 4), 0, 0, 'clamp ' .. dt)
+    end
+  end)
+
+  it('converts between every pair of dtypes as the cpu does', function()
+    local x0 = H.park_miller({ 50 }, 5) * 300
+    local dts = { 'f32', 'f64', 'f16', 'bf16', 'i64', 'i32', 'u8', 'bool' }
+    for _, from in ipairs(dts) do
+      local x = x0:to(from)
+      for _, to in ipairs(dts) do close(x:cuda():to(to), x:to(to), 0, 0, from .. ' -> ' .. to) end
+    end
+  end)
+
+  it('selects, fills, copies in place and joins as the cpu does', function()
+    local a, b = H.park_miller({ 3, 4 }, 6), H.park_miller({ 4 }, 7)
+    local m = a:gt(0)
+    close(cr.where(m:cuda(), a:cuda(), b:cuda()), cr.where(m, a, b), 0, 0, 'where')
+    close(a:cuda():masked_fill(m:cuda(), -7), a:masked_fill(m, -7), 0, 0, 'masked_fill')
+    local g = cr.zeros({ 3, 4 }, { device = 'cuda' })
+    g:copy_(b:cuda())
+    close(g, b:expand(3, 4), 0, 0, 'copy_ broadcast')
+    g:add_(a:cuda(), 0.5)
+    close(g, b:expand(3, 4) + a * 0.5, 1e-6, 1e-6, 'add_')
+    g:mul_(a:cuda())
+    close(g, (b:expand(3, 4) + a * 0.5) * a, 1e-6, 1e-6, 'mul_')
+    close(cr.cat({ a:cuda(), b:view(1, 4):cuda() }, 0), cr.cat({ a, b:view(1, 4) }, 0), 0, 0, 'cat')
+    close(a:cuda():t():contiguous(), a:t():contiguous(), 0, 0, 'contiguous of a transpose')
+    close(cr.ones_like(a:cuda()), cr.ones({ 3, 4 }), 0, 0, 'ones_like keeps the device')
+  end)
+
+  it('sums and averages over any dims as the cpu does', function()
+    local x0 = H.park_miller({ 4, 300, 5 }, 8)
+    for _, dt in ipairs({ 'f32', 'f64', 'f16', 'bf16', 'i64' }) do
+      local x = (dt == 'i64' and x0 * 100 or x0):to(dt)
+      local t = tol[dt] or { 0, 0 }
+      for _, dims in ipairs({ {}, { 0 }, { 1 }, { 0, 2 }, { 2 } }) do
+        local d = #dims > 0 and dims or nil
+        close(x:cuda():sum(d), x:sum(d), t[1] * 300, t[2], 'sum ' .. dt)
+        close(x:cuda():t():sum(d, true), x:t():sum(d, true), t[1] * 300, t[2], 'sum of a view ' .. dt)
+        if dt ~= 'i64' then close(x:cuda():mean(d), x:mean(d), t[1], t[2], 'mean ' .. dt) end
+      end
+    end
+  end)
+
+  it('multiplies matrices through cuBLAS, transposed views included, in every float dtype', function()
+    local a0, b0 = H.park_miller({ 33, 17 }, 9), H.park_miller({ 17, 21 }, 10)
+    local bias = H.park_miller({ 21 }, 11)
+    for _, dt in ipairs({ 'f32', 'f64', 'f16', 'bf16' }) do
+      local a, b, t = a0:to(dt), b0:to(dt), tol[dt]
+      local want = a0:double():mm(b0:double())
+      close(a:cuda():mm(b:cuda()), want, t[1] * 20, t[2] * 20, 'mm ' .. dt)
+      close(a:t():contiguous():cuda():t():mm(b:cuda()), want, t[1] * 20, t[2] * 20, 'mm of a transpose ' .. dt)
+      close(cr.addmm(bias:to(dt):cuda(), a:cuda(), b:cuda(), { beta = 0.5, alpha = 2 }),
+            bias:double() * 0.5 + want * 2, t[1] * 40, t[2] * 40, 'addmm ' .. dt)
+      local ba, bb = cr.stack({ a0, a0 * 2 }):to(dt), cr.stack({ b0, b0 * -1 }):to(dt)
+      close(ba:cuda():bmm(bb:cuda()), ba:double():bmm(bb:double()), t[1] * 40, t[2] * 40, 'bmm ' .. dt)
+    end
+  end)
+
+  it('differentiates through GPU ops as on the cpu', function()
+    local function f(x, w, b)
+      local h = cr.linear(x, w, b)
+      return (h:gelu() * h:sigmoid() + h:tanh():relu() - (h * h):mean() + h:exp():log()):sum()
+    end
+    local x0, w0, b0 = H.park_miller({ 8, 6 }, 12), H.park_miller({ 5, 6 }, 13), H.park_miller({ 5 }, 14)
+    local function grads(dev)
+      local x = x0:to(dev):requires_grad_()
+      local w = w0:to(dev):requires_grad_()
+      local b = b0:to(dev):requires_grad_()
+      local y = f(x, w, b)
+      y:backward()
+      return y, x.grad, w.grad, b.grad
+    end
+    local want, got = { grads('cpu') }, { grads('cuda') }
+    for i = 1, 4 do close(got[i], want[i], 1e-4, 1e-4, 'value/grad ' .. i) end
+    -- the grad of a device move goes back to the cpu
+    local x = x0:clone():requires_grad_()
+    x:cuda():mul(3):sum():backward()
+    assert.are.equal('cpu', x.grad.device)
+    H.assert_close(x.grad, cr.full({ 8, 6 }, 3))
+  end)
+
+  it('balances the allocator after a training loop and reuses its blocks', function()
+    collectgarbage('collect')
+    cr.cuda.synchronize()
+    local before = cr.cuda.memory_stats(0)
+    local w = (H.park_miller({ 64, 32 }, 15) * 0.1):cuda():requires_grad_()
+    for _ = 1, 20 do
+      local x = H.park_miller({ 16, 32 }, 16):cuda()
+      local loss = cr.linear(x, w):relu():sum()
+      loss:backward()
+      w.grad = nil
+    end
+    w = nil -- luacheck: ignore
+    collectgarbage('collect')
+    collectgarbage('collect')
+    local after = cr.cuda.memory_stats(0)
+    assert.are.equal(before.allocated_bytes, after.allocated_bytes)
+    assert.is_true(after.cache_hits > before.cache_hits)
+    assert.is_true(after.reserved_bytes >= after.allocated_bytes)
+    cr.cuda.empty_cache()
+    assert.are.equal(cr.cuda.memory_stats(0).allocated_bytes, cr.cuda.memory_stats(0).reserved_bytes)
+  end)
+
+  it('names both devices when they are mixed, and the op without a kernel', function()
+    local g, c = cr.randn(3):cuda(), cr.randn(3)
+    H.assert_error(function() return g + c end, 'add', 'cuda:0', 'cpu')
+    close(g + cr.tensor(2), c:cuda() * 0 + g:cpu() + 2, 1e-6, 1e-6, 'a 0-dim cpu number joins a GPU op')
+    local no_kernel = cr.cuda.missing_kernels()
+    if #no_kernel > 0 then
+      local probe = { conv2d = function() return cr.conv2d(cr.randn(1, 1, 3, 3):cuda(), cr.randn(1, 1, 1, 1):cuda()) end }
+      for _, name in ipairs(no_kernel) do
+        if probe[name] then H.assert_error(probe[name], name, 'no kernel for this op yet') end
+      end
+    end
+  end)
+
+  it('reports out of GPU memory with the size and the allocator figures', function()
+    H.assert_error(function() return cr.empty({ 2 ^ 38 }, { device = 'cuda' }) end,
+                   'out of GPU memory on cuda:0', 'could not allocate 1024.00 GiB', 'reduce the batch size')
+    assert.is_true(cr.cuda.memory_stats(0).oom_retries >= 1)
+  end)
+end)

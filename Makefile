@@ -110,7 +110,7 @@ $(BUILD)/obj/cuda/kernels/%.o: csrc/cuda/kernels/%.cu $(CUDA_HDRS) $(BUILD)/flag
 $(BUILD)/libcrescent_cuda.so: $(CUDA_OBJS) $(BUILD)/libcrescent.so
 	@echo "  LD $@"
 	@$(CC) -shared -o $@.tmp $(CUDA_OBJS) -L$(BUILD) -lcrescent -L$(CUDA_HOME)/lib64 \
-	  -lcublas -lcudart_static -lrt -ldl -lpthread -lstdc++ -lm \
+	  -lcudnn -lcublas -lcudart_static -lrt -ldl -lpthread -lstdc++ -lm \
 	  -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-z,defs && mv -f $@.tmp $@
 
 # The step loop is a Lua C module (luaopen_crescent_loop), apart from libcrescent.so: it

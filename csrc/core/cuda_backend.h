@@ -35,6 +35,7 @@ typedef struct cr_cuda_backend {
     cr_status (*memory_stats)(int device, cr_cuda_memstats *out);
     void (*reset_peak)(int device);
     void (*empty_cache)(void);
+    void (*set_deterministic)(bool on); /* deterministic cuDNN algorithms only */
 } cr_cuda_backend;
 
 /* Exported by libcrescent_cuda.so: fills *out (and the CUDA column of the dispatch table),

@@ -111,6 +111,13 @@ cr_status cr_cuda_empty_cache(void) {
     return CR_OK;
 }
 
+cr_status cr_cuda_set_deterministic(bool on) {
+    const cr_cuda_backend *be = cr_cuda_backend_get();
+    if (!be) return CR_ERR_DEVICE;
+    be->set_deterministic(on);
+    return CR_OK;
+}
+
 cr_status cr_cuda_synchronize(int device) {
     const cr_cuda_backend *be;
     cr_status st = check_device(&be, device, true);

@@ -255,9 +255,13 @@ cr_status cr_cuda_backend_open(cr_cuda_backend *out) {
         .memory_stats = cr_gpu_memory_stats,
         .reset_peak = cr_gpu_reset_peak,
         .empty_cache = empty_cache,
+        .set_deterministic = cr_gpu_set_deterministic,
     };
     cr_gpu_register_elementwise();
     cr_gpu_register_reduce();
     cr_gpu_register_blas();
+    cr_gpu_register_conv();
+    cr_gpu_register_batch_norm();
+    cr_gpu_register_pool();
     return CR_OK;
 }

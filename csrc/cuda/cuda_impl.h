@@ -39,5 +39,9 @@ cr_status cr_gpu_call_device(const cr_call *c, int *device);
 void cr_gpu_register_elementwise(void);
 void cr_gpu_register_reduce(void);
 void cr_gpu_register_blas(void);
+void cr_gpu_register_conv(void);
+void cr_gpu_register_batch_norm(void);
+void cr_gpu_register_pool(void);
+void cr_gpu_set_deterministic(bool on);
 
 #endif

@@ -79,6 +79,8 @@ cr_status cr_cuda_reset_peak(int device);
 /* Gives the cached device blocks back to the driver (waits for the devices first). */
 cr_status cr_cuda_empty_cache(void);
 cr_status cr_cuda_synchronize(int device); /* -1: every device */
+/* Only convolution algorithms that give the same bits on every run (train.deterministic). */
+cr_status cr_cuda_set_deterministic(bool on);
 
 typedef struct {
     int64_t live_bytes;    /* bytes held by live CPU storages */

@@ -298,7 +298,10 @@ static bool is_half(cr_dtype dt) { return dt == CR_DT_F16 || dt == CR_DT_BF16; }
 /* ---- conv2d ------------------------------------------------------------------------- */
 /* oneDNN computes f32 convolutions; their activations are channels-last (see
  * conv_dnnl.c), and conv2d's output stays so, which the ops after it keep. */
+/* Channels-last activations: on a GPU always (cuDNN's tensor-core kernels are NHWC), on
+ * the cpu on the oneDNN path. */
 static bool conv_fast(const cr_tensor *x) {
+    if (!cr_tensor_on_cpu(x)) return true;
 #ifdef CR_HAVE_DNNL
     return x->dtype == CR_DT_F32 && cr_fast_paths_enabled();
 #else
@@ -405,7 +408,7 @@ cr_status cr_op_conv2d(cr_tensor **out, cr_tensor *x, cr_tensor *w, cr_tensor *b
                            ":to('%s')", cr_dtype_name(bias->dtype), cr_dtype_name(x->dtype),
                            cr_dtype_name(x->dtype));
     }
-    if (is_half(x->dtype)) return conv2d_through_f32(out, x, w, bias, p);
+    if (is_half(x->dtype) && cr_tensor_on_cpu(x)) return conv2d_through_f32(out, x, w, bias, p);
 
     cr_tensor *xc = NULL, *wc = NULL, *bc = NULL;
     cr_call c;
@@ -501,7 +504,7 @@ cr_status cr_op_conv2d_backward(cr_tensor **gx, cr_tensor **gw, cr_tensor **gb,
     if (st) return st;
     int64_t oshape[4];
     if ((st = conv_check(op, x, w, p, oshape))) return st;
-    if (is_half(x->dtype))
+    if (is_half(x->dtype) && cr_tensor_on_cpu(x))
         return cr_fail(CR_ERR_ARG, "%s: %s is computed in f32; convert the tensors with "
                        ":float()", op, cr_dtype_name(x->dtype));
     if (gout->ndim != 4 || memcmp(gout->shape, oshape, sizeof oshape) || gout->dtype != x->dtype) {

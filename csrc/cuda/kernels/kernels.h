@@ -63,6 +63,47 @@ typedef struct crk_reduce {
 
 int crk_sum(const crk_reduce *r, double scale, cudaStream_t stream);
 
+/* Batch norm over x viewed as M = N*S rows of C channels: channels-last (element (m, c)
+ * at m*C + c) or row-major NCHW (at (m/S)*C*S + c*S + m%S). f32 or f64 (`f64`), params
+ * (weight, bias, stats) in the same dtype; sums in f64 (`acc`: 2*C doubles of scratch). */
+typedef struct crk_bn {
+    int64_t M, C, S;
+    int channels_last, f64, relu;
+    const void *x, *w, *b; /* w, b may be NULL (1 and 0) */
+    void *y;
+    void *mean, *invstd; /* [C] saved statistics */
+    void *running_mean, *running_var; /* [C] or NULL */
+    double momentum, eps;
+    int use_batch, update_running;
+    double *acc;
+} crk_bn;
+int crk_batch_norm_forward(const crk_bn *p, cudaStream_t stream);
+
+/* gx = d/dx, gw = sum(g * xhat), gb = sum(g) (any of them NULL to skip); g masked by
+ * y > 0 when the forward fused a relu (y given). */
+typedef struct crk_bn_backward {
+    int64_t M, C, S;
+    int channels_last, f64, use_batch;
+    const void *g, *x, *w, *mean, *invstd, *y;
+    void *gx, *gw, *gb;
+    double *acc;
+} crk_bn_backward;
+int crk_batch_norm_backward(const crk_bn_backward *p, cudaStream_t stream);
+
+/* 2-D pooling over `planes` row-major planes of h x w (f32 or f64), as ops/pool.c. */
+typedef struct crk_pool {
+    int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+    int count_include_pad, f64;
+} crk_pool;
+int crk_max_pool2d(const crk_pool *g, const void *x, void *y, int64_t *ind, cudaStream_t stream);
+int crk_max_pool2d_backward(const crk_pool *g, const void *gy, const int64_t *ind, void *gx,
+                            cudaStream_t stream);
+int crk_avg_pool2d(const crk_pool *g, const void *x, void *y, cudaStream_t stream);
+int crk_avg_pool2d_backward(const crk_pool *g, const void *gy, void *gx, cudaStream_t stream);
+int crk_adaptive_avg_pool2d(const crk_pool *g, const void *x, void *y, cudaStream_t stream);
+int crk_adaptive_avg_pool2d_backward(const crk_pool *g, const void *gy, void *gx,
+                                     cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

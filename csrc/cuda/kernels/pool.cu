@@ -1,0 +1,211 @@
+// pool.cu — max, average and adaptive average pooling on row-major planes, forward and
+// backward, with ops/pool.c's windows: NaN and the first maximum win, windows clipped to
+// the input (and its padding for the average's divisor), PyTorch's adaptive bins. The
+// backward kernels gather (one thread per input element reads the outputs whose windows
+// hold it), so they need no atomics and give the same bits on every run.
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels.h"
+
+namespace {
+
+constexpr int THREADS = 256;
+
+unsigned grid_for(int64_t n) {
+    int64_t b = (n + THREADS - 1) / THREADS;
+    return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
+}
+
+#define GRID_STRIDE(i, n)                                                              \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);          \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+template <typename T> __global__ void max_fwd(crk_pool g, const T *x, T *y, int64_t *ind) {
+    GRID_STRIDE(i, g.planes * g.oh * g.ow) {
+        int64_t ow = i % g.ow, oh = (i / g.ow) % g.oh, k = i / (g.ow * g.oh);
+        int64_t h0 = oh * g.sh - g.ph, h1 = h0 + (g.kh - 1) * g.dh + 1;
+        if (h1 > g.h) h1 = g.h;
+        while (h0 < 0) h0 += g.dh;
+        int64_t w0 = ow * g.sw - g.pw, w1 = w0 + (g.kw - 1) * g.dw + 1;
+        if (w1 > g.w) w1 = g.w;
+        while (w0 < 0) w0 += g.dw;
+        const T *xp = x + k * g.h * g.w;
+        double best = -INFINITY;
+        int64_t at = h0 < h1 && w0 < w1 ? h0 * g.w + w0 : -1;
+        for (int64_t ih = h0; ih < h1; ih += g.dh)
+            for (int64_t iw = w0; iw < w1; iw += g.dw) {
+                double v = (double)xp[ih * g.w + iw];
+                if (v > best || isnan(v)) {
+                    best = v;
+                    at = ih * g.w + iw;
+                }
+            }
+        y[i] = (T)best;
+        ind[i] = at;
+    }
+}
+
+// The outputs along one axis whose windows (start o*s - p, extent (k-1)*d + 1) hold i.
+__device__ __forceinline__ void covering(int64_t i, int64_t k, int64_t s, int64_t p, int64_t d,
+                                         int64_t out, int64_t *lo, int64_t *hi) {
+    int64_t top = i + p, span = (k - 1) * d;
+    int64_t a = top - span;
+    *lo = a <= 0 ? 0 : (a + s - 1) / s;
+    *hi = top / s;
+    if (*hi > out - 1) *hi = out - 1;
+}
+
+template <typename T> __global__ void max_bwd(crk_pool g, const T *gy, const int64_t *ind, T *gx) {
+    GRID_STRIDE(i, g.planes * g.h * g.w) {
+        int64_t iw = i % g.w, ih = (i / g.w) % g.h, k = i / (g.w * g.h);
+        int64_t flat = ih * g.w + iw, oh0, oh1, ow0, ow1;
+        covering(ih, g.kh, g.sh, g.ph, g.dh, g.oh, &oh0, &oh1);
+        covering(iw, g.kw, g.sw, g.pw, g.dw, g.ow, &ow0, &ow1);
+        const int64_t base = k * g.oh * g.ow;
+        double acc = 0;
+        for (int64_t oh = oh0; oh <= oh1; oh++)
+            for (int64_t ow = ow0; ow <= ow1; ow++)
+                if (ind[base + oh * g.ow + ow] == flat) acc += (double)gy[base + oh * g.ow + ow];
+        gx[i] = (T)acc;
+    }
+}
+
+__device__ __forceinline__ int64_t avg_window(const crk_pool &g, int64_t oh, int64_t ow, int64_t *h0,
+                                              int64_t *h1, int64_t *w0, int64_t *w1) {
+    int64_t a0 = oh * g.sh - g.ph, b0 = ow * g.sw - g.pw;
+    int64_t a1 = a0 + g.kh, b1 = b0 + g.kw;
+    if (a1 > g.h + g.ph) a1 = g.h + g.ph;
+    if (b1 > g.w + g.pw) b1 = g.w + g.pw;
+    int64_t padded = (a1 - a0) * (b1 - b0);
+    if (a0 < 0) a0 = 0;
+    if (b0 < 0) b0 = 0;
+    if (a1 > g.h) a1 = g.h;
+    if (b1 > g.w) b1 = g.w;
+    *h0 = a0, *h1 = a1, *w0 = b0, *w1 = b1;
+    if (a0 >= a1 || b0 >= b1) return 0;
+    return g.count_include_pad ? padded : (a1 - a0) * (b1 - b0);
+}
+
+template <typename T> __global__ void avg_fwd(crk_pool g, const T *x, T *y) {
+    GRID_STRIDE(i, g.planes * g.oh * g.ow) {
+        int64_t ow = i % g.ow, oh = (i / g.ow) % g.oh, k = i / (g.ow * g.oh);
+        int64_t h0, h1, w0, w1, div = avg_window(g, oh, ow, &h0, &h1, &w0, &w1);
+        const T *xp = x + k * g.h * g.w;
+        double sum = 0;
+        for (int64_t ih = h0; ih < h1; ih++)
+            for (int64_t iw = w0; iw < w1; iw++) sum += (double)xp[ih * g.w + iw];
+        y[i] = (T)(div ? sum / (double)div : 0.0);
+    }
+}
+
+template <typename T> __global__ void avg_bwd(crk_pool g, const T *gy, T *gx) {
+    GRID_STRIDE(i, g.planes * g.h * g.w) {
+        int64_t iw = i % g.w, ih = (i / g.w) % g.h, k = i / (g.w * g.h);
+        int64_t oh0, oh1, ow0, ow1;
+        covering(ih, g.kh, g.sh, g.ph, 1, g.oh, &oh0, &oh1);
+        covering(iw, g.kw, g.sw, g.pw, 1, g.ow, &ow0, &ow1);
+        const int64_t base = k * g.oh * g.ow;
+        double acc = 0;
+        for (int64_t oh = oh0; oh <= oh1; oh++)
+            for (int64_t ow = ow0; ow <= ow1; ow++) {
+                int64_t h0, h1, w0, w1, div = avg_window(g, oh, ow, &h0, &h1, &w0, &w1);
+                if (div && ih >= h0 && ih < h1 && iw >= w0 && iw < w1)
+                    acc += (double)gy[base + oh * g.ow + ow] / (double)div;
+            }
+        gx[i] = (T)acc;
+    }
+}
+
+__device__ __forceinline__ int64_t bin_start(int64_t i, int64_t n, int64_t out) { return i * n / out; }
+__device__ __forceinline__ int64_t bin_end(int64_t i, int64_t n, int64_t out) {
+    return ((i + 1) * n + out - 1) / out;
+}
+
+template <typename T> __global__ void adaptive_fwd(crk_pool g, const T *x, T *y) {
+    GRID_STRIDE(i, g.planes * g.oh * g.ow) {
+        int64_t ow = i % g.ow, oh = (i / g.ow) % g.oh, k = i / (g.ow * g.oh);
+        int64_t h0 = bin_start(oh, g.h, g.oh), h1 = bin_end(oh, g.h, g.oh);
+        int64_t w0 = bin_start(ow, g.w, g.ow), w1 = bin_end(ow, g.w, g.ow);
+        const T *xp = x + k * g.h * g.w;
+        double sum = 0;
+        for (int64_t ih = h0; ih < h1; ih++)
+            for (int64_t iw = w0; iw < w1; iw++) sum += (double)xp[ih * g.w + iw];
+        y[i] = (T)(sum / (double)((h1 - h0) * (w1 - w0)));
+    }
+}
+
+template <typename T> __global__ void adaptive_bwd(crk_pool g, const T *gy, T *gx) {
+    GRID_STRIDE(i, g.planes * g.h * g.w) {
+        int64_t iw = i % g.w, ih = (i / g.w) % g.h, k = i / (g.w * g.h);
+        const int64_t base = k * g.oh * g.ow;
+        double acc = 0;
+        for (int64_t oh = 0; oh < g.oh; oh++) {
+            int64_t h0 = bin_start(oh, g.h, g.oh), h1 = bin_end(oh, g.h, g.oh);
+            if (ih < h0 || ih >= h1) continue;
+            for (int64_t ow = 0; ow < g.ow; ow++) {
+                int64_t w0 = bin_start(ow, g.w, g.ow), w1 = bin_end(ow, g.w, g.ow);
+                if (iw < w0 || iw >= w1) continue;
+                acc += (double)gy[base + oh * g.ow + ow] / (double)((h1 - h0) * (w1 - w0));
+            }
+        }
+        gx[i] = (T)acc;
+    }
+}
+
+} // namespace
+
+
+extern "C" int crk_max_pool2d(const crk_pool *g, const void *x, void *y, int64_t *ind, cudaStream_t s) {
+    if (g->f64) {
+        if (g->planes * g->oh * g->ow == 0) return 0;
+        max_fwd<double><<<grid_for(g->planes * g->oh * g->ow), THREADS, 0, s>>>(*g, (const double *)x,
+                                                                                (double *)y, ind);
+    } else if (g->planes * g->oh * g->ow) {
+        max_fwd<float><<<grid_for(g->planes * g->oh * g->ow), THREADS, 0, s>>>(*g, (const float *)x,
+                                                                               (float *)y, ind);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" int crk_max_pool2d_backward(const crk_pool *g, const void *gy, const int64_t *ind, void *gx,
+                                       cudaStream_t s) {
+    int64_t n = g->planes * g->h * g->w;
+    if (!n) return 0;
+    if (g->f64) max_bwd<double><<<grid_for(n), THREADS, 0, s>>>(*g, (const double *)gy, ind, (double *)gx);
+    else max_bwd<float><<<grid_for(n), THREADS, 0, s>>>(*g, (const float *)gy, ind, (float *)gx);
+    return cudaGetLastError();
+}
+
+extern "C" int crk_avg_pool2d(const crk_pool *g, const void *x, void *y, cudaStream_t s) {
+    int64_t n = g->planes * g->oh * g->ow;
+    if (!n) return 0;
+    if (g->f64) avg_fwd<double><<<grid_for(n), THREADS, 0, s>>>(*g, (const double *)x, (double *)y);
+    else avg_fwd<float><<<grid_for(n), THREADS, 0, s>>>(*g, (const float *)x, (float *)y);
+    return cudaGetLastError();
+}
+
+extern "C" int crk_avg_pool2d_backward(const crk_pool *g, const void *gy, void *gx, cudaStream_t s) {
+    int64_t n = g->planes * g->h * g->w;
+    if (!n) return 0;
+    if (g->f64) avg_bwd<double><<<grid_for(n), THREADS, 0, s>>>(*g, (const double *)gy, (double *)gx);
+    else avg_bwd<float><<<grid_for(n), THREADS, 0, s>>>(*g, (const float *)gy, (float *)gx);
+    return cudaGetLastError();
+}
+
+extern "C" int crk_adaptive_avg_pool2d(const crk_pool *g, const void *x, void *y, cudaStream_t s) {
+    int64_t n = g->planes * g->oh * g->ow;
+    if (!n) return 0;
+    if (g->f64) adaptive_fwd<double><<<grid_for(n), THREADS, 0, s>>>(*g, (const double *)x, (double *)y);
+    else adaptive_fwd<float><<<grid_for(n), THREADS, 0, s>>>(*g, (const float *)x, (float *)y);
+    return cudaGetLastError();
+}
+
+extern "C" int crk_adaptive_avg_pool2d_backward(const crk_pool *g, const void *gy, void *gx,
+                                                cudaStream_t s) {
+    int64_t n = g->planes * g->h * g->w;
+    if (!n) return 0;
+    if (g->f64) adaptive_bwd<double><<<grid_for(n), THREADS, 0, s>>>(*g, (const double *)gy, (double *)gx);
+    else adaptive_bwd<float><<<grid_for(n), THREADS, 0, s>>>(*g, (const float *)gy, (float *)gx);
+    return cudaGetLastError();
+}

@@ -185,6 +185,91 @@ describe('cuda tensors', function()
     H.assert_close(x.grad, cr.full({ 8, 6 }, 3))
   end)
 
+  -- f(dev) -> list of tensors (outputs, then grads); every one compared with the cpu's
+  local function same_on_both(f, atol, rtol, what)
+    local want, got = f('cpu'), f('cuda')
+    for i = 1, #want do close(got[i], want[i], atol, rtol, what .. ' #' .. i) end
+  end
+
+  it('convolves through cuDNN as the cpu does: values and every grad, strides, groups, dtypes', function()
+    local cases = {
+      { x = { 2, 8, 11, 9 }, w = { 12, 8, 3, 3 }, opts = { padding = 1 } },
+      { x = { 2, 8, 11, 9 }, w = { 12, 8, 1, 1 }, opts = { stride = 2 } },
+      { x = { 3, 6, 10, 10 }, w = { 6, 2, 3, 3 }, opts = { padding = 2, dilation = 2, groups = 3 } },
+      { x = { 2, 3, 16, 16 }, w = { 8, 3, 7, 7 }, opts = { stride = 2, padding = 3 } },
+    }
+    for k, cs in ipairs(cases) do
+      for _, dt in ipairs({ 'f32', 'f64' }) do
+        same_on_both(function(dev)
+          local x = H.park_miller(cs.x, k):to(dt):to(dev):requires_grad_()
+          local w = (H.park_miller(cs.w, k + 10) * 0.2):to(dt):to(dev):requires_grad_()
+          local b = H.park_miller({ cs.w[1] }, k + 20):to(dt):to(dev):requires_grad_()
+          local y = x:conv2d(w, b, cs.opts)
+          local loss = (y * y):sum()
+          loss:backward()
+          return { y, x.grad, w.grad, b.grad }
+        end, dt == 'f64' and 1e-10 or 2e-3, dt == 'f64' and 1e-10 or 2e-3, 'conv2d case ' .. k .. ' ' .. dt)
+      end
+    end
+    -- halves run natively on the GPU (f32 accumulation), against the f32 cpu result
+    local x, w = H.park_miller({ 2, 16, 8, 8 }, 30), H.park_miller({ 16, 16, 3, 3 }, 31) * 0.1
+    local want = x:conv2d(w, nil, { padding = 1 })
+    for _, dt in ipairs({ 'f16', 'bf16' }) do
+      local got = x:to(dt):cuda():conv2d(w:to(dt):cuda(), nil, { padding = 1 })
+      assert.are.equal(dt, got.dtype)
+      close(got, want, 0.05, 0.05, 'conv2d ' .. dt)
+    end
+  end)
+
+  it('normalises batches as the cpu does: training and eval, fused relu, running statistics', function()
+    for _, layout in ipairs({ 'rowmajor', 'channels_last' }) do
+      for _, relu in ipairs({ false, true }) do
+        same_on_both(function(dev)
+          local x = H.park_miller({ 4, 6, 5, 7 }, 40):to(dev)
+          if layout == 'channels_last' then
+            x = x:conv2d(cr.eye(6):view(6, 6, 1, 1):to(dev)) -- an identity conv: channels-last on both
+          end
+          x = x:detach():requires_grad_()
+          local w = H.park_miller({ 6 }, 41):to(dev):requires_grad_()
+          local b = H.park_miller({ 6 }, 42):to(dev):requires_grad_()
+          local rm, rv = cr.zeros(6):to(dev), cr.ones(6):to(dev)
+          local y = cr.batch_norm(x, rm, rv, { weight = w, bias = b, training = true, momentum = 0.3, relu = relu })
+          local loss = (y * y):sum()
+          loss:backward()
+          local ye = cr.batch_norm(x:detach(), rm, rv, { weight = w:detach(), bias = b:detach() })
+          return { y, x.grad, w.grad, b.grad, rm, rv, ye }
+        end, 1e-4, 1e-4, 'batch_norm ' .. layout .. (relu and ' relu' or ''))
+      end
+    end
+  end)
+
+  it('pools as the cpu does: max (with ties and padding), average, adaptive, and their grads', function()
+    for _, dt in ipairs({ 'f32', 'f64' }) do
+      same_on_both(function(dev)
+        local x = (H.park_miller({ 2, 3, 9, 10 }, 50) * 4):long():to(dt):to(dev):requires_grad_() -- ties
+        local a = x:max_pool2d(3, { stride = 2, padding = 1 })
+        local b = x:avg_pool2d(3, { stride = 2, padding = 1, count_include_pad = false })
+        local c = x:adaptive_avg_pool2d({ 4, 3 })
+        local d = x:max_pool2d(2, { dilation = 2, ceil_mode = true })
+        local loss = (a * a):sum() + (b * b):sum() + (c * c):sum() + d:sum()
+        loss:backward()
+        return { a, b, c, d, x.grad }
+      end, 1e-6, 1e-6, 'pooling ' .. dt)
+    end
+  end)
+
+  it('computes softmax and log-softmax along any dim, with their grads, as the cpu does', function()
+    for _, dim in ipairs({ 0, 1, 2 }) do
+      same_on_both(function(dev)
+        local x = (H.park_miller({ 5, 40, 3 }, 60) * 5):to(dev):requires_grad_()
+        local s, l = x:softmax(dim), x:log_softmax(dim)
+        local loss = (s * s):sum() + (l * H.park_miller({ 5, 40, 3 }, 61):to(dev)):sum()
+        loss:backward()
+        return { s, l, x.grad }
+      end, 1e-5, 1e-5, 'softmax dim ' .. dim)
+    end
+  end)
+
   it('balances the allocator after a training loop and reuses its blocks', function()
     collectgarbage('collect')
     cr.cuda.synchronize()

@@ -263,5 +263,6 @@ cr_status cr_cuda_backend_open(cr_cuda_backend *out) {
     cr_gpu_register_conv();
     cr_gpu_register_batch_norm();
     cr_gpu_register_pool();
+    cr_gpu_register_softmax();
     return CR_OK;
 }

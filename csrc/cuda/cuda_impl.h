@@ -42,6 +42,7 @@ void cr_gpu_register_blas(void);
 void cr_gpu_register_conv(void);
 void cr_gpu_register_batch_norm(void);
 void cr_gpu_register_pool(void);
+void cr_gpu_register_softmax(void);
 void cr_gpu_set_deterministic(bool on);
 
 #endif

@@ -26,6 +26,12 @@ static cr_status check_index_dtype(const char *op, const cr_tensor *idx, const c
 static cr_status index_values(const char *op, const cr_tensor *idx, const int64_t **vals,
                               int64_t **owned) {
     *owned = NULL;
+    if (!cr_tensor_on_cpu(idx)) {
+        char b[32];
+        return cr_fail(CR_ERR_UNSUPPORTED, "%s: the index is on %s, but this op reads its indices "
+                       "on the cpu; pass a cpu index (:cpu())", op,
+                       cr_device_str(cr_tensor_dev(idx), b, sizeof b));
+    }
     if (idx->dtype == CR_DT_I64 && cr_tensor_is_contiguous(idx)) {
         *vals = (const int64_t *)cr_tensor_ptr(idx);
         return CR_OK;

@@ -222,10 +222,31 @@ static void softmax_backward_row_f64(const double *y, const double *g, double *d
     for (int64_t c = 0; c < C; c++) dx[c] = is_log ? g[c] - exp(y[c]) * dot : y[c] * (g[c] - dot);
 }
 
+/* On a GPU the rule is composed of ops: log-softmax dx = g - exp(y) * sum(g), softmax
+ * dx = y * (g - sum(g * y)), sums along the dim. */
+static cr_status softmax_backward_ops(cr_tensor *y, cr_tensor *g, int64_t dim, bool is_log,
+                                      cr_tensor **dx) {
+    cr_tensor *t[3] = {0};
+    uint32_t dims = 1u << dim;
+    cr_status st;
+    if (is_log) {
+        if (!(st = cr_op_sum(&t[0], g, dims, true)) && !(st = cr_op_exp(&t[1], y)) &&
+            !(st = cr_op_mul(&t[2], t[1], t[0])))
+            st = cr_op_sub(dx, g, t[2]);
+    } else {
+        if (!(st = cr_op_mul(&t[0], g, y)) && !(st = cr_op_sum(&t[1], t[0], dims, true)) &&
+            !(st = cr_op_sub(&t[2], g, t[1])))
+            st = cr_op_mul(dx, y, t[2]);
+    }
+    for (int k = 0; k < 3; k++) cr_tensor_free(t[k]);
+    return st;
+}
+
 static cr_status softmax_backward(cr_node *n, cr_tensor **gout, cr_tensor **gin, bool is_log) {
     cr_tensor *y, *g = NULL, *dx = NULL;
     cr_status st = cr_saved_out(n, 0, &y);
     if (st) return st;
+    if (!cr_tensor_on_cpu(y)) return softmax_backward_ops(y, gout[0], n->call.i[0], is_log, &gin[0]);
     cr_dtype dt = y->dtype;
     if ((st = cr_reduce_contig_as(&g, gout[0], dt)) || (st = cr_tensor_alloc_like(&dx, g)))
         goto done;

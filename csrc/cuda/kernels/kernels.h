@@ -90,6 +90,11 @@ typedef struct crk_bn_backward {
 } crk_bn_backward;
 int crk_batch_norm_backward(const crk_bn_backward *p, cudaStream_t stream);
 
+/* Softmax or log-softmax (is_log) of a contiguous f32/f64 (`f64`) tensor viewed as
+ * [outer, C, inner], along C; sums in f64, as the cpu reference. */
+int crk_softmax(const void *x, void *y, int64_t outer, int64_t C, int64_t inner, int f64, int is_log,
+                cudaStream_t stream);
+
 /* 2-D pooling over `planes` row-major planes of h x w (f32 or f64), as ops/pool.c. */
 typedef struct crk_pool {
     int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;

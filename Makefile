@@ -88,14 +88,14 @@ $(BUILD)/libcrescent.so: $(OBJS) $(BUILD)/flags
 # cudart is linked statically; cuBLAS comes from CUDA_HOME or LD_LIBRARY_PATH at run time.
 CUDA_ARCHS := sm_80 sm_90
 NVCC := $(CUDA_HOME)/bin/nvcc
-NVCCFLAGS := -O3 -std=c++17 -Xcompiler -fPIC -Icsrc/include -Icsrc/cuda/kernels \
+NVCCFLAGS := -O3 -std=c++17 -Xcompiler -fPIC -Icsrc/include -Icsrc/core -Icsrc/cuda/kernels \
              -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
 CUDA_C_SRCS := $(wildcard csrc/cuda/*.c)
 CUDA_CU_SRCS := $(wildcard csrc/cuda/kernels/*.cu)
 CUDA_OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(CUDA_C_SRCS)) \
              $(patsubst csrc/%.cu,$(BUILD)/obj/%.o,$(CUDA_CU_SRCS))
-CUDA_HDRS := $(wildcard csrc/cuda/*.h csrc/cuda/kernels/*.h)
+CUDA_HDRS := $(wildcard csrc/cuda/*.h csrc/cuda/kernels/*.h) csrc/core/gpu_chunks.h
 
 $(BUILD)/obj/cuda/%.o: csrc/cuda/%.c $(HDRS) $(CUDA_HDRS) $(BUILD)/flags
 	@mkdir -p $(dir $@)

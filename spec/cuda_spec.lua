@@ -270,6 +270,31 @@ describe('cuda tensors', function()
     end
   end)
 
+  it('steps SGD, LARS and AdamW on the GPU as on the cpu, and clips GPU grads', function()
+    local optim = cr.optim
+    local makers = {
+      sgd = function(ps) return optim.SGD(ps, { lr = 0.1, momentum = 0.9, nesterov = true, weight_decay = 1e-4 }) end,
+      lars = function(ps) return optim.LARS(ps, { lr = 0.3, momentum = 0.9, weight_decay = 1e-6 }) end,
+      adamw = function(ps) return optim.AdamW(ps, { lr = 0.01, weight_decay = 0.05 }) end,
+    }
+    for name, make in pairs(makers) do
+      for _, dt in ipairs({ 'f32', 'f64' }) do
+        same_on_both(function(dev)
+          local w = H.park_miller({ 70, 600 }, 70):to(dt):to(dev):requires_grad_()
+          local b = H.park_miller({ 70 }, 71):to(dt):to(dev):requires_grad_()
+          local opt = make({ { 'fc.weight', w }, { 'fc.bias', b } })
+          for s = 1, 3 do
+            w.grad = (H.park_miller({ 70, 600 }, 72 + s) * 0.1):to(dt):to(dev)
+            b.grad = (H.park_miller({ 70 }, 80 + s) * 0.1):to(dt):to(dev)
+            optim.clip_grad_norm({ w, b }, 5)
+            opt:step()
+          end
+          return { w, b }
+        end, dt == 'f64' and 1e-12 or 1e-5, dt == 'f64' and 1e-12 or 1e-5, name .. ' ' .. dt)
+      end
+    end
+  end)
+
   it('balances the allocator after a training loop and reuses its blocks', function()
     collectgarbage('collect')
     cr.cuda.synchronize()

@@ -9,6 +9,7 @@
 #ifndef CR_CUDA_BACKEND_H
 #define CR_CUDA_BACKEND_H
 
+#include "gpu_chunks.h"
 #include "internal.h"
 
 enum { CR_CUDA_BACKEND_ABI = 1 };
@@ -36,6 +37,11 @@ typedef struct cr_cuda_backend {
     void (*reset_peak)(int device);
     void (*empty_cache)(void);
     void (*set_deterministic)(bool on); /* deterministic cuDNN algorithms only */
+    /* The fused optimizer updates and the norms behind LARS and clipping, on `device`
+     * (see gpu_chunks.h); pow_sums writes n host doubles and waits for them. */
+    cr_status (*optim_update)(int device, const cr_gpu_optim_chunk *chunks, int64_t n);
+    cr_status (*pow_sums)(int device, const cr_gpu_norm_chunk *chunks, int64_t n, double p,
+                          double *out);
 } cr_cuda_backend;
 
 /* Exported by libcrescent_cuda.so: fills *out (and the CUDA column of the dispatch table),

@@ -224,6 +224,19 @@ static void host_release(void *ptr) {
     pthread_mutex_unlock(&pinned_lock);
 }
 
+static cr_status optim_update(int device, const cr_gpu_optim_chunk *chunks, int64_t n) {
+    cr_status st = cr_gpu_enter(device);
+    return st ? st : cr_gpu_check(crk_optim_update(chunks, n, devices[device].compute),
+                                  "optimizer step");
+}
+
+static cr_status pow_sums(int device, const cr_gpu_norm_chunk *chunks, int64_t n, double p,
+                          double *out) {
+    cr_status st = cr_gpu_enter(device);
+    return st ? st : cr_gpu_check(crk_pow_sums(chunks, n, p, out, devices[device].compute),
+                                  "gradient norm");
+}
+
 static void empty_cache(void) {
     synchronize(-1);
     pthread_mutex_lock(&pinned_lock);
@@ -256,6 +269,8 @@ cr_status cr_cuda_backend_open(cr_cuda_backend *out) {
         .reset_peak = cr_gpu_reset_peak,
         .empty_cache = empty_cache,
         .set_deterministic = cr_gpu_set_deterministic,
+        .optim_update = optim_update,
+        .pow_sums = pow_sums,
     };
     cr_gpu_register_elementwise();
     cr_gpu_register_reduce();

@@ -116,7 +116,7 @@ cr_status cr_grad_cast(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
 static cr_status inplace_check(const char *op, cr_tensor *dst, cr_tensor *src) {
     CR_CHECK_TENSOR(op, dst, "self");
     CR_CHECK_TENSOR(op, src, "src");
-    cr_status st = cr_check_same_device(op, dst, src);
+    cr_status st = cr_is_host_scalar(src) ? CR_OK : cr_check_same_device(op, dst, src);
     if (st) return st;
     int ndim;
     int64_t shape[CR_MAX_DIMS];

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #endif
 
+#include "cuda_backend.h"
 #include "optim_impl.h"
 
 typedef struct {
@@ -75,6 +76,41 @@ static void adamw_chunk_f64(const cr_optim_slot *s, const adamw_plan *pl, const 
 }
 #undef ADAMW_CHUNK_BODY
 
+/* The chunks as the CUDA backend's work list, run on `device`. */
+static cr_status adamw_run_gpu(const cr_optim_slot *slots, cr_tensor **grads, const adamw_plan *plans,
+                               const cr_optim_chunks *ch, double grad_scale, int device) {
+    const cr_cuda_backend *be = cr_cuda_backend_get();
+    if (!be) return CR_ERR_DEVICE;
+    cr_gpu_optim_chunk *list = calloc((size_t)(ch->n > 0 ? ch->n : 1), sizeof *list);
+    if (!list) return cr_fail(CR_ERR_OOM, "AdamW step: out of memory for %lld chunks", (long long)ch->n);
+    for (int64_t k = 0; k < ch->n; k++) {
+        const cr_optim_chunk *c = &ch->chunks[k];
+        const cr_optim_slot *s = &slots[c->slot];
+        const adamw_plan *pl = &plans[c->slot];
+        int64_t off = c->begin * (int64_t)cr_dtype_size(s->param->dtype);
+        list[k] = (cr_gpu_optim_chunk){
+            .p = cr_tensor_ptr(s->param) + off,
+            .buf1 = cr_tensor_ptr(s->buf1) + off,
+            .buf2 = cr_tensor_ptr(s->buf2) + off,
+            .g = cr_tensor_ptr(grads[c->slot]) + off,
+            .n = c->end - c->begin,
+            .f64 = s->param->dtype == CR_DT_F64,
+            .adamw = 1,
+            .gscale = grad_scale,
+            .decay = pl->decay,
+            .step_size = pl->step_size,
+            .bc2_sqrt = pl->bc2_sqrt,
+            .eps = s->eps,
+            .w1 = 1.0 - s->beta1,
+            .b2 = s->beta2,
+            .w2 = 1.0 - s->beta2,
+        };
+    }
+    cr_status st = be->optim_update(device, list, ch->n);
+    free(list);
+    return st;
+}
+
 cr_status cr_optim_adamw_step(cr_optim_slot *slots, int n, double grad_scale) {
     cr_tensor **grads = calloc((size_t)(n > 0 ? n : 1), sizeof(cr_tensor *));
     adamw_plan *plans = calloc((size_t)(n > 0 ? n : 1), sizeof(adamw_plan));
@@ -103,8 +139,14 @@ cr_status cr_optim_adamw_step(cr_optim_slot *slots, int n, double grad_scale) {
         plans[i].step_size = s->lr / (1.0 - pow(s->beta1, t));
         plans[i].bc2_sqrt = sqrt(1.0 - pow(s->beta2, t));
     }
+    int device = -1;
+    if ((st = cr_optim_device("AdamW step", grads, n, &device))) goto done;
     if ((st = cr_optim_chunks_build(&ch, grads, n))) goto done;
     int64_t nc = ch.n;
+    if (device >= 0) {
+        if ((st = adamw_run_gpu(slots, grads, plans, &ch, grad_scale, device))) goto done;
+        nc = 0; /* done on the GPU */
+    }
 #pragma omp parallel for schedule(dynamic, 2) if (nc > 1 && ch.total >= CR_PAR_GRAIN) \
     num_threads(cr_threads())
     for (int64_t k = 0; k < nc; k++) {

@@ -6,10 +6,12 @@
 
 #include "optim_impl.h"
 
-/* grads[] and chunks for the params that have a grad. */
+/* grads[] and chunks for the params that have a grad; device -1 for the cpu, else the
+ * CUDA index (GPU grads are updated through the elementwise ops, one per tensor). */
 typedef struct {
     cr_tensor **grads;
     cr_optim_chunks ch;
+    int device;
 } grad_set;
 
 static cr_status grad_set_init(grad_set *gs, const char *opname, cr_tensor **params, int n) {
@@ -17,7 +19,9 @@ static cr_status grad_set_init(grad_set *gs, const char *opname, cr_tensor **par
     gs->ch.n = 0;
     gs->grads = calloc((size_t)(n > 0 ? n : 1), sizeof(cr_tensor *));
     if (!gs->grads) return cr_fail(CR_ERR_OOM, "%s: out of memory for %d params", opname, n);
+    gs->device = -1;
     cr_status st = cr_optim_check_grads(opname, params, n, gs->grads);
+    if (!st) st = cr_optim_device(opname, gs->grads, n, &gs->device);
     if (!st) st = cr_optim_chunks_build(&gs->ch, gs->grads, n);
     return st;
 }
@@ -38,10 +42,10 @@ static cr_status total_norm(double *out, grad_set *gs, double norm_type, double 
     int64_t nc = gs->ch.n;
     double *part = malloc(sizeof(double) * (size_t)(nc > 0 ? nc : 1));
     if (!part) return cr_fail(CR_ERR_OOM, "grad norm: out of memory for %lld chunks", (long long)nc);
-#pragma omp parallel for schedule(dynamic, 2) if (grad_set_par(gs)) num_threads(cr_threads())
-    for (int64_t k = 0; k < nc; k++) {
-        const cr_optim_chunk *c = &gs->ch.chunks[k];
-        part[k] = cr_optim_chunk_pow_sum(gs->grads[c->slot], c->begin, c->end, norm_type);
+    cr_status st = cr_optim_pow_sums(&gs->ch, gs->grads, norm_type, gs->device, part);
+    if (st) {
+        free(part);
+        return st;
     }
     double acc = 0.0;
     if (isinf(norm_type)) {
@@ -80,8 +84,37 @@ cr_status cr_optim_grad_norm(double *out, cr_tensor **params, int n, double norm
     return st;
 }
 
+/* On a GPU, each grad through an op: f(g) for every grad of the set. */
+static cr_status each_gpu_grad(grad_set *gs, int n, cr_status (*f)(cr_tensor *g, double v), double v) {
+    bool was = cr_grad_set_enabled(false);
+    cr_status st = CR_OK;
+    for (int i = 0; i < n && !st; i++)
+        if (gs->grads[i]) st = f(gs->grads[i], v);
+    cr_grad_set_enabled(was);
+    return st;
+}
+
+static cr_status scale_one(cr_tensor *g, double v) {
+    cr_tensor *s;
+    cr_status st = cr_tensor_scalar(&s, v, g->dtype);
+    if (!st) st = cr_op_mul_(g, s);
+    cr_tensor_free(s);
+    return st;
+}
+
+static cr_status clip_one(cr_tensor *g, double v) {
+    cr_tensor *c;
+    cr_status st = cr_op_clamp(&c, g, true, -v, true, v);
+    if (!st) st = cr_op_copy_(g, c);
+    cr_tensor_free(c);
+    return st;
+}
+
+static cr_status zero_one(cr_tensor *g, double v) { return cr_op_fill_(g, v); }
+
 /* grads *= scale over the set, in parallel. */
-static void scale_all(grad_set *gs, double scale) {
+static cr_status scale_all(grad_set *gs, int n, double scale) {
+    if (gs->device >= 0) return each_gpu_grad(gs, n, scale_one, scale);
     int64_t nc = gs->ch.n;
 #pragma omp parallel for schedule(dynamic, 2) if (grad_set_par(gs)) num_threads(cr_threads())
     for (int64_t k = 0; k < nc; k++) {
@@ -95,6 +128,7 @@ static void scale_all(grad_set *gs, double scale) {
             for (int64_t i = c->begin; i < c->end; i++) x[i] *= scale;
         }
     }
+    return CR_OK;
 }
 
 cr_status cr_optim_clip_grad_norm(double *total, cr_tensor **params, int n, double max_norm,
@@ -110,10 +144,7 @@ cr_status cr_optim_clip_grad_norm(double *total, cr_tensor **params, int n, doub
     if (!st) {
         /* PyTorch: coef = max_norm / (total + 1e-6), clamped to 1 (NaN passes through) */
         double coef = max_norm / (*total + 1e-6);
-        if (!(coef >= 1.0)) {
-            scale_all(&gs, coef);
-            grad_set_bump(&gs, n);
-        }
+        if (!(coef >= 1.0) && !(st = scale_all(&gs, n, coef))) grad_set_bump(&gs, n);
     }
     grad_set_free(&gs);
     return st;
@@ -122,10 +153,7 @@ cr_status cr_optim_clip_grad_norm(double *total, cr_tensor **params, int n, doub
 cr_status cr_optim_scale_grads(cr_tensor **params, int n, double scale) {
     grad_set gs;
     cr_status st = grad_set_init(&gs, "scale_grads", params, n);
-    if (!st) {
-        scale_all(&gs, scale);
-        grad_set_bump(&gs, n);
-    }
+    if (!st && !(st = scale_all(&gs, n, scale))) grad_set_bump(&gs, n);
     grad_set_free(&gs);
     return st;
 }
@@ -136,6 +164,11 @@ cr_status cr_optim_clip_grad_value(cr_tensor **params, int n, double clip) {
     grad_set gs;
     cr_status st = grad_set_init(&gs, "clip_grad_value", params, n);
     if (st) {
+        grad_set_free(&gs);
+        return st;
+    }
+    if (gs.device >= 0) {
+        st = each_gpu_grad(&gs, n, clip_one, clip);
         grad_set_free(&gs);
         return st;
     }
@@ -161,6 +194,11 @@ cr_status cr_optim_zero_grads(cr_tensor **params, int n) {
     grad_set gs;
     cr_status st = grad_set_init(&gs, "zero_grads", params, n);
     if (st) {
+        grad_set_free(&gs);
+        return st;
+    }
+    if (gs.device >= 0) {
+        st = each_gpu_grad(&gs, n, zero_one, 0.0);
         grad_set_free(&gs);
         return st;
     }

@@ -1,14 +1,12 @@
 /* optim_common.c — checks on the slots every fused update receives, the chunk list
- * that OpenMP shares out, and the f64 power sums behind every norm. */
+ * that OpenMP shares out (or the CUDA backend runs), and the f64 power sums behind every
+ * norm. */
 #include <math.h>
 
+#include "cuda_backend.h"
 #include "optim_impl.h"
 
-static cr_status check_float_cpu(const char *opname, const cr_tensor *t, int i,
-                                 const char *what) {
-    if (t->storage->device != CR_DEV_CPU)
-        return cr_fail(CR_ERR_DEVICE, "%s: %s of parameter %d is not on the CPU; the fused CPU "
-                       "update needs CPU tensors", opname, what, i);
+static cr_status check_float(const char *opname, const cr_tensor *t, int i, const char *what) {
     if (t->dtype != CR_DT_F32 && t->dtype != CR_DT_F64)
         return cr_fail(CR_ERR_ARG, "%s: %s of parameter %d is %s; the optimizers update f32 "
                        "or f64 tensors (convert the model with :to('f32'))", opname, what, i,
@@ -20,8 +18,22 @@ static cr_status check_float_cpu(const char *opname, const cr_tensor *t, int i,
     return CR_OK;
 }
 
+static cr_status check_place(const char *opname, const cr_tensor *t, const cr_tensor *p, int i,
+                             const char *what) {
+    if (t->storage->device == p->storage->device &&
+        t->storage->device_index == p->storage->device_index)
+        return CR_OK;
+    char a[32], b[32];
+    return cr_fail(CR_ERR_DEVICE, "%s: %s of parameter %d is on %s but the parameter is on %s; "
+                   "move the optimizer state with the model", opname, what, i,
+                   cr_device_str(cr_tensor_dev(t), a, sizeof a),
+                   cr_device_str(cr_tensor_dev(p), b, sizeof b));
+}
+
 static cr_status check_like(const char *opname, const cr_tensor *t, const cr_tensor *p, int i,
                             const char *what) {
+    cr_status st = check_place(opname, t, p, i, what);
+    if (st) return st;
     if (!cr_same_shape(t, p) || t->dtype != p->dtype) {
         char a[160], b[160];
         return cr_fail(CR_ERR_ARG, "%s: %s of parameter %d is %s %s but the parameter is %s %s; "
@@ -29,10 +41,12 @@ static cr_status check_like(const char *opname, const cr_tensor *t, const cr_ten
                        cr_dtype_name(t->dtype), cr_shape_str(t, a, sizeof a),
                        cr_dtype_name(p->dtype), cr_shape_str(p, b, sizeof b));
     }
-    return check_float_cpu(opname, t, i, what);
+    return check_float(opname, t, i, what);
 }
 
 static cr_status check_grad(const char *opname, const cr_tensor *g, const cr_tensor *p, int i) {
+    cr_status st = check_place(opname, g, p, i, "the grad");
+    if (st) return st;
     if (!cr_same_shape(g, p) || g->dtype != p->dtype) {
         char a[160], b[160];
         return cr_fail(CR_ERR_ARG, "%s: the grad of parameter %d is %s %s but the parameter is "
@@ -57,7 +71,7 @@ cr_status cr_optim_check_slots(const char *opname, cr_optim_slot *slots, int n,
         s->stepped = 0;
         s->trust_ratio = 1.0;
         if (!s->param) return cr_fail(CR_ERR_ARG, "%s: parameter %d is nil", opname, i);
-        cr_status st = check_float_cpu(opname, s->param, i, "the tensor");
+        cr_status st = check_float(opname, s->param, i, "the tensor");
         if (st) return st;
         if (s->param->grad_fn)
             return cr_fail(CR_ERR_ARG, "%s: parameter %d is not a leaf (it was computed by %s); "
@@ -86,7 +100,7 @@ cr_status cr_optim_check_grads(const char *opname, cr_tensor **params, int n,
         if (!p) return cr_fail(CR_ERR_ARG, "%s: parameter %d is nil", opname, i);
         grads[i] = p->grad;
         if (!p->grad) continue;
-        cr_status st = check_float_cpu(opname, p->grad, i, "the grad");
+        cr_status st = check_float(opname, p->grad, i, "the grad");
         if (st) return st;
         if ((st = check_grad(opname, p->grad, p, i))) return st;
     }
@@ -125,9 +139,64 @@ void cr_optim_chunks_free(cr_optim_chunks *c) {
 }
 
 cr_status cr_optim_buffer_like(cr_tensor **out, const cr_tensor *t, bool zero) {
-    cr_status st = cr_tensor_alloc(out, t->ndim, t->shape, t->dtype, CR_CPU);
-    if (st) return st;
-    if (zero) memset(cr_tensor_ptr(*out), 0, (size_t)t->numel * cr_dtype_size(t->dtype));
+    cr_status st = cr_tensor_alloc(out, t->ndim, t->shape, t->dtype, cr_tensor_dev(t));
+    if (st || !zero) return st;
+    if (cr_tensor_on_cpu(t)) {
+        memset(cr_tensor_ptr(*out), 0, (size_t)t->numel * cr_dtype_size(t->dtype));
+    } else if ((st = cr_op_fill_(*out, 0.0))) {
+        cr_tensor_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+cr_status cr_optim_device(const char *opname, cr_tensor **tensors, int n, int *device) {
+    const cr_tensor *first = NULL;
+    *device = -1;
+    for (int i = 0; i < n; i++) {
+        const cr_tensor *t = tensors[i];
+        if (!t) continue;
+        if (!first) {
+            first = t;
+            *device = cr_tensor_on_cpu(t) ? -1 : t->storage->device_index;
+            continue;
+        }
+        if (t->storage->device != first->storage->device ||
+            t->storage->device_index != first->storage->device_index) {
+            char a[32], b[32];
+            return cr_fail(CR_ERR_DEVICE, "%s: parameter %d is on %s but an earlier one is on %s; "
+                           "one optimizer step updates parameters on one device", opname, i,
+                           cr_device_str(cr_tensor_dev(t), a, sizeof a),
+                           cr_device_str(cr_tensor_dev(first), b, sizeof b));
+        }
+    }
+    return CR_OK;
+}
+
+cr_status cr_optim_pow_sums(const cr_optim_chunks *ch, cr_tensor **tensors, double p, int device,
+                            double *out) {
+    int64_t nc = ch->n;
+    if (device >= 0) {
+        const cr_cuda_backend *be = cr_cuda_backend_get();
+        if (!be) return CR_ERR_DEVICE;
+        cr_gpu_norm_chunk *list = malloc(sizeof *list * (size_t)(nc > 0 ? nc : 1));
+        if (!list) return cr_fail(CR_ERR_OOM, "norm: out of memory for %lld chunks", (long long)nc);
+        for (int64_t k = 0; k < nc; k++) {
+            const cr_optim_chunk *c = &ch->chunks[k];
+            const cr_tensor *t = tensors[c->slot];
+            list[k] = (cr_gpu_norm_chunk){cr_tensor_ptr(t) + c->begin * (int64_t)cr_dtype_size(t->dtype),
+                                          c->end - c->begin, t->dtype == CR_DT_F64};
+        }
+        cr_status st = be->pow_sums(device, list, nc, p, out);
+        free(list);
+        return st;
+    }
+#pragma omp parallel for schedule(dynamic, 2) if (nc > 1 && ch->total >= CR_PAR_GRAIN) \
+    num_threads(cr_threads())
+    for (int64_t k = 0; k < nc; k++) {
+        const cr_optim_chunk *c = &ch->chunks[k];
+        out[k] = cr_optim_chunk_pow_sum(tensors[c->slot], c->begin, c->end, p);
+    }
     return CR_OK;
 }
 

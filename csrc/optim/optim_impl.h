@@ -37,6 +37,13 @@ void cr_optim_chunks_free(cr_optim_chunks *c);
 /* A zero-filled (zero = true) or uninitialised tensor shaped like t. */
 cr_status cr_optim_buffer_like(cr_tensor **out, const cr_tensor *t, bool zero);
 
+/* The device the non-NULL tensors share: -1 for the cpu, else the CUDA index; an error
+ * when they are on different devices. */
+cr_status cr_optim_device(const char *opname, cr_tensor **tensors, int n, int *device);
+/* out[k] = the power sum of chunk k (cr_optim_chunk_pow_sum), on `device` (-1: cpu). */
+cr_status cr_optim_pow_sums(const cr_optim_chunks *ch, cr_tensor **tensors, double p, int device,
+                            double *out);
+
 /* Over elements [begin, end) of a contiguous f32/f64 tensor: the sum of |x|^p in f64
  * (p = 2: squares), or max |x| when p is INFINITY. */
 double cr_optim_chunk_pow_sum(const cr_tensor *t, int64_t begin, int64_t end, double p);

@@ -10,6 +10,7 @@
  * operation. */
 #include <math.h>
 
+#include "cuda_backend.h"
 #include "optim_impl.h"
 
 /* Per-slot values fixed before the parallel loop. */
@@ -86,9 +87,46 @@ static cr_status sgd_prepare(cr_optim_slot *slots, int n, cr_tensor **grads, sgd
     return CR_OK;
 }
 
-static void sgd_run(cr_optim_slot *slots, int n, cr_tensor **grads, const sgd_plan *plans,
-                    const cr_optim_chunks *ch) {
+/* The chunks as the CUDA backend's work list, run on `device`. */
+static cr_status sgd_run_gpu(cr_optim_slot *slots, cr_tensor **grads, const sgd_plan *plans,
+                             const cr_optim_chunks *ch, int device) {
+    const cr_cuda_backend *be = cr_cuda_backend_get();
+    if (!be) return CR_ERR_DEVICE;
+    cr_gpu_optim_chunk *list = calloc((size_t)(ch->n > 0 ? ch->n : 1), sizeof *list);
+    if (!list) return cr_fail(CR_ERR_OOM, "optimizer: out of memory for %lld chunks", (long long)ch->n);
+    for (int64_t k = 0; k < ch->n; k++) {
+        const cr_optim_chunk *c = &ch->chunks[k];
+        const cr_optim_slot *s = &slots[c->slot];
+        const sgd_plan *pl = &plans[c->slot];
+        int64_t es = (int64_t)cr_dtype_size(s->param->dtype), off = c->begin * es;
+        list[k] = (cr_gpu_optim_chunk){
+            .p = cr_tensor_ptr(s->param) + off,
+            .buf1 = s->buf1 ? cr_tensor_ptr(s->buf1) + off : NULL,
+            .g = cr_tensor_ptr(grads[c->slot]) + off,
+            .n = c->end - c->begin,
+            .f64 = s->param->dtype == CR_DT_F64,
+            .nesterov = (s->flags & CR_OPTIM_NESTEROV) != 0,
+            .first = pl->first,
+            .lr = s->lr,
+            .gscale = pl->gscale,
+            .wd = pl->wd,
+            .momentum = s->momentum,
+            .damp1 = 1.0 - s->dampening,
+        };
+    }
+    cr_status st = be->optim_update(device, list, ch->n);
+    free(list);
+    return st;
+}
+
+static cr_status sgd_run(cr_optim_slot *slots, int n, cr_tensor **grads, const sgd_plan *plans,
+                         const cr_optim_chunks *ch, int device) {
     int64_t nc = ch->n;
+    if (device >= 0) {
+        cr_status st = sgd_run_gpu(slots, grads, plans, ch, device);
+        if (st) return st;
+        nc = 0; /* done on the GPU */
+    }
 #pragma omp parallel for schedule(dynamic, 2) if (nc > 1 && ch->total >= CR_PAR_GRAIN) \
     num_threads(cr_threads())
     for (int64_t k = 0; k < nc; k++) {
@@ -107,6 +145,7 @@ static void sgd_run(cr_optim_slot *slots, int n, cr_tensor **grads, const sgd_pl
         cr_tensor_bump_version(s->param);
         if (s->buf1) cr_tensor_bump_version(s->buf1);
     }
+    return CR_OK;
 }
 
 /* Scratch shared by both steps: borrowed grads, plans, chunks. */
@@ -140,11 +179,13 @@ static void scratch_free(sgd_scratch *w, cr_optim_slot *slots, int n, cr_status 
 
 cr_status cr_optim_sgd_step(cr_optim_slot *slots, int n, double grad_scale) {
     sgd_scratch w;
+    int device = -1;
     cr_status st = scratch_init(&w, n);
     if (!st) st = cr_optim_check_slots("SGD step", slots, n, w.grads, true, false);
+    if (!st) st = cr_optim_device("SGD step", w.grads, n, &device);
     if (!st) st = sgd_prepare(slots, n, w.grads, w.plans, grad_scale);
     if (!st) st = cr_optim_chunks_build(&w.ch, w.grads, n);
-    if (!st) sgd_run(slots, n, w.grads, w.plans, &w.ch);
+    if (!st) st = sgd_run(slots, n, w.grads, w.plans, &w.ch, device);
     scratch_free(&w, slots, n, st);
     return st;
 }
@@ -158,7 +199,9 @@ cr_status cr_optim_lars_step(cr_optim_slot *slots, int n, double grad_scale) {
     cr_tensor **adapt = NULL;
     double *psum = NULL, *gsum = NULL, *pn = NULL, *gn = NULL;
     cr_optim_chunks nch = {NULL, 0, 0};
+    int device = -1;
     if (!st) st = cr_optim_check_slots("LARS step", slots, n, w.grads, true, false);
+    if (!st) st = cr_optim_device("LARS step", w.grads, n, &device);
     if (!st) st = sgd_prepare(slots, n, w.grads, w.plans, grad_scale);
     if (st) goto done;
 
@@ -181,13 +224,9 @@ cr_status cr_optim_lars_step(cr_optim_slot *slots, int n, double grad_scale) {
         }
     }
     int64_t nc = nch.n;
-#pragma omp parallel for schedule(dynamic, 2) if (nc > 1 && nch.total >= CR_PAR_GRAIN) \
-    num_threads(cr_threads())
-    for (int64_t k = 0; k < nc; k++) {
-        const cr_optim_chunk *c = &nch.chunks[k];
-        psum[k] = cr_optim_chunk_pow_sum(slots[c->slot].param, c->begin, c->end, 2.0);
-        gsum[k] = cr_optim_chunk_pow_sum(w.grads[c->slot], c->begin, c->end, 2.0);
-    }
+    if ((st = cr_optim_pow_sums(&nch, adapt, 2.0, device, psum)) ||
+        (st = cr_optim_pow_sums(&nch, w.grads, 2.0, device, gsum)))
+        goto done;
     for (int64_t k = 0; k < nc; k++) {
         pn[nch.chunks[k].slot] += psum[k];
         gn[nch.chunks[k].slot] += gsum[k];
@@ -208,7 +247,7 @@ cr_status cr_optim_lars_step(cr_optim_slot *slots, int n, double grad_scale) {
         }
     }
     if ((st = cr_optim_chunks_build(&w.ch, w.grads, n))) goto done;
-    sgd_run(slots, n, w.grads, w.plans, &w.ch);
+    st = sgd_run(slots, n, w.grads, w.plans, &w.ch, device);
 done:
     free(adapt);
     free(pn);

@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "gpu_chunks.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -94,6 +96,13 @@ int crk_batch_norm_backward(const crk_bn_backward *p, cudaStream_t stream);
  * [outer, C, inner], along C; sums in f64, as the cpu reference. */
 int crk_softmax(const void *x, void *y, int64_t outer, int64_t C, int64_t inner, int f64, int is_log,
                 cudaStream_t stream);
+
+/* Fused optimizer updates over chunks of parameters (core/gpu_chunks.h): one block per
+ * chunk. */
+int crk_optim_update(const cr_gpu_optim_chunk *chunks, int64_t n, cudaStream_t stream);
+
+/* out[k] (host) = sum |x|^p over chunk k (p = 2: squares; INFINITY: max |x|, NaN sticking). */
+int crk_pow_sums(const cr_gpu_norm_chunk *chunks, int64_t n, double p, double *out, cudaStream_t stream);
 
 /* 2-D pooling over `planes` row-major planes of h x w (f32 or f64), as ops/pool.c. */
 typedef struct crk_pool {

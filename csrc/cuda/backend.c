@@ -279,5 +279,6 @@ cr_status cr_cuda_backend_open(cr_cuda_backend *out) {
     cr_gpu_register_batch_norm();
     cr_gpu_register_pool();
     cr_gpu_register_softmax();
+    cr_gpu_register_normalize();
     return CR_OK;
 }

@@ -26,7 +26,8 @@
  * all-zero row; its codes are then 0 (documented, never NaN). NaN or inf in the scores
  * propagate (the output has NaN), as in any op.
  * Sums accumulate in f64 over fixed blocks of rows, added in block order: results do
- * not depend on the thread count. Nothing is recorded by autograd (SwAV runs it under
+ * not depend on the thread count. GPU scores are copied to the host for the whole
+ * algorithm and the codes copied back (the stepwise calls below take cpu tensors). Nothing is recorded by autograd (SwAV runs it under
  * no_grad); the output never requires grad. */
 #ifndef CRESCENT_SSL_H
 #define CRESCENT_SSL_H
@@ -59,7 +60,8 @@ cr_status cr_ssl_sinkhorn_finish(cr_tensor **out, cr_tensor *q, double batch_glo
 /* ---- momentum (EMA) update -----------------------------------------------------------
  * For every pair i: target[i] = m * target[i] + (1 - m) * source[i] (MoCo's key encoder,
  * BYOL's target network), in one call: the elements of all tensors are cut into fixed
- * chunks shared by OpenMP. Contiguous CPU f32/f64 tensors of equal shape and dtype; the
+ * chunks shared by OpenMP (on a GPU: two elementwise passes per pair). Contiguous f32/f64
+ * tensors of equal shape, dtype and device; the
  * targets are written in place (their versions are bumped), nothing is recorded by
  * autograd. m in [0, 1]. Errors name the pair ("pair 3"); the binding puts the name in. */
 cr_status cr_ssl_ema_update(cr_tensor **target, cr_tensor **source, int n, double m);

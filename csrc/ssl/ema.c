@@ -16,9 +16,14 @@ static cr_status check_pair(const char *op, cr_tensor *t, cr_tensor *s, int i, b
                        "the two models must have the same architecture", op, i,
                        cr_dtype_name(t->dtype), cr_shape_str(t, a, sizeof a),
                        cr_dtype_name(s->dtype), cr_shape_str(s, b, sizeof b));
-    if (t->storage->device != CR_DEV_CPU || s->storage->device != CR_DEV_CPU)
-        return cr_fail(CR_ERR_DEVICE, "%s: pair %d is not on the CPU; the fused CPU update needs "
-                       "CPU tensors", op, i);
+    if (t->storage->device != s->storage->device ||
+        t->storage->device_index != s->storage->device_index) {
+        char da[32], db[32];
+        return cr_fail(CR_ERR_DEVICE, "%s: pair %d: the target is on %s but the source on %s; "
+                       "keep both models on one device", op, i,
+                       cr_device_str(cr_tensor_dev(t), da, sizeof da),
+                       cr_device_str(cr_tensor_dev(s), db, sizeof db));
+    }
     if (float_only && t->dtype != CR_DT_F32 && t->dtype != CR_DT_F64)
         return cr_fail(CR_ERR_ARG, "%s: pair %d is %s; the momentum update takes f32 or f64 "
                        "tensors (copy integer buffers with copy_tensors)", op, i,
@@ -32,6 +37,27 @@ static cr_status check_pair(const char *op, cr_tensor *t, cr_tensor *s, int i, b
     return CR_OK;
 }
 
+/* On a GPU, pair by pair through the elementwise ops: target = m*target, += (1-m)*source
+ * (the rounding of m*target comes first here; the cpu fuses both products). */
+static cr_status run_gpu(cr_tensor **target, cr_tensor **source, int n, double m, bool copy) {
+    cr_tensor *ms = NULL;
+    bool was = cr_grad_set_enabled(false);
+    cr_status st = CR_OK;
+    for (int i = 0; i < n && !st; i++) {
+        cr_tensor *t = target[i], *s = source[i];
+        if (copy) {
+            st = cr_op_copy_(t, s);
+            continue;
+        }
+        if (!(st = cr_tensor_scalar(&ms, m, t->dtype)) && !(st = cr_op_mul_(t, ms)))
+            st = cr_op_add_(t, s, 1.0 - m);
+        cr_tensor_free(ms);
+        ms = NULL;
+    }
+    cr_grad_set_enabled(was);
+    return st;
+}
+
 static cr_status run(const char *op, cr_tensor **target, cr_tensor **source, int n, double m,
                      bool copy) {
     if (n < 0) return cr_fail(CR_ERR_ARG, "%s: negative pair count %d", op, n);
@@ -41,6 +67,7 @@ static cr_status run(const char *op, cr_tensor **target, cr_tensor **source, int
     cr_status st;
     for (int i = 0; i < n; i++)
         if ((st = check_pair(op, target[i], source[i], i, !copy))) return st;
+    if (n > 0 && !cr_tensor_on_cpu(target[0])) return run_gpu(target, source, n, m, copy);
     cr_optim_chunks ch;
     if ((st = cr_optim_chunks_build(&ch, target, n))) return st;
     const double w = 1.0 - m;

@@ -211,8 +211,23 @@ cr_status cr_ssl_sinkhorn_finish(cr_tensor **out, cr_tensor *q, double batch_glo
     return CR_OK;
 }
 
+/* GPU scores: the codes are computed on a host copy (a [B, K] matrix of a few hundred KB
+ * per step) and moved back to the scores' device. */
+static cr_status sinkhorn_via_host(cr_tensor **out, cr_tensor *scores, double eps, int iters) {
+    cr_tensor *h = NULL, *q = NULL;
+    bool was = cr_grad_set_enabled(false);
+    cr_status st = cr_op_to_device(&h, scores, CR_DEV_CPU, 0, false);
+    if (!st) st = cr_ssl_sinkhorn(&q, h, eps, iters);
+    if (!st) st = cr_op_to_device(out, q, scores->storage->device, scores->storage->device_index, false);
+    cr_grad_set_enabled(was);
+    cr_tensor_free(h);
+    cr_tensor_free(q);
+    return st;
+}
+
 cr_status cr_ssl_sinkhorn(cr_tensor **out, cr_tensor *scores, double eps, int iters) {
     *out = NULL;
+    if (scores && !cr_tensor_on_cpu(scores)) return sinkhorn_via_host(out, scores, eps, iters);
     cr_status st = check_scores("sinkhorn", scores);
     if (st) return st;
     if (iters < 0)

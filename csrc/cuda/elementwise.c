@@ -120,8 +120,10 @@ void cr_gpu_register_elementwise(void) {
     put(CR_OP_ADD_, CRK_AXPY, INPLACE);
     put(CR_OP_MUL_, CRK_SCALE, INPLACE);
     put(CR_OP_FILL, CRK_FILL, FILL);
-    /* no arithmetic: views only set geometry, cat copies slices through cr_copy_into */
-    const cr_op device_free[] = {CR_OP_VIEW, CR_OP_PERMUTE, CR_OP_EXPAND, CR_OP_SLICE, CR_OP_CAT};
+    /* no arithmetic: views only set geometry, cat copies slices through cr_copy_into,
+     * to_device runs its copy through the backend */
+    const cr_op device_free[] = {CR_OP_VIEW, CR_OP_PERMUTE, CR_OP_EXPAND, CR_OP_SLICE, CR_OP_CAT,
+                                 CR_OP_TO_DEVICE};
     for (size_t i = 0; i < sizeof device_free / sizeof *device_free; i++)
         cr_kernel_table[device_free[i]][CR_DEV_CUDA] = cr_kernel_table[device_free[i]][CR_DEV_CPU];
 }

@@ -283,27 +283,35 @@ function Module:zero_grad()
   return self
 end
 
--- Converts floating parameters and buffers to another dtype (e.g. 'f64' for gradcheck).
--- Integer buffers (num_batches_tracked) keep theirs.
-function Module:to(dtype)
+-- m:to('f64') converts floating parameters and buffers to another dtype (e.g. for
+-- gradcheck; integer buffers such as num_batches_tracked keep theirs); m:to('cuda:0') /
+-- m:cuda() / m:cpu() move every parameter and buffer to a device. A tensor shared by
+-- several modules stays shared.
+function Module:to(what)
+  local device = util.is_device_name(what)
+  if device then util.device(what) else util.dtype(what) end
+  local moved = {}
+  local function convert(t, is_param)
+    if not is_tensor(t) or (not device and not t:is_floating_point()) then return t end
+    if moved[t] == nil then
+      local c = t:detach():to(what)
+      if is_param then c = c:requires_grad_(t.requires_grad) end
+      moved[t] = c
+    end
+    return moved[t]
+  end
   no_grad(function()
     walk(self, '', function(_, m)
-      for _, name in ipairs(m._params) do
-        local t = rawget(m, name)
-        if is_tensor(t) and t:is_floating_point() then
-          rawset(m, name, t:detach():to(dtype):requires_grad_(t.requires_grad))
-        end
-      end
-      for _, name in ipairs(m._buffers) do
-        local t = rawget(m, name)
-        if is_tensor(t) and t:is_floating_point() then rawset(m, name, t:to(dtype)) end
-      end
+      for _, name in ipairs(m._params) do rawset(m, name, convert(rawget(m, name), true)) end
+      for _, name in ipairs(m._buffers) do rawset(m, name, convert(rawget(m, name), false)) end
     end, {})
   end)
   return self
 end
 function Module:double() return self:to('f64') end
 function Module:float() return self:to('f32') end
+function Module:cuda(index) return self:to('cuda:' .. (index or 0)) end
+function Module:cpu() return self:to('cpu') end
 
 -- ---- state dict --------------------------------------------------------------------------------------
 -- Ordered list of {name, tensor} for everything saved: each module's parameters, then its

@@ -1,0 +1,187 @@
+#!/usr/bin/python3
+"""gpu_swav_torch.py — the PyTorch twin of bench/gpu_swav.lua, on the GPU: SwAV steps of
+a ResNet-50 (torchvision's Bottleneck v1.5 layout) with head 2048-2048-128 and 3000
+prototypes on multi-crop 2 x 224 + 6 x 96 synthetic batches, and supervised ResNet-50
+steps at 224 px; SGD momentum 0.9 on both. Each is timed in bf16 autocast with
+channels_last (the issue's reference) and in f32 (cuDNN may use TF32, PyTorch's default,
+as crescent's convolutions do). Model FLOPs per image come from
+torch.utils.flop_counter on one forward and backward.
+  python3 bench/gpu_swav_torch.py [--batch 64] [--sup-batch 256] [--steps 20] [--warmup 5]
+Prints JSON lines {"bench": name, "value": x}: swav_bf16, swav_f32 (img/s),
+swav_flops_per_img, supervised_bf16, supervised_f32, supervised_flops_per_img, and
+peak_bf16_flops for the GPU when its datasheet figure is known."""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ssl_swav_torch import swav_loss  # noqa: E402  (the same loss as the cpu bench)
+
+# Dense bf16 tensor-core peaks from NVIDIA's datasheets (SXM parts).
+PEAK_BF16 = {'H100': 989.4e12, 'H200': 989.4e12, 'A100': 312e12}
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, planes, stride):
+        super().__init__()
+        cout = planes * 4
+        self.conv1 = nn.Conv2d(cin, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = F.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return F.relu(out + (self.downsample(x) if self.downsample is not None else x))
+
+
+class ResNet50(nn.Module):
+    def __init__(self, num_classes=0):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        layers, cin = [], 64
+        for planes, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+            seq = []
+            for b in range(blocks):
+                seq.append(Bottleneck(cin, planes, stride if b == 0 else 1))
+                cin = planes * 4
+            layers.append(nn.Sequential(*seq))
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, num_classes) if num_classes else nn.Identity()
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(self.layers(x), 1), 1))
+
+
+class SwAV50(nn.Module):
+    def __init__(self, hidden=2048, dim=128, num_prototypes=3000):
+        super().__init__()
+        self.trunk = ResNet50()
+        self.head = nn.Sequential(nn.Linear(2048, hidden), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True),
+                                  nn.Linear(hidden, dim))
+        self.prototypes = nn.Linear(dim, num_prototypes, bias=False)
+
+    def forward(self, groups):
+        emb = torch.cat([F.normalize(self.head(self.trunk(g)), dim=1, p=2) for g in groups])
+        return self.prototypes(emb)
+
+    @torch.no_grad()
+    def normalize_prototypes(self):
+        self.prototypes.weight.copy_(F.normalize(self.prototypes.weight, dim=1, p=2))
+
+
+def timed(step, steps, warmup, images_per_step):
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return steps * images_per_step / (time.perf_counter() - t0)
+
+
+def flops_of(step):
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+    except ImportError:
+        return None
+    counter = FlopCounterMode(display=False)
+    with counter:
+        step()
+    return counter.get_total_flops()
+
+
+def swav_rates(batch, steps, warmup):
+    out = {}
+    for mode in ('bf16', 'f32'):
+        torch.manual_seed(0)
+        model = SwAV50().cuda()
+        groups = [torch.randn(2 * batch, 3, 224, 224, device='cuda'), torch.randn(6 * batch, 3, 96, 96, device='cuda')]
+        if mode == 'bf16':
+            model = model.to(memory_format=torch.channels_last)
+            groups = [g.contiguous(memory_format=torch.channels_last) for g in groups]
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-6)
+
+        def step():
+            with torch.autocast('cuda', dtype=torch.bfloat16, enabled=mode == 'bf16'):
+                scores = model(groups)
+            loss = swav_loss(scores.float(), batch, num_crops=8)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            model.normalize_prototypes()
+
+        out['swav_' + mode] = timed(step, steps, warmup, batch)
+        if mode == 'f32':
+            f = flops_of(step)
+            if f:
+                out['swav_flops_per_img'] = f / batch
+    return out
+
+
+def supervised_rates(batch, steps, warmup):
+    out = {}
+    for mode in ('bf16', 'f32'):
+        torch.manual_seed(0)
+        model = ResNet50(num_classes=1000).cuda()
+        x = torch.randn(batch, 3, 224, 224, device='cuda')
+        y = torch.randint(0, 1000, (batch,), device='cuda')
+        if mode == 'bf16':
+            model = model.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+
+        def step():
+            with torch.autocast('cuda', dtype=torch.bfloat16, enabled=mode == 'bf16'):
+                loss = F.cross_entropy(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        out['supervised_' + mode] = timed(step, steps, warmup, batch)
+        if mode == 'f32':
+            f = flops_of(step)
+            if f:
+                out['supervised_flops_per_img'] = f / batch
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument('--batch', type=int, default=64)
+    p.add_argument('--sup-batch', type=int, default=256)
+    p.add_argument('--steps', type=int, default=20)
+    p.add_argument('--warmup', type=int, default=5)
+    a = p.parse_args()
+    if not torch.cuda.is_available():
+        print(json.dumps({'bench': 'skipped', 'reason': 'torch sees no CUDA GPU'}))
+        return
+    torch.backends.cudnn.benchmark = True
+    figures = swav_rates(a.batch, a.steps, a.warmup)
+    figures.update(supervised_rates(a.sup_batch, a.steps, a.warmup))
+    name = torch.cuda.get_device_name(0)
+    for key, peak in PEAK_BF16.items():
+        if key in name:
+            figures['peak_bf16_flops'] = peak
+    for k, v in figures.items():
+        print(json.dumps({'bench': k, 'value': v}))
+
+
+if __name__ == '__main__':
+    main()

@@ -45,8 +45,9 @@ typedef struct cr_cuda_backend {
 } cr_cuda_backend;
 
 /* Exported by libcrescent_cuda.so: fills *out (and the CUDA column of the dispatch table),
- * or fails with the reason (CR_ERR_DEVICE). */
-typedef cr_status (*cr_cuda_backend_open_fn)(cr_cuda_backend *out);
+ * or fails with the reason (CR_ERR_DEVICE). It first checks that the caller was built
+ * from the same version (core_abi, table_bytes) and writes nothing when it was not. */
+typedef cr_status (*cr_cuda_backend_open_fn)(cr_cuda_backend *out, int core_abi, size_t table_bytes);
 
 /* The loaded backend, opening it on first use; NULL with the reason in cr_last_error()
  * (no driver, no device, a version mismatch, or a build without nvcc). */

@@ -57,13 +57,8 @@ static void open_backend(void) {
     }
     cr_cuda_backend be;
     memset(&be, 0, sizeof be);
-    if (open_fn(&be) != CR_OK) {
-        snprintf(why_not, sizeof why_not, "%s", cr_last_error());
-        return;
-    }
-    if (be.abi != CR_CUDA_BACKEND_ABI) {
-        snprintf(why_not, sizeof why_not, "%s was built from another crescent version (ABI %d, "
-                 "this library %d); rebuild both with make", path, be.abi, CR_CUDA_BACKEND_ABI);
+    if (open_fn(&be, CR_CUDA_BACKEND_ABI, sizeof be) != CR_OK) {
+        snprintf(why_not, sizeof why_not, "%s: %s", path, cr_last_error());
         return;
     }
     backend = be;

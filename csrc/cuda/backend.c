@@ -49,7 +49,7 @@ static cr_status init_device(int device) {
         if (!st)
             st = cr_gpu_check(cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking),
                               "creating the copy stream");
-        if (!st) d->ready = true;
+        if (!st) __atomic_store_n(&d->ready, true, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&ctx_lock);
     return st;
@@ -64,7 +64,7 @@ cr_status cr_gpu_enter(int device) {
         if (st) return st;
         current_device = device;
     }
-    return devices[device].ready ? CR_OK : init_device(device);
+    return __atomic_load_n(&devices[device].ready, __ATOMIC_ACQUIRE) ? CR_OK : init_device(device);
 }
 
 cudaStream_t cr_gpu_stream(int device) { return devices[device].compute; }
@@ -138,13 +138,16 @@ static cr_status copy(void *dst, int dd, const void *src, int sd, size_t bytes, 
         (st = cr_gpu_check(cudaStreamSynchronize(devices[sd].compute), "copying between GPUs")) ||
         (st = cr_gpu_enter(dd)))
         return st;
-    return cr_gpu_check(cudaMemcpyPeerAsync(dst, dd, src, sd, bytes, devices[dd].compute),
-                        "copying between GPUs");
+    /* the source block belongs to the source's stream, which may reuse it as soon as the
+     * caller frees it: the copy must be over before we return */
+    st = cr_gpu_check(cudaMemcpyPeerAsync(dst, dd, src, sd, bytes, devices[dd].compute),
+                      "copying between GPUs");
+    return st ? st : cr_gpu_check(cudaStreamSynchronize(devices[dd].compute), "copying between GPUs");
 }
 
 static cr_status synchronize(int device) {
     for (int d = device < 0 ? 0 : device; d < (device < 0 ? device_count : device + 1); d++) {
-        if (!devices[d].ready) continue;
+        if (!__atomic_load_n(&devices[d].ready, __ATOMIC_ACQUIRE)) continue;
         cr_status st = cr_gpu_enter(d);
         if (!st) st = cr_gpu_check(cudaStreamSynchronize(devices[d].compute), "synchronize");
         if (!st) st = cr_gpu_check(cudaStreamSynchronize(devices[d].copy), "synchronize");
@@ -210,7 +213,7 @@ static void host_release(void *ptr) {
     p->ptr = ptr;
     int saved = current_device;
     for (int d = 0; d < device_count; d++) {
-        if (!devices[d].ready || cr_gpu_enter(d)) continue;
+        if (!__atomic_load_n(&devices[d].ready, __ATOMIC_ACQUIRE) || cr_gpu_enter(d)) continue;
         if (cudaEventCreateWithFlags(&p->done[p->n], cudaEventDisableTiming) != cudaSuccess) break;
         cudaEventRecord(p->done[p->n], devices[d].copy);
         p->n++;
@@ -224,17 +227,47 @@ static void host_release(void *ptr) {
     pthread_mutex_unlock(&pinned_lock);
 }
 
+/* A host list copied into a block of the caching allocator, on the compute stream (the
+ * driver stages pageable memory before cudaMemcpyAsync returns). */
+static cr_status upload(int device, const void *host, size_t bytes, void **dev) {
+    cr_status st = cr_gpu_alloc(device, bytes, dev);
+    if (st) return st;
+    st = cr_gpu_check(cudaMemcpyAsync(*dev, host, bytes, cudaMemcpyHostToDevice,
+                                      devices[device].compute), "uploading a work list");
+    if (st) cr_gpu_release(device, *dev, bytes);
+    return st;
+}
+
 static cr_status optim_update(int device, const cr_gpu_optim_chunk *chunks, int64_t n) {
+    if (n <= 0) return CR_OK;
+    if (n > INT32_MAX) return cr_fail(CR_ERR_UNSUPPORTED, "optimizer step: %lld chunks", (long long)n);
     cr_status st = cr_gpu_enter(device);
-    return st ? st : cr_gpu_check(crk_optim_update(chunks, n, devices[device].compute),
-                                  "optimizer step");
+    size_t bytes = sizeof *chunks * (size_t)n;
+    void *dev = NULL;
+    if (st || (st = upload(device, chunks, bytes, &dev))) return st;
+    st = cr_gpu_check(crk_optim_update(dev, n, devices[device].compute), "optimizer step");
+    cr_gpu_release(device, dev, bytes); /* stream-ordered: reused only after the kernel */
+    return st;
 }
 
 static cr_status pow_sums(int device, const cr_gpu_norm_chunk *chunks, int64_t n, double p,
                           double *out) {
+    if (n <= 0) return CR_OK;
+    if (n > INT32_MAX) return cr_fail(CR_ERR_UNSUPPORTED, "gradient norm: %lld chunks", (long long)n);
     cr_status st = cr_gpu_enter(device);
-    return st ? st : cr_gpu_check(crk_pow_sums(chunks, n, p, out, devices[device].compute),
-                                  "gradient norm");
+    size_t bytes = sizeof *chunks * (size_t)n, out_bytes = sizeof(double) * (size_t)n;
+    void *dev = NULL, *dout = NULL;
+    if (st || (st = upload(device, chunks, bytes, &dev))) return st;
+    cudaStream_t s = devices[device].compute;
+    st = cr_gpu_alloc(device, out_bytes, &dout);
+    if (!st) st = cr_gpu_check(crk_pow_sums(dev, n, p, dout, s), "gradient norm");
+    if (!st)
+        st = cr_gpu_check(cudaMemcpyAsync(out, dout, out_bytes, cudaMemcpyDeviceToHost, s),
+                          "gradient norm");
+    if (!st) st = cr_gpu_check(cudaStreamSynchronize(s), "gradient norm");
+    cr_gpu_release(device, dev, bytes);
+    if (dout) cr_gpu_release(device, dout, out_bytes);
+    return st;
 }
 
 static void empty_cache(void) {
@@ -245,8 +278,12 @@ static void empty_cache(void) {
     cr_gpu_empty_cache();
 }
 
-cr_status cr_cuda_backend_open(cr_cuda_backend *out);
-cr_status cr_cuda_backend_open(cr_cuda_backend *out) {
+cr_status cr_cuda_backend_open(cr_cuda_backend *out, int core_abi, size_t table_bytes);
+cr_status cr_cuda_backend_open(cr_cuda_backend *out, int core_abi, size_t table_bytes) {
+    if (core_abi != CR_CUDA_BACKEND_ABI || table_bytes != sizeof *out)
+        return cr_fail(CR_ERR_DEVICE, "built from another crescent version (backend ABI %d, %zu "
+                       "bytes; libcrescent.so ABI %d, %zu bytes); rebuild both with make",
+                       CR_CUDA_BACKEND_ABI, sizeof *out, core_abi, table_bytes);
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess) {

@@ -1,7 +1,8 @@
 /* conv.c (cuda) — conv2d forward and backward through cuDNN, on channels-last
  * activations (the layout of cuDNN's tensor-core kernels; ops/conv.c allocates GPU conv
- * outputs channels-last). Weights are read through a channels-last (KRSC) copy and their
- * grad is written back in the weight's own layout. f16/bf16 run natively with f32
+ * outputs channels-last). Activations and weights of other layouts go through
+ * channels-last (NHWC/KRSC) copies, since cuDNN's NHWC kernels want them together, and
+ * grads are written back in their tensors' own layouts. f16/bf16 run natively with f32
  * accumulation; f32 may use TF32 tensor cores, as PyTorch's default allows for
  * convolutions (CRESCENT_CUDA_TF32=0 turns that off); f64 runs in f64.
  *
@@ -48,31 +49,38 @@ cudnnDataType_t cr_gpu_cudnn_type(cr_dtype dt) {
     }
 }
 
-/* ---- the algorithm cache ---- */
+/* ---- the algorithm cache ----
+ * Per problem (shapes, parameters, dtype, device, deterministic mode): the algorithm of
+ * each direction and the math type cuDNN ranked it with (the same algorithm may come
+ * with and without tensor-core math), chosen on first use. */
 typedef struct {
-    int64_t key[20];
-    cudnnConvolutionFwdAlgo_t fwd;
-    cudnnConvolutionBwdDataAlgo_t bwd_data;
-    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
-    bool has_fwd, has_data, has_filter;
+    int algo;
+    cudnnMathType_t math;
+    bool chosen;
+} algo_choice;
+
+typedef struct {
+    int64_t key[16];
+    algo_choice fwd, data, filter;
 } algo_entry;
 
 enum { ALGO_CACHE = 512 };
 static algo_entry cache[ALGO_CACHE];
-static int cached;
+static int cached, evict_next;
 
 typedef struct {
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
-    int64_t key[20];
+    int64_t key[16];
 } conv_descs;
 
+/* t's memory is NHWC (see nhwc_memory): described with the canonical NHWC strides, so
+ * that size-1 dims never make cuDNN read it as another layout. */
 static cr_status tensor_desc(cudnnTensorDescriptor_t d, const cr_tensor *t) {
-    return check(cudnnSetTensor4dDescriptorEx(d, cr_gpu_cudnn_type(t->dtype), (int)t->shape[0],
-                                              (int)t->shape[1], (int)t->shape[2], (int)t->shape[3],
-                                              (int)t->stride[0], (int)t->stride[1],
-                                              (int)t->stride[2], (int)t->stride[3]),
+    int n = (int)t->shape[0], c = (int)t->shape[1], h = (int)t->shape[2], w = (int)t->shape[3];
+    return check(cudnnSetTensor4dDescriptorEx(d, cr_gpu_cudnn_type(t->dtype), n, c, h, w,
+                                              h * w * c, 1, w * c, c),
                  "conv2d: tensor descriptor");
 }
 
@@ -83,16 +91,23 @@ static void descs_free(conv_descs *d) {
     if (d->conv) cudnnDestroyConvolutionDescriptor(d->conv);
 }
 
-/* x and y channels-last or row-major, w channels-last (KRSC). */
+/* The math type a dtype asks for before cuDNN ranks algorithms: tensor cores for halves,
+ * none for f64, and for f32 TF32 allowed (PyTorch's default for convolutions) unless
+ * CRESCENT_CUDA_TF32=0. */
+static cudnnMathType_t default_math(cr_dtype dt) {
+    if (dt == CR_DT_F16 || dt == CR_DT_BF16) return CUDNN_TENSOR_OP_MATH;
+    const char *tf32 = getenv("CRESCENT_CUDA_TF32");
+    if (dt == CR_DT_F64 || (tf32 && *tf32 == '0')) return CUDNN_FMA_MATH;
+    return CUDNN_DEFAULT_MATH;
+}
+
+/* x, y: activations with NHWC memory; w: filter with KRSC memory. */
 static cr_status descs_init(conv_descs *d, const cr_call *c, const cr_tensor *x,
                             const cr_tensor *w, const cr_tensor *y) {
     memset(d, 0, sizeof *d);
-    for (int k = 0; k < 4; k++) {
-        if (x->shape[k] > INT32_MAX || y->shape[k] > INT32_MAX || x->numel > INT32_MAX ||
-            y->numel > INT32_MAX)
-            return cr_fail(CR_ERR_UNSUPPORTED, "conv2d: tensors of 2^31 elements or more are "
-                           "not supported on the GPU; split the batch");
-    }
+    if (x->numel > INT32_MAX || y->numel > INT32_MAX || w->numel > INT32_MAX)
+        return cr_fail(CR_ERR_UNSUPPORTED, "conv2d: tensors of 2^31 elements or more are not "
+                       "supported on the GPU; split the batch");
     cr_status st = check(cudnnCreateTensorDescriptor(&d->x), "conv2d");
     if (!st) st = check(cudnnCreateTensorDescriptor(&d->y), "conv2d");
     if (!st) st = check(cudnnCreateFilterDescriptor(&d->w), "conv2d");
@@ -110,25 +125,22 @@ static cr_status descs_init(conv_descs *d, const cr_call *c, const cr_tensor *x,
                                                    CUDNN_CROSS_CORRELATION, compute),
                    "conv2d: convolution descriptor");
     if (!st) st = check(cudnnSetConvolutionGroupCount(d->conv, (int)c->i[6]), "conv2d: groups");
-    const char *tf32 = getenv("CRESCENT_CUDA_TF32");
-    cudnnMathType_t math = x->dtype == CR_DT_F16 || x->dtype == CR_DT_BF16 ? CUDNN_TENSOR_OP_MATH
-                           : (tf32 && *tf32 == '0') || x->dtype == CR_DT_F64 ? CUDNN_FMA_MATH
-                                                                            : CUDNN_DEFAULT_MATH;
+    cudnnMathType_t math = default_math(x->dtype);
     if (!st) st = check(cudnnSetConvolutionMathType(d->conv, math), "conv2d: math type");
-    int64_t key[20] = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0],
-                       w->shape[2], w->shape[3], c->i[0], c->i[1], c->i[2], c->i[3], c->i[4],
-                       c->i[5], c->i[6], x->dtype, cr_tensor_is_channels_last(x),
-                       cr_tensor_is_channels_last(y), x->storage->device_index, deterministic,
-                       (int64_t)math};
+    int64_t key[16] = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0],
+                       w->shape[2], w->shape[3], c->i[0] << 16 | c->i[1], c->i[2] << 16 | c->i[3],
+                       c->i[4] << 16 | c->i[5], c->i[6], x->dtype, x->storage->device_index,
+                       deterministic, (int64_t)math, 0};
     memcpy(d->key, key, sizeof key);
     if (st) descs_free(d);
     return st;
 }
 
+/* Under the lock. */
 static algo_entry *algo_for(const int64_t *key) {
     for (int i = 0; i < cached; i++)
         if (!memcmp(cache[i].key, key, sizeof cache[i].key)) return &cache[i];
-    algo_entry *e = &cache[cached < ALGO_CACHE ? cached++ : (int)(key[0] % ALGO_CACHE)];
+    algo_entry *e = &cache[cached < ALGO_CACHE ? cached++ : evict_next++ % ALGO_CACHE];
     memset(e, 0, sizeof *e);
     memcpy(e->key, key, sizeof e->key);
     return e;
@@ -139,16 +151,16 @@ static bool benchmark_mode(void) {
     return e && *e == '1';
 }
 
-/* The first algorithm of cuDNN's ranked list that succeeded (and is deterministic when
- * asked). */
-#define PICK(perf, n, out)                                                           \
+/* The first entry of cuDNN's ranked list that succeeded (and is deterministic when
+ * asked), into an algo_choice. */
+#define PICK(perf, n, choice)                                                        \
     do {                                                                             \
-        for (int k_ = 0; k_ < (n); k_++) {                                           \
+        for (int k_ = 0; k_ < (n) && !(choice)->chosen; k_++) {                      \
             if ((perf)[k_].status != CUDNN_STATUS_SUCCESS) continue;                 \
             if (deterministic && (perf)[k_].determinism != CUDNN_DETERMINISTIC) continue; \
-            *(out) = (perf)[k_].algo;                                                \
-            found = true;                                                            \
-            break;                                                                   \
+            (choice)->algo = (int)(perf)[k_].algo;                                   \
+            (choice)->math = (perf)[k_].mathType;                                    \
+            (choice)->chosen = true;                                                 \
         }                                                                            \
     } while (0)
 
@@ -158,182 +170,213 @@ static cr_status workspace(int device, size_t bytes, void **ptr) {
     return bytes ? cr_gpu_alloc(device, bytes, ptr) : CR_OK;
 }
 
-/* Whether a weight-shaped tensor's memory is KRSC (channels-last): channels-last itself,
- * or row-major where that is the same memory (1x1 kernels, one input channel). */
-static bool krsc(const cr_tensor *t) {
+/* Whether a 4-D tensor's memory is NHWC (for weights: KRSC): channels-last itself, or
+ * row-major where that is the same memory (one channel, or 1x1 planes). cuDNN's NHWC
+ * kernels want activations and filters in this layout together. */
+static bool nhwc_memory(const cr_tensor *t) {
     return cr_tensor_is_channels_last(t) ||
-           (cr_tensor_is_contiguous(t) && ((t->shape[2] == 1 && t->shape[3] == 1) || t->shape[1] == 1));
+           (cr_tensor_is_contiguous(t) && (t->shape[1] == 1 || (t->shape[2] == 1 && t->shape[3] == 1)));
 }
 
-/* w in KRSC memory: itself or a copy. */
-static cr_status filter_nhwc(cr_tensor **out, cr_tensor *w) {
-    if (krsc(w)) {
-        cr_tensor_retain(w);
-        *out = w;
+/* t with NHWC memory: t itself (a new reference) or a channels-last copy. */
+static cr_status as_nhwc(cr_tensor **out, cr_tensor *t) {
+    if (nhwc_memory(t)) {
+        cr_tensor_retain(t);
+        *out = t;
         return CR_OK;
     }
-    cr_status st = cr_tensor_alloc_layout(out, 4, w->shape, w->dtype, cr_tensor_dev(w), true);
-    if (!st && (st = cr_copy_into(*out, w))) {
+    cr_status st = cr_tensor_alloc_layout(out, 4, t->shape, t->dtype, cr_tensor_dev(t), true);
+    if (!st && (st = cr_copy_into(*out, t))) {
         cr_tensor_free(*out);
         *out = NULL;
     }
     return st;
 }
 
-static cr_status gpu_conv2d(cr_call *c) {
-    int device;
-    cr_status st = cr_gpu_call_device(c, &device);
-    if (st) return st;
-    cr_tensor *x = c->in[0], *w = NULL, *b = c->in[2], *y = c->out[0];
-    if (!y->numel) return CR_OK;
-    cudnnHandle_t h;
-    conv_descs d;
-    if ((st = cr_gpu_cudnn(device, &h)) || (st = filter_nhwc(&w, c->in[1]))) return st;
-    if ((st = descs_init(&d, c, x, w, y))) {
-        cr_tensor_free(w);
-        return st;
+/* An output slot with NHWC memory: t itself, or a fresh channels-last tensor whose result
+ * the caller copies into t. */
+static cr_status nhwc_target(cr_tensor **out, cr_tensor *t) {
+    if (nhwc_memory(t)) {
+        cr_tensor_retain(t);
+        *out = t;
+        return CR_OK;
     }
+    return cr_tensor_alloc_layout(out, 4, t->shape, t->dtype, cr_tensor_dev(t), true);
+}
+
+/* Copies a temporary result into its slot (nothing when they are the same tensor). */
+static cr_status deliver(cr_tensor *slot, cr_tensor *result) {
+    return slot == result ? CR_OK : cr_copy_into(slot, result);
+}
+
+static const void *one_of(cr_dtype dt) {
+    static const double one = 1.0;
+    static const float onef = 1.0f;
+    return dt == CR_DT_F64 ? (const void *)&one : (const void *)&onef;
+}
+
+static const void *zero_of(cr_dtype dt) {
+    static const double zero = 0.0;
+    static const float zerof = 0.0f;
+    return dt == CR_DT_F64 ? (const void *)&zero : (const void *)&zerof;
+}
+
+/* y[:, o] += b[o] */
+static cr_status add_bias(cudnnHandle_t h, const cr_tensor *b, cudnnTensorDescriptor_t yd, cr_tensor *y) {
+    cudnnTensorDescriptor_t bd = NULL;
+    cr_status st = check(cudnnCreateTensorDescriptor(&bd), "conv2d: bias");
+    if (!st)
+        st = check(cudnnSetTensor4dDescriptor(bd, CUDNN_TENSOR_NCHW, cr_gpu_cudnn_type(b->dtype), 1,
+                                              (int)b->shape[0], 1, 1), "conv2d: bias");
+    if (!st)
+        st = check(cudnnAddTensor(h, one_of(y->dtype), bd, cr_tensor_ptr(b), one_of(y->dtype), yd,
+                                  cr_tensor_ptr(y)), "conv2d: bias");
+    if (bd) cudnnDestroyTensorDescriptor(bd);
+    return st;
+}
+
+static cr_status choose_forward(cudnnHandle_t h, int device, conv_descs *d, const cr_tensor *x,
+                                const cr_tensor *w, cr_tensor *y, algo_choice *out) {
     pthread_mutex_lock(&lock);
-    algo_entry *e = algo_for(d.key);
-    if (!e->has_fwd) {
+    algo_entry *e = algo_for(d->key);
+    if (!e->fwd.chosen) {
         cudnnConvolutionFwdAlgoPerf_t perf[16];
         int n = 0;
-        bool found = false;
         if (benchmark_mode()) {
             size_t ws_bytes = (size_t)256 << 20;
             void *ws = NULL;
             if (!workspace(device, ws_bytes, &ws) &&
-                cudnnFindConvolutionForwardAlgorithmEx(h, d.x, cr_tensor_ptr(x), d.w, cr_tensor_ptr(w),
-                                                       d.conv, d.y, cr_tensor_ptr(y), 16, &n, perf,
+                cudnnFindConvolutionForwardAlgorithmEx(h, d->x, cr_tensor_ptr(x), d->w, cr_tensor_ptr(w),
+                                                       d->conv, d->y, cr_tensor_ptr(y), 16, &n, perf,
                                                        ws, ws_bytes) == CUDNN_STATUS_SUCCESS)
                 PICK(perf, n, &e->fwd);
             if (ws) cr_gpu_release(device, ws, ws_bytes);
         }
-        if (!found && cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, 16, &n, perf) ==
-                          CUDNN_STATUS_SUCCESS)
+        if (!e->fwd.chosen &&
+            cudnnGetConvolutionForwardAlgorithm_v7(h, d->x, d->w, d->conv, d->y, 16, &n, perf) ==
+                CUDNN_STATUS_SUCCESS)
             PICK(perf, n, &e->fwd);
-        if (!found) e->fwd = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-        e->has_fwd = true;
+        if (!e->fwd.chosen) e->fwd = (algo_choice){CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, default_math(x->dtype), true};
     }
-    cudnnConvolutionFwdAlgo_t algo = e->fwd;
+    *out = e->fwd;
     pthread_mutex_unlock(&lock);
+    return check(cudnnSetConvolutionMathType(d->conv, out->math), "conv2d: math type");
+}
+
+static cr_status gpu_conv2d(cr_call *c) {
+    int device;
+    cr_status st = cr_gpu_call_device(c, &device);
+    if (st) return st;
+    cr_tensor *b = c->in[2], *x = NULL, *w = NULL, *y = NULL;
+    if (!c->out[0]->numel) return CR_OK;
+    cudnnHandle_t h;
+    conv_descs d;
+    memset(&d, 0, sizeof d);
+    if ((st = cr_gpu_cudnn(device, &h)) || (st = as_nhwc(&x, c->in[0])) || (st = as_nhwc(&w, c->in[1])) ||
+        (st = nhwc_target(&y, c->out[0])) || (st = descs_init(&d, c, x, w, y)))
+        goto done;
+    algo_choice algo;
     size_t ws_bytes = 0;
     void *ws = NULL;
-    st = check(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, algo, &ws_bytes),
-               "conv2d: workspace size");
-    if (!st) st = workspace(device, ws_bytes, &ws);
-    double one = 1.0, zero = 0.0;
-    float onef = 1.0f, zerof = 0.0f;
-    const void *pone = x->dtype == CR_DT_F64 ? (const void *)&one : &onef;
-    const void *pzero = x->dtype == CR_DT_F64 ? (const void *)&zero : &zerof;
-    if (!st)
-        st = check(cudnnConvolutionForward(h, pone, d.x, cr_tensor_ptr(x), d.w, cr_tensor_ptr(w),
-                                           d.conv, algo, ws, ws_bytes, pzero, d.y, cr_tensor_ptr(y)),
-                   "conv2d");
+    cr_dtype dt = x->dtype;
+    if (!(st = choose_forward(h, device, &d, x, w, y, &algo)) &&
+        !(st = check(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y,
+                                                             (cudnnConvolutionFwdAlgo_t)algo.algo,
+                                                             &ws_bytes), "conv2d: workspace size")) &&
+        !(st = workspace(device, ws_bytes, &ws)))
+        st = check(cudnnConvolutionForward(h, one_of(dt), d.x, cr_tensor_ptr(x), d.w, cr_tensor_ptr(w),
+                                           d.conv, (cudnnConvolutionFwdAlgo_t)algo.algo, ws, ws_bytes,
+                                           zero_of(dt), d.y, cr_tensor_ptr(y)), "conv2d");
     if (ws) cr_gpu_release(device, ws, ws_bytes);
-    if (!st && b) { /* y += bias over the channels */
-        cudnnTensorDescriptor_t bd = NULL;
-        st = check(cudnnCreateTensorDescriptor(&bd), "conv2d: bias");
-        if (!st)
-            st = check(cudnnSetTensor4dDescriptor(bd, CUDNN_TENSOR_NCHW, cr_gpu_cudnn_type(b->dtype), 1,
-                                                  (int)b->shape[0], 1, 1), "conv2d: bias");
-        if (!st)
-            st = check(cudnnAddTensor(h, pone, bd, cr_tensor_ptr(b), pone, d.y, cr_tensor_ptr(y)),
-                       "conv2d: bias");
-        if (bd) cudnnDestroyTensorDescriptor(bd);
-    }
+    if (!st && b) st = add_bias(h, b, d.y, y);
+    if (!st) st = deliver(c->out[0], y);
+done:
     descs_free(&d);
+    cr_tensor_free(x);
     cr_tensor_free(w);
+    cr_tensor_free(y);
     return st;
+}
+
+static void choose_backward(cudnnHandle_t h, conv_descs *d, bool want_data, bool want_filter,
+                            cr_dtype dt, algo_choice *data, algo_choice *filter) {
+    pthread_mutex_lock(&lock);
+    algo_entry *e = algo_for(d->key);
+    if (want_data && !e->data.chosen) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[16];
+        int n = 0;
+        if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d->w, d->y, d->conv, d->x, 16, &n, perf) ==
+            CUDNN_STATUS_SUCCESS)
+            PICK(perf, n, &e->data);
+        if (!e->data.chosen) e->data = (algo_choice){CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, default_math(dt), true};
+    }
+    if (want_filter && !e->filter.chosen) {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
+        int n = 0;
+        if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d->x, d->y, d->conv, d->w, 16, &n, perf) ==
+            CUDNN_STATUS_SUCCESS)
+            PICK(perf, n, &e->filter);
+        if (!e->filter.chosen)
+            e->filter = (algo_choice){CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, default_math(dt), true};
+    }
+    *data = e->data;
+    *filter = e->filter;
+    pthread_mutex_unlock(&lock);
 }
 
 static cr_status gpu_conv2d_backward(cr_call *c) {
     int device;
     cr_status st = cr_gpu_call_device(c, &device);
     if (st) return st;
-    cr_tensor *gy = c->in[0], *x = c->in[1], *w = NULL;
-    cr_tensor *gx = c->out[0], *gw = c->out[1], *gb = c->out[2];
+    cr_tensor *gx_slot = c->out[0], *gw_slot = c->out[1], *gb = c->out[2];
     cudnnHandle_t h;
     if ((st = cr_gpu_cudnn(device, &h))) return st;
-    if (!gy->numel || !x->numel) { /* nothing flows: zero grads */
-        if (gx) st = cr_op_fill_(gx, 0);
-        if (!st && gw) st = cr_op_fill_(gw, 0);
+    if (!c->in[0]->numel || !c->in[1]->numel) { /* nothing flows: zero grads */
+        if (gx_slot) st = cr_op_fill_(gx_slot, 0);
+        if (!st && gw_slot) st = cr_op_fill_(gw_slot, 0);
         if (!st && gb) st = cr_op_fill_(gb, 0);
         return st;
     }
-    if ((st = filter_nhwc(&w, c->in[2]))) return st;
+    cr_tensor *gy = NULL, *x = NULL, *w = NULL, *gx = NULL, *gw = NULL;
     conv_descs d;
-    if ((st = descs_init(&d, c, x, w, gy))) {
-        cr_tensor_free(w);
-        return st;
-    }
-    double one = 1.0, zero = 0.0;
-    float onef = 1.0f, zerof = 0.0f;
-    const void *pone = x->dtype == CR_DT_F64 ? (const void *)&one : &onef;
-    const void *pzero = x->dtype == CR_DT_F64 ? (const void *)&zero : &zerof;
-    pthread_mutex_lock(&lock);
-    algo_entry *e = algo_for(d.key);
-    if (gx && !e->has_data) {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[16];
-        int n = 0;
-        bool found = false;
-        if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, 16, &n, perf) ==
-            CUDNN_STATUS_SUCCESS)
-            PICK(perf, n, &e->bwd_data);
-        if (!found) e->bwd_data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-        e->has_data = true;
-    }
-    if (gw && !e->has_filter) {
-        cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
-        int n = 0;
-        bool found = false;
-        if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, 16, &n, perf) ==
-            CUDNN_STATUS_SUCCESS)
-            PICK(perf, n, &e->bwd_filter);
-        if (!found) e->bwd_filter = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-        e->has_filter = true;
-    }
-    cudnnConvolutionBwdDataAlgo_t data_algo = e->bwd_data;
-    cudnnConvolutionBwdFilterAlgo_t filter_algo = e->bwd_filter;
-    pthread_mutex_unlock(&lock);
-
+    memset(&d, 0, sizeof d);
+    if ((st = as_nhwc(&gy, c->in[0])) || (st = as_nhwc(&x, c->in[1])) || (st = as_nhwc(&w, c->in[2])) ||
+        (gx_slot && (st = nhwc_target(&gx, gx_slot))) || (gw_slot && (st = nhwc_target(&gw, gw_slot))) ||
+        (st = descs_init(&d, c, x, w, gy)))
+        goto done;
+    cr_dtype dt = x->dtype;
+    algo_choice data, filter;
+    choose_backward(h, &d, gx != NULL, gw != NULL, dt, &data, &filter);
     if (gx) {
-        /* gx's descriptor: its own strides (x's layout) */
-        cudnnTensorDescriptor_t gxd = NULL;
         size_t ws_bytes = 0;
         void *ws = NULL;
-        st = check(cudnnCreateTensorDescriptor(&gxd), "conv2d_backward");
-        if (!st) st = tensor_desc(gxd, gx);
-        if (!st)
-            st = check(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, gxd, data_algo,
-                                                                    &ws_bytes), "conv2d_backward");
-        if (!st) st = workspace(device, ws_bytes, &ws);
-        if (!st)
-            st = check(cudnnConvolutionBackwardData(h, pone, d.w, cr_tensor_ptr(w), d.y, cr_tensor_ptr(gy),
-                                                    d.conv, data_algo, ws, ws_bytes, pzero, gxd,
-                                                    cr_tensor_ptr(gx)), "conv2d_backward (data)");
+        if (!(st = check(cudnnSetConvolutionMathType(d.conv, data.math), "conv2d_backward")) &&
+            !(st = check(cudnnGetConvolutionBackwardDataWorkspaceSize(
+                             h, d.w, d.y, d.conv, d.x, (cudnnConvolutionBwdDataAlgo_t)data.algo, &ws_bytes),
+                         "conv2d_backward")) &&
+            !(st = workspace(device, ws_bytes, &ws)))
+            st = check(cudnnConvolutionBackwardData(h, one_of(dt), d.w, cr_tensor_ptr(w), d.y, cr_tensor_ptr(gy),
+                                                    d.conv, (cudnnConvolutionBwdDataAlgo_t)data.algo, ws,
+                                                    ws_bytes, zero_of(dt), d.x, cr_tensor_ptr(gx)),
+                       "conv2d_backward (data)");
         if (ws) cr_gpu_release(device, ws, ws_bytes);
-        if (gxd) cudnnDestroyTensorDescriptor(gxd);
+        if (!st) st = deliver(gx_slot, gx);
     }
     if (!st && gw) {
-        /* cuDNN writes the filter grad channels-last; gw keeps the weight's layout */
-        cr_tensor *gwn = NULL;
         size_t ws_bytes = 0;
         void *ws = NULL;
-        st = krsc(gw) ? CR_OK
-                      : cr_tensor_alloc_layout(&gwn, 4, gw->shape, gw->dtype, cr_tensor_dev(gw), true);
-        cr_tensor *target = gwn ? gwn : gw;
-        if (!st)
-            st = check(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, filter_algo,
-                                                                      &ws_bytes), "conv2d_backward");
-        if (!st) st = workspace(device, ws_bytes, &ws);
-        if (!st)
-            st = check(cudnnConvolutionBackwardFilter(h, pone, d.x, cr_tensor_ptr(x), d.y, cr_tensor_ptr(gy),
-                                                      d.conv, filter_algo, ws, ws_bytes, pzero, d.w,
-                                                      cr_tensor_ptr(target)), "conv2d_backward (filter)");
+        if (!(st = check(cudnnSetConvolutionMathType(d.conv, filter.math), "conv2d_backward")) &&
+            !(st = check(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                             h, d.x, d.y, d.conv, d.w, (cudnnConvolutionBwdFilterAlgo_t)filter.algo, &ws_bytes),
+                         "conv2d_backward")) &&
+            !(st = workspace(device, ws_bytes, &ws)))
+            st = check(cudnnConvolutionBackwardFilter(h, one_of(dt), d.x, cr_tensor_ptr(x), d.y,
+                                                      cr_tensor_ptr(gy), d.conv,
+                                                      (cudnnConvolutionBwdFilterAlgo_t)filter.algo, ws, ws_bytes,
+                                                      zero_of(dt), d.w, cr_tensor_ptr(gw)),
+                       "conv2d_backward (filter)");
         if (ws) cr_gpu_release(device, ws, ws_bytes);
-        if (!st && gwn) st = cr_copy_into(gw, gwn);
-        cr_tensor_free(gwn);
+        if (!st) st = deliver(gw_slot, gw);
     }
     if (!st && gb) {
         cudnnTensorDescriptor_t bd = NULL;
@@ -342,12 +385,17 @@ static cr_status gpu_conv2d_backward(cr_call *c) {
             st = check(cudnnSetTensor4dDescriptor(bd, CUDNN_TENSOR_NCHW, cr_gpu_cudnn_type(gb->dtype), 1,
                                                   (int)gb->shape[0], 1, 1), "conv2d_backward: bias");
         if (!st)
-            st = check(cudnnConvolutionBackwardBias(h, pone, d.y, cr_tensor_ptr(gy), pzero, bd,
+            st = check(cudnnConvolutionBackwardBias(h, one_of(dt), d.y, cr_tensor_ptr(gy), zero_of(dt), bd,
                                                     cr_tensor_ptr(gb)), "conv2d_backward (bias)");
         if (bd) cudnnDestroyTensorDescriptor(bd);
     }
+done:
     descs_free(&d);
+    cr_tensor_free(gy);
+    cr_tensor_free(x);
     cr_tensor_free(w);
+    cr_tensor_free(gx);
+    cr_tensor_free(gw);
     return st;
 }
 

@@ -65,8 +65,12 @@ static cr_status launch(cr_call *c, crk_op kop, shape_kind kind, crk_compute com
 static cr_status gpu_elementwise(cr_call *c) {
     const ew_entry *e = &entries[c->op];
     crk_compute compute;
+    /* a value stored into an integer or bool output converts from double, as the cpu's
+     * cr_store_f64 does (0.5 into bool is true, inf into i64 is 0) */
+    cr_dtype od = c->out[0]->dtype;
+    crk_compute value_compute = cr_dtype_is_float(od) ? compute_of(od) : CRK_F64;
     switch (e->kind) {
-    case FILL: compute = compute_of(c->out[0]->dtype); break;
+    case FILL: compute = value_compute; break;
     case INPLACE:
         compute = e->kernel == CRK_COPY ? conversion_compute(c->in[0]->dtype, c->out[0]->dtype)
                   : cr_dtype_is_float(c->out[0]->dtype) ? compute_of(c->out[0]->dtype)
@@ -76,7 +80,7 @@ static cr_status gpu_elementwise(cr_call *c) {
     default:
         compute = e->kernel == CRK_COPY ? conversion_compute(c->in[0]->dtype, c->out[0]->dtype)
                                         : compute_of(c->in[0]->dtype);
-        if (c->op == CR_OP_MASKED_FILL) compute = compute_of(c->out[0]->dtype);
+        if (c->op == CR_OP_MASKED_FILL) compute = value_compute;
     }
     return launch(c, e->kernel, e->kind, compute);
 }

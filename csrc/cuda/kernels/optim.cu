@@ -83,31 +83,15 @@ __global__ void pow_sums_kernel(const cr_gpu_norm_chunk *chunks, double p, doubl
 
 } // namespace
 
-// The chunk arrays are host memory: they travel with the launch through a device copy
-// made on the same stream (staged by the driver before cudaMemcpyAsync returns).
+// The chunk lists are in device memory (copied there by the glue, csrc/cuda/backend.c).
 extern "C" int crk_optim_update(const cr_gpu_optim_chunk *chunks, int64_t n, cudaStream_t s) {
     if (n == 0) return 0;
-    cr_gpu_optim_chunk *d = NULL;
-    cudaError_t e = cudaMallocAsync((void **)&d, sizeof *d * (size_t)n, s);
-    if (!e) e = cudaMemcpyAsync(d, chunks, sizeof *d * (size_t)n, cudaMemcpyHostToDevice, s);
-    if (!e) update_kernel<<<(unsigned)n, THREADS, 0, s>>>(d);
-    if (!e) e = cudaGetLastError();
-    if (d) cudaFreeAsync(d, s);
-    return e;
+    update_kernel<<<(unsigned)n, THREADS, 0, s>>>(chunks);
+    return cudaGetLastError();
 }
 
 extern "C" int crk_pow_sums(const cr_gpu_norm_chunk *chunks, int64_t n, double p, double *out, cudaStream_t s) {
     if (n == 0) return 0;
-    cr_gpu_norm_chunk *d = NULL;
-    double *dout = NULL;
-    cudaError_t e = cudaMallocAsync((void **)&d, sizeof *d * (size_t)n, s);
-    if (!e) e = cudaMallocAsync((void **)&dout, sizeof *dout * (size_t)n, s);
-    if (!e) e = cudaMemcpyAsync(d, chunks, sizeof *d * (size_t)n, cudaMemcpyHostToDevice, s);
-    if (!e) pow_sums_kernel<<<(unsigned)n, THREADS, 0, s>>>(d, p, dout);
-    if (!e) e = cudaGetLastError();
-    if (!e) e = cudaMemcpyAsync(out, dout, sizeof *dout * (size_t)n, cudaMemcpyDeviceToHost, s);
-    if (!e) e = cudaStreamSynchronize(s);
-    if (d) cudaFreeAsync(d, s);
-    if (dout) cudaFreeAsync(dout, s);
-    return e;
+    pow_sums_kernel<<<(unsigned)n, THREADS, 0, s>>>(chunks, p, out);
+    return cudaGetLastError();
 }

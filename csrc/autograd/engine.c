@@ -281,6 +281,7 @@ static bool any_grad(const cr_node *n) {
 
 cr_status cr_engine_run(cr_engine *e, cr_engine_event *event) {
     bool prev = cr_grad_set_enabled(false);
+    cr_dtype prev_autocast = cr_autocast_set(CR_DT_F32); /* grads keep their forward dtypes */
     cr_status st = CR_OK;
     *event = CR_ENGINE_DONE;
     for (;;) {
@@ -393,6 +394,7 @@ cr_status cr_engine_run(cr_engine *e, cr_engine_event *event) {
         }
     }
     cr_grad_set_enabled(prev);
+    cr_autocast_set(prev_autocast);
     return st;
 }
 

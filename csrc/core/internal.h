@@ -137,6 +137,23 @@ cr_status cr_check_shape_arg(const char *op, int ndim, const int64_t *shape);
 cr_status cr_broadcast_shapes(const char *op, const cr_tensor *a, const cr_tensor *b,
                               int *ndim, int64_t *shape);
 
+/* ---- autocast (ops/autocast.c) ----
+ * An op on the policy's lists wraps its entry:
+ *     if (cr_autocast_get() == CR_DT_F32) return entry(out, a, b);
+ *     cr_autocast_scope s;
+ *     cr_status st = cr_autocast_begin(&s, true, a, b, NULL);   // true: cast down
+ *     if (!st) st = entry(out, s.t[0], s.t[1]);
+ *     cr_autocast_end(&s);
+ * begin casts f32 inputs to the autocast dtype (down) or half inputs to f32 (up), and
+ * turns autocast off until end, so the op's own inner ops are not cast again. */
+typedef struct {
+    cr_tensor *t[3];
+    cr_dtype prev;
+} cr_autocast_scope;
+cr_status cr_autocast_begin(cr_autocast_scope *s, bool down, cr_tensor *a, cr_tensor *b,
+                            cr_tensor *c);
+void cr_autocast_end(cr_autocast_scope *s);
+
 /* ---- calls: one op application, the unit of dispatch and of autograd ---- */
 enum { CR_CALL_MAX_OUT = 4, CR_CALL_MAX_I = 24, CR_CALL_MAX_F = 6, CR_CALL_SMALL_IN = 4 };
 typedef struct cr_call {

@@ -386,7 +386,7 @@ static cr_status conv2d_unbatched(cr_tensor **out, cr_tensor *x, cr_tensor *w, c
     return st;
 }
 
-cr_status cr_op_conv2d(cr_tensor **out, cr_tensor *x, cr_tensor *w, cr_tensor *bias,
+static cr_status conv2d_entry(cr_tensor **out, cr_tensor *x, cr_tensor *w, cr_tensor *bias,
                        const cr_conv2d_params *p) {
     *out = NULL;
     CR_CHECK_TENSOR("conv2d", x, "input");
@@ -432,6 +432,16 @@ cr_status cr_op_conv2d(cr_tensor **out, cr_tensor *x, cr_tensor *w, cr_tensor *b
     }
     *out = c.out[0];
     return CR_OK;
+}
+
+cr_status cr_op_conv2d(cr_tensor **out, cr_tensor *x, cr_tensor *w, cr_tensor *bias,
+                       const cr_conv2d_params *p) {
+    if (cr_autocast_get() == CR_DT_F32) return conv2d_entry(out, x, w, bias, p);
+    cr_autocast_scope s;
+    cr_status st = cr_autocast_begin(&s, true, x, w, bias);
+    if (!st) st = conv2d_entry(out, s.t[0], s.t[1], s.t[2], p);
+    cr_autocast_end(&s);
+    return st;
 }
 
 cr_status cr_grad_conv2d(cr_node *n, cr_tensor **gout, cr_tensor **gin) {

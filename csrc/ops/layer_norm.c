@@ -161,7 +161,7 @@ static cr_status check_affine(const cr_tensor *x, int nd, const cr_tensor *v, co
     return CR_OK;
 }
 
-cr_status cr_op_layer_norm(cr_tensor **out, cr_tensor *x, int normalized_ndim,
+static cr_status layer_norm_entry(cr_tensor **out, cr_tensor *x, int normalized_ndim,
                            cr_tensor *weight, cr_tensor *bias, double eps) {
     *out = NULL;
     CR_CHECK_TENSOR("layer_norm", x, "input");
@@ -223,6 +223,16 @@ done:
     }
     *out = c.out[0];
     return CR_OK;
+}
+
+cr_status cr_op_layer_norm(cr_tensor **out, cr_tensor *x, int normalized_ndim,
+                           cr_tensor *weight, cr_tensor *bias, double eps) {
+    if (cr_autocast_get() == CR_DT_F32) return layer_norm_entry(out, x, normalized_ndim, weight, bias, eps);
+    cr_autocast_scope s;
+    cr_status st = cr_autocast_begin(&s, false, x, weight, bias);
+    if (!st) st = layer_norm_entry(out, s.t[0], normalized_ndim, s.t[1], s.t[2], eps);
+    cr_autocast_end(&s);
+    return st;
 }
 
 cr_status cr_grad_layer_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {

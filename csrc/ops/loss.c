@@ -154,7 +154,7 @@ done:
     return st;
 }
 
-static cr_status loss_op(cr_tensor **out, cr_op op, cr_tensor *x, cr_tensor *target,
+static cr_status loss_entry(cr_tensor **out, cr_op op, cr_tensor *x, cr_tensor *target,
                          cr_reduction red, double eps, int64_t ignore) {
     const char *name = cr_op_name(op);
     *out = NULL;
@@ -179,7 +179,7 @@ static cr_status loss_op(cr_tensor **out, cr_op op, cr_tensor *x, cr_tensor *tar
         cr_tensor *f = NULL, *tf = NULL, *r = NULL;
         if (!(st = cr_op_to(&f, x, CR_DT_F32)) &&
             !(st = cr_cast_if_needed(&tf, target, soft ? CR_DT_F32 : target->dtype)) &&
-            !(st = loss_op(&r, op, f, tf, red, eps, ignore)))
+            !(st = loss_entry(&r, op, f, tf, red, eps, ignore)))
             st = cr_op_to(out, r, x->dtype);
         cr_tensor_free(f);
         cr_tensor_free(tf);
@@ -214,6 +214,17 @@ static cr_status loss_op(cr_tensor **out, cr_op op, cr_tensor *x, cr_tensor *tar
     *out = c.out[0];
 done:
     if (soft) cr_tensor_free(tgt);
+    return st;
+}
+
+/* Autocast: the losses compute in f32 (a half soft target too). */
+static cr_status loss_op(cr_tensor **out, cr_op op, cr_tensor *x, cr_tensor *target,
+                         cr_reduction red, double eps, int64_t ignore) {
+    if (cr_autocast_get() == CR_DT_F32) return loss_entry(out, op, x, target, red, eps, ignore);
+    cr_autocast_scope s;
+    cr_status st = cr_autocast_begin(&s, false, x, target, NULL);
+    if (!st) st = loss_entry(out, op, s.t[0], s.t[1], red, eps, ignore);
+    cr_autocast_end(&s);
     return st;
 }
 

@@ -369,7 +369,7 @@ static cr_status product_grads(cr_node *n, int ia, cr_tensor *g, double alpha,
 
 /* ---- mm ---- */
 cr_status cr_cpu_mm(cr_call *c) { return run_gemm(c->out[0], c->in[0], c->in[1], false, NULL, 0, 1); }
-cr_status cr_op_mm(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
+static cr_status mm_entry(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     *out = NULL;
     cr_status st = check_operands("mm", a, b, "self", "mat2", 2);
     if (st) return st;
@@ -381,13 +381,22 @@ cr_status cr_op_mm(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     int64_t shape[2] = {a->shape[0], b->shape[1]};
     return product_op(out, &c, 2, shape);
 }
+
+cr_status cr_op_mm(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
+    if (cr_autocast_get() == CR_DT_F32) return mm_entry(out, a, b);
+    cr_autocast_scope s;
+    cr_status st = cr_autocast_begin(&s, true, a, b, NULL);
+    if (!st) st = mm_entry(out, s.t[0], s.t[1]);
+    cr_autocast_end(&s);
+    return st;
+}
 cr_status cr_grad_mm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     return product_grads(n, 0, gout[0], 1.0, gin);
 }
 
 /* ---- bmm ---- */
 cr_status cr_cpu_bmm(cr_call *c) { return run_gemm(c->out[0], c->in[0], c->in[1], true, NULL, 0, 1); }
-cr_status cr_op_bmm(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
+static cr_status bmm_entry(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     *out = NULL;
     cr_status st = check_operands("bmm", a, b, "self", "mat2", 3);
     if (st) return st;
@@ -399,6 +408,15 @@ cr_status cr_op_bmm(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     int64_t shape[3] = {a->shape[0], a->shape[1], b->shape[2]};
     return product_op(out, &c, 3, shape);
 }
+
+cr_status cr_op_bmm(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
+    if (cr_autocast_get() == CR_DT_F32) return bmm_entry(out, a, b);
+    cr_autocast_scope s;
+    cr_status st = cr_autocast_begin(&s, true, a, b, NULL);
+    if (!st) st = bmm_entry(out, s.t[0], s.t[1]);
+    cr_autocast_end(&s);
+    return st;
+}
 cr_status cr_grad_bmm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     return product_grads(n, 0, gout[0], 1.0, gin);
 }
@@ -407,7 +425,7 @@ cr_status cr_grad_bmm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
 cr_status cr_cpu_addmm(cr_call *c) {
     return run_gemm(c->out[0], c->in[1], c->in[2], false, c->in[0], c->f[0], c->f[1]);
 }
-cr_status cr_op_addmm(cr_tensor **out, cr_tensor *bias, cr_tensor *a, cr_tensor *b,
+static cr_status addmm_entry(cr_tensor **out, cr_tensor *bias, cr_tensor *a, cr_tensor *b,
                       double beta, double alpha) {
     *out = NULL;
     cr_status st = check_operands("addmm", a, b, "mat1", "mat2", 2);
@@ -440,6 +458,16 @@ cr_status cr_op_addmm(cr_tensor **out, cr_tensor *bias, cr_tensor *a, cr_tensor 
     c.f[1] = alpha;
     int64_t shape[2] = {n, m};
     return product_op(out, &c, 2, shape);
+}
+
+cr_status cr_op_addmm(cr_tensor **out, cr_tensor *bias, cr_tensor *a, cr_tensor *b,
+                      double beta, double alpha) {
+    if (cr_autocast_get() == CR_DT_F32) return addmm_entry(out, bias, a, b, beta, alpha);
+    cr_autocast_scope s;
+    cr_status st = cr_autocast_begin(&s, true, bias, a, b);
+    if (!st) st = addmm_entry(out, s.t[0], s.t[1], s.t[2], beta, alpha);
+    cr_autocast_end(&s);
+    return st;
 }
 /* d(beta*bias + alpha*a@b): beta * g summed to bias's shape, then alpha times mm's. */
 cr_status cr_grad_addmm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {

@@ -139,7 +139,7 @@ cr_status cr_grad_normalize(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     return CR_OK;
 }
 
-cr_status cr_op_normalize(cr_tensor **out, cr_tensor *x, int64_t dim, double eps) {
+static cr_status normalize_entry(cr_tensor **out, cr_tensor *x, int64_t dim, double eps) {
     *out = NULL;
     CR_CHECK_TENSOR("normalize", x, "input");
     cr_status st = cr_check_float("normalize", x, "input");
@@ -178,4 +178,13 @@ cr_status cr_op_normalize(cr_tensor **out, cr_tensor *x, int64_t dim, double eps
     }
     *out = c.out[0];
     return CR_OK;
+}
+
+cr_status cr_op_normalize(cr_tensor **out, cr_tensor *x, int64_t dim, double eps) {
+    if (cr_autocast_get() == CR_DT_F32) return normalize_entry(out, x, dim, eps);
+    cr_autocast_scope s;
+    cr_status st = cr_autocast_begin(&s, false, x, NULL, NULL);
+    if (!st) st = normalize_entry(out, s.t[0], dim, eps);
+    cr_autocast_end(&s);
+    return st;
 }

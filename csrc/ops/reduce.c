@@ -419,10 +419,19 @@ cr_status cr_reduce_grad_expand(cr_tensor **out, cr_tensor *g, const cr_input_me
 
 /* ---- sum ---- */
 cr_status cr_cpu_sum(cr_call *c) { return sum_kernel(c, 1.0); }
-cr_status cr_op_sum(cr_tensor **out, cr_tensor *t, uint32_t dims, bool keepdim) {
+static cr_status sum_entry(cr_tensor **out, cr_tensor *t, uint32_t dims, bool keepdim) {
     CR_CHECK_TENSOR("sum", t, "self");
     cr_dtype r = cr_dtype_is_float(t->dtype) ? t->dtype : CR_DT_I64;
     return reduce_op(out, CR_OP_SUM, t, dims, keepdim, r);
+}
+
+cr_status cr_op_sum(cr_tensor **out, cr_tensor *t, uint32_t dims, bool keepdim) {
+    if (cr_autocast_get() == CR_DT_F32) return sum_entry(out, t, dims, keepdim);
+    cr_autocast_scope s;
+    cr_status st = cr_autocast_begin(&s, false, t, NULL, NULL);
+    if (!st) st = sum_entry(out, s.t[0], dims, keepdim);
+    cr_autocast_end(&s);
+    return st;
 }
 cr_status cr_grad_sum(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     return cr_reduce_grad_expand(&gin[0], gout[0], &n->in_meta[0], (uint32_t)n->call.i[0]);
@@ -434,11 +443,20 @@ cr_status cr_cpu_mean(cr_call *c) {
     cr_reduce_plan_init(&p, c->in[0], (uint32_t)c->i[0]);
     return sum_kernel(c, p.R ? 1.0 / (double)p.R : NAN);
 }
-cr_status cr_op_mean(cr_tensor **out, cr_tensor *t, uint32_t dims, bool keepdim) {
+static cr_status mean_entry(cr_tensor **out, cr_tensor *t, uint32_t dims, bool keepdim) {
     CR_CHECK_TENSOR("mean", t, "self");
     cr_status st = cr_check_float("mean", t, "self");
     if (st) return st;
     return reduce_op(out, CR_OP_MEAN, t, dims, keepdim, t->dtype);
+}
+
+cr_status cr_op_mean(cr_tensor **out, cr_tensor *t, uint32_t dims, bool keepdim) {
+    if (cr_autocast_get() == CR_DT_F32) return mean_entry(out, t, dims, keepdim);
+    cr_autocast_scope s;
+    cr_status st = cr_autocast_begin(&s, false, t, NULL, NULL);
+    if (!st) st = mean_entry(out, s.t[0], dims, keepdim);
+    cr_autocast_end(&s);
+    return st;
 }
 cr_status cr_grad_mean(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     const cr_input_meta *m = &n->in_meta[0];

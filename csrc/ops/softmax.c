@@ -151,7 +151,7 @@ static cr_status softmax_kernel(cr_call *c, bool is_log) {
     return CR_OK;
 }
 
-static cr_status softmax_op(cr_tensor **out, cr_op op, cr_tensor *t, int64_t dim) {
+static cr_status softmax_entry(cr_tensor **out, cr_op op, cr_tensor *t, int64_t dim) {
     const char *name = cr_op_name(op);
     *out = NULL;
     CR_CHECK_TENSOR(name, t, "self");
@@ -159,7 +159,7 @@ static cr_status softmax_op(cr_tensor **out, cr_op op, cr_tensor *t, int64_t dim
     if (st || (st = cr_check_dim(name, &dim, t->ndim, false))) return st;
     if (t->dtype == CR_DT_F16 || t->dtype == CR_DT_BF16) { /* through f32, recorded */
         cr_tensor *f = NULL, *r = NULL;
-        if (!(st = cr_op_to(&f, t, CR_DT_F32)) && !(st = softmax_op(&r, op, f, dim)))
+        if (!(st = cr_op_to(&f, t, CR_DT_F32)) && !(st = softmax_entry(&r, op, f, dim)))
             st = cr_op_to(out, r, t->dtype);
         cr_tensor_free(f);
         cr_tensor_free(r);
@@ -177,6 +177,16 @@ static cr_status softmax_op(cr_tensor **out, cr_op op, cr_tensor *t, int64_t dim
     }
     *out = c.out[0];
     return CR_OK;
+}
+
+/* Autocast: softmax and log-softmax compute in f32. */
+static cr_status softmax_op(cr_tensor **out, cr_op op, cr_tensor *t, int64_t dim) {
+    if (cr_autocast_get() == CR_DT_F32) return softmax_entry(out, op, t, dim);
+    cr_autocast_scope s;
+    cr_status st = cr_autocast_begin(&s, false, t, NULL, NULL);
+    if (!st) st = softmax_entry(out, op, s.t[0], dim);
+    cr_autocast_end(&s);
+    return st;
 }
 
 /* ---- backward: one kernel per rule, from the saved output ----

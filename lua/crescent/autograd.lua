@@ -25,6 +25,27 @@ end
 function M.no_grad(f, ...) return with_grad_mode(false, f, ...) end
 function M.enable_grad(f, ...) return with_grad_mode(true, f, ...) end
 function M.set_grad_enabled(flag) return C.cr_grad_set_enabled(flag and true or false) end
+
+-- cr.autocast(dtype, f, ...): runs f(...) in mixed precision and restores the previous
+-- setting even when f raises. dtype 'bf16' or 'f16' (nil or 'off': no autocast).
+-- Matrix products and convolutions cast f32 inputs to dtype; softmax, log_softmax, the
+-- losses, normalize, layer_norm, sum and mean compute in f32 (crescent.h documents the
+-- policy). The backward pass runs in the forward's dtypes.
+local AUTOCAST = { bf16 = C.CR_DT_BF16, bfloat16 = C.CR_DT_BF16, f16 = C.CR_DT_F16, float16 = C.CR_DT_F16,
+                   half = C.CR_DT_F16, off = C.CR_DT_F32 }
+local function finish_autocast(prev, ok, ...)
+  C.cr_autocast_set(prev)
+  if not ok then error((...), 0) end
+  return ...
+end
+function M.autocast(dtype, f, ...)
+  local dt = AUTOCAST[dtype or 'off']
+  if not dt then
+    error("autocast: dtype must be 'bf16', 'f16' or 'off', got " .. tostring(dtype), 2)
+  end
+  if type(f) ~= 'function' then error('autocast: expected a function to run, got ' .. type(f), 2) end
+  return finish_autocast(C.cr_autocast_set(dt), pcall(f, ...))
+end
 function M.is_grad_enabled() return C.cr_grad_is_enabled() end
 
 -- ---- hooks -----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ cr.C = C
 cr.version = ffi.string(C.cr_version())
 
 cr.no_grad = autograd.no_grad
+cr.autocast = autograd.autocast
 cr.enable_grad = autograd.enable_grad
 cr.set_grad_enabled = autograd.set_grad_enabled
 cr.is_grad_enabled = autograd.is_grad_enabled

@@ -15,16 +15,29 @@ local AFTER_FORWARD, AFTER_BACKWARD = loop.after_forward, loop.after_backward
 -- Sets task.output, task.loss_tensor and task.loss_value (a number), and stores 'loss'.
 -- With task.accum_steps = k the loss is divided by k and the optimizer steps (then
 -- zeroes the grads) on every k-th step only, so k batches of b equal one batch of k*b
--- for a mean-reduced loss. task.clip_norm / task.clip_value clip before the step.
-function M.standard(task, batch)
+-- for a mean-reduced loss. task.clip_norm / task.clip_value clip before the step. With
+-- task.amp = 'bf16' | 'f16' forward and loss run under cr.autocast; with a task.scaler
+-- (f16) the loss is scaled, and a step whose grads overflow is skipped.
+local function forward(task, batch)
   local out = task.model(batch.input)
+  return out, task.loss(out, batch)
+end
+
+function M.standard(task, batch)
+  local out, loss
+  if task.amp and task.amp ~= 'off' then
+    out, loss = cr.autocast(task.amp, forward, task, batch)
+  else
+    out, loss = forward(task, batch)
+  end
   task.output = out
-  local loss = task.loss(out, batch)
   task.loss_tensor = loss
   local ctx = task._loop
   if ctx then fire(ctx, AFTER_FORWARD) end
   local k = task.accum_steps
   if k > 1 then loss = loss / k end
+  local scaler = task.scaler
+  if scaler then loss = scaler:scale(loss) end
   loss:backward()
   local v = task.loss_tensor:item()
   task.loss_value = v
@@ -32,6 +45,19 @@ function M.standard(task, batch)
   if ctx then fire(ctx, AFTER_BACKWARD) end
   if k == 1 or (task.iteration + 1) % k == 0 then
     local opt = task.optimizer
+    if scaler and not scaler:unscale(task:trainable_parameters()) then
+      -- f16 grads overflowed: no step; the scale halves and the skip is logged
+      local before, after = scaler:update()
+      task.storage:put_scalar('amp_skipped_steps', scaler.skipped_steps)
+      io.stderr:write(string.format('step %d: f16 grads hold inf/nan; step skipped, loss scale %g -> %g\n',
+        task.iteration, before, after))
+      opt:zero_grad()
+      return
+    end
+    if scaler then
+      scaler:update()
+      task.storage:put_scalar('loss_scale', scaler.scale_value)
+    end
     if task.clip_norm then
       local norm = cr.optim.clip_grad_norm(task:trainable_parameters(), task.clip_norm)
       task.storage:put_scalar('grad_norm', norm)

@@ -10,7 +10,8 @@
 --
 -- Fields taken from the config when not given: epochs (train.epochs), test_every
 -- (train.test_every, default 1), accum_steps (optim.accum_steps), clip_norm
--- (optim.clip_norm), clip_value (optim.clip_value), gc_step_kb (train.gc_step_kb).
+-- (optim.clip_norm), clip_value (optim.clip_value), gc_step_kb (train.gc_step_kb), amp
+-- (train.amp: 'off', 'bf16' or 'f16'; f16 also makes a GradScaler, or pass scaler).
 -- Also: malloc_keep_mb (32), name (run.name).
 local Storage = require 'crescent.engine.storage'
 local steps = require 'crescent.engine.steps'
@@ -24,7 +25,9 @@ local KNOWN = {
   train_loader = true, test_loader = true, meters = true, hooks = true, train_step = true,
   eval_step = true, epochs = true, test_every = true, accum_steps = true, clip_norm = true,
   clip_value = true, gc_step_kb = true, malloc_keep_mb = true, name = true, handle_signals = true,
+  amp = true, scaler = true,
 }
+local AMP = { off = true, bf16 = true, f16 = true }
 
 local function cfg_get(cfg, section, key)
   if type(cfg) ~= 'table' then return nil end
@@ -60,6 +63,13 @@ local function new(_, args)
   self.clip_value = args.clip_value or cfg_get(cfg, 'optim', 'clip_value')
   if self.clip_norm == 0 then self.clip_norm = nil end
   if self.clip_value == 0 then self.clip_value = nil end
+  -- mixed precision: the standard step runs forward and loss under cr.autocast(amp); f16
+  -- scales the loss (dynamic loss scaling) and skips steps whose grads overflow
+  self.amp = args.amp or cfg_get(cfg, 'train', 'amp') or 'off'
+  if not AMP[self.amp] then
+    error("Task{...}: amp must be 'off', 'bf16' or 'f16', got " .. tostring(self.amp), 2)
+  end
+  self.scaler = args.scaler or (self.amp == 'f16' and require('crescent.optim.scaler')() or nil)
   -- KiB of incremental GC work per iteration (DESIGN §4): the step's tensor handles
   -- are finalised steadily rather than in one long pause.
   self.gc_step_kb = args.gc_step_kb or cfg_get(cfg, 'train', 'gc_step_kb') or 256

@@ -14,6 +14,7 @@ optim.clip_grad_value = clip.clip_grad_value
 optim.grad_norm = clip.grad_norm
 optim.scale_grads = clip.scale_grads
 optim.zero_grads = clip.zero_grads
+optim.GradScaler = require 'crescent.optim.scaler'
 optim.schedule = require 'crescent.optim.schedule'
 
 return optim

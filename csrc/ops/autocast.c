@@ -1,0 +1,43 @@
+/* autocast.c — the mixed-precision policy (DESIGN §5): while autocast is set to f16 or
+ * bf16, the ops that profit from half precision (matrix products, convolutions) cast f32
+ * inputs down, and the ops that need range or accuracy (softmax, losses, norms,
+ * reductions) cast half inputs up to f32. The entries of those ops call the two helpers
+ * below; everything else runs in its inputs' dtypes, and mixed operands promote as usual
+ * (bf16 + f32 gives f32). The casts are ordinary recorded ops, so grads flow back to the
+ * f32 parameters in f32. */
+#include "internal.h"
+
+static __thread cr_dtype autocast_dtype = CR_DT_F32;
+
+cr_dtype cr_autocast_set(cr_dtype dt) {
+    cr_dtype old = autocast_dtype;
+    autocast_dtype = (dt == CR_DT_F16 || dt == CR_DT_BF16) ? dt : CR_DT_F32;
+    return old;
+}
+
+cr_dtype cr_autocast_get(void) { return autocast_dtype; }
+
+static cr_status cast_one(cr_tensor **out, cr_tensor *t, bool down, cr_dtype amp) {
+    bool half = t && (t->dtype == CR_DT_F16 || t->dtype == CR_DT_BF16);
+    if (t && down && t->dtype == CR_DT_F32) return cr_op_to(out, t, amp);
+    if (t && !down && half) return cr_op_to(out, t, CR_DT_F32);
+    cr_tensor_retain(t);
+    *out = t;
+    return CR_OK;
+}
+
+cr_status cr_autocast_begin(cr_autocast_scope *s, bool down, cr_tensor *a, cr_tensor *b,
+                            cr_tensor *c) {
+    cr_tensor *in[3] = {a, b, c};
+    cr_status st = CR_OK;
+    s->prev = autocast_dtype;
+    for (int k = 0; k < 3; k++) s->t[k] = NULL;
+    for (int k = 0; k < 3 && !st; k++) st = cast_one(&s->t[k], in[k], down, s->prev);
+    autocast_dtype = CR_DT_F32;
+    return st;
+}
+
+void cr_autocast_end(cr_autocast_scope *s) {
+    autocast_dtype = s->prev;
+    for (int k = 0; k < 3; k++) cr_tensor_free(s->t[k]);
+}

@@ -1,0 +1,144 @@
+-- autocast_spec — mixed precision on the cpu: inside cr.autocast('bf16'|'f16', f) matrix
+-- products and convolutions run on half copies of f32 inputs, the precision-sensitive ops
+-- run in f32, grads reach the f32 leaves in f32, and the setting comes back afterwards,
+-- also when f raises. The half results equal the same op on inputs rounded by hand.
+local cr = H.cr
+
+describe('cr.autocast', function()
+  local a, b = H.park_miller({ 5, 7 }, 1):float(), H.park_miller({ 7, 3 }, 2):float()
+
+  it('casts matrix products and convolutions down, and their results equal rounded inputs', function()
+    for _, dt in ipairs({ 'bf16', 'f16' }) do
+      local y = cr.autocast(dt, function() return a:mm(b) end)
+      assert.are.equal(dt, y.dtype)
+      H.assert_close(y:float(), a:to(dt):mm(b:to(dt)):float(), 0, 0, 'mm ' .. dt)
+      local x, w = H.park_miller({ 2, 3, 6, 6 }, 3):float(), H.park_miller({ 4, 3, 3, 3 }, 4):float()
+      local c = cr.autocast(dt, function() return x:conv2d(w, nil, { padding = 1 }) end)
+      assert.are.equal(dt, c.dtype)
+      H.assert_close(c:float(), x:to(dt):conv2d(w:to(dt), nil, { padding = 1 }):float(), 0, 0, 'conv2d ' .. dt)
+      local l = cr.autocast(dt, function() return cr.linear(a, b:t(), H.park_miller({ 3 }, 5):float()) end)
+      assert.are.equal(dt, l.dtype)
+    end
+  end)
+
+  it('runs softmax, the losses, normalize and the sums of half inputs in f32', function()
+    local h = a:bfloat16()
+    cr.autocast('bf16', function()
+      assert.are.equal('f32', h:softmax(1).dtype)
+      assert.are.equal('f32', h:log_softmax(1).dtype)
+      assert.are.equal('f32', h:sum().dtype)
+      assert.are.equal('f32', h:mean(1).dtype)
+      assert.are.equal('f32', h:normalize({ dim = 1 }).dtype)
+      assert.are.equal('f32', cr.cross_entropy(h, cr.tensor({ 0, 1, 2, 3, 4 }, { dtype = 'i64' })).dtype)
+      H.assert_close(h:log_softmax(1), h:float():log_softmax(1), 0, 0)
+      -- the rest keep their dtypes: elementwise ops of halves stay half
+      assert.are.equal('bf16', (h * 2):relu().dtype)
+    end)
+  end)
+
+  it('sends f32 grads to f32 leaves through the casts', function()
+    local w = b:clone():requires_grad_()
+    local x = a:clone():requires_grad_()
+    local loss = cr.autocast('bf16', function() return x:mm(w):log_softmax(1):mean() end)
+    assert.are.equal('f32', loss.dtype)
+    loss:backward()
+    assert.are.equal('f32', w.grad.dtype)
+    assert.are.equal('f32', x.grad.dtype)
+    -- the same graph by hand: the casts are ordinary ops
+    local w2, x2 = b:clone():requires_grad_(), a:clone():requires_grad_()
+    x2:bfloat16():mm(w2:bfloat16()):float():log_softmax(1):mean():backward()
+    H.assert_close(w.grad, w2.grad, 0, 0)
+    H.assert_close(x.grad, x2.grad, 0, 0)
+  end)
+
+  it('restores the previous setting, also after an error, and names a bad dtype', function()
+    assert.are.equal('f32', a:mm(b).dtype)
+    local ok = pcall(cr.autocast, 'bf16', function() error('boom') end)
+    assert.is_false(ok)
+    assert.are.equal('f32', a:mm(b).dtype)
+    cr.autocast('f16', function()
+      cr.autocast('off', function() assert.are.equal('f32', a:mm(b).dtype) end)
+      assert.are.equal('f16', a:mm(b).dtype)
+    end)
+    H.assert_error(function() cr.autocast('f8', function() end) end, "autocast: dtype must be 'bf16', 'f16' or 'off'")
+  end)
+end)
+
+describe('cr.optim.GradScaler', function()
+  local function param_with_grad(g)
+    local p = cr.zeros({ 2 }):requires_grad_()
+    p.grad = cr.tensor(g, { dtype = 'f32' })
+    return p
+  end
+
+  it('unscales finite grads, and doubles the scale after growth_interval good steps', function()
+    local s = cr.optim.GradScaler { init_scale = 8, growth_interval = 2 }
+    H.assert_close(s:scale(cr.tensor(1.5)), cr.tensor(12))
+    local p = param_with_grad({ 8, -16 })
+    assert.is_true(s:unscale({ p }))
+    H.assert_close(p.grad, { 1, -2 })
+    assert.are.same({ 8, 8 }, { s:update() })
+    p.grad = cr.tensor({ 8, 8 }, { dtype = 'f32' })
+    assert.is_true(s:unscale({ p }))
+    assert.are.same({ 8, 16 }, { s:update() })
+    assert.are.equal(0, s.skipped_steps)
+  end)
+
+  it('skips a step whose grads hold inf or NaN: grads zeroed, scale halved, skip counted', function()
+    local s = cr.optim.GradScaler { init_scale = 1024 }
+    for _, bad in ipairs({ math.huge, 0 / 0 }) do
+      local p = param_with_grad({ 1, bad })
+      assert.is_false(s:unscale({ p }))
+      H.assert_close(p.grad, { 0, 0 })
+      s:update()
+    end
+    assert.are.equal(256, s.scale_value)
+    assert.are.equal(2, s.skipped_steps)
+    local s2 = cr.optim.GradScaler()
+    s2:load_state_dict(s:state_dict())
+    assert.are.same(s:state_dict(), s2:state_dict())
+    H.assert_error(function() cr.optim.GradScaler { init_scal = 1 } end, "unknown option 'init_scal'")
+    H.assert_error(function() cr.optim.GradScaler { growth_factor = 0 } end, 'growth_factor must be a finite number > 0')
+  end)
+end)
+
+describe('train.amp in the standard step', function()
+  local function run(amp, scaler)
+    cr.manual_seed(0)
+    local model = cr.nn.Linear(4, 3)
+    local x, y = H.park_miller({ 6, 4 }, 9):float(), cr.tensor({ 0, 1, 2, 0, 1, 2 }, { dtype = 'i64' })
+    local seen = {}
+    local task = cr.engine.Task {
+      model = model, optimizer = cr.optim.SGD(model:named_parameters(), { lr = 0.1 }), epochs = 1, test_every = 0,
+      train_loader = H.list_loader({ { input = x, target = y } }), amp = amp, scaler = scaler,
+      loss = function(out, batch)
+        seen.out = out.dtype
+        return cr.cross_entropy(out, batch.target)
+      end,
+    }
+    cr.train(task)
+    seen.loss = task.loss_tensor.dtype
+    return model, seen, task
+  end
+
+  it('runs forward and loss under autocast: a bf16 linear, an f32 loss, f32 parameters updated', function()
+    local ref = run('off')
+    local model, seen = run('bf16')
+    assert.are.same({ out = 'bf16', loss = 'f32' }, seen)
+    assert.are.equal('f32', model.weight.dtype)
+    assert.is_true(H.max_diff(model.weight, ref.weight) > 0) -- bf16 products differ from f32 ones
+    assert.is_true(H.max_diff(model.weight, ref.weight) < 1e-2)
+    H.assert_error(function() run('fp8') end, "amp must be 'off', 'bf16' or 'f16'")
+  end)
+
+  it('with f16, scales the loss and skips a step whose grads overflow, leaving the weights alone', function()
+    local before = run('off', nil)
+    local model, _, task = run('f16', cr.optim.GradScaler { init_scale = 1e38 }) -- loss * 1e38 overflows
+    cr.manual_seed(0)
+    H.assert_close(model.weight, cr.nn.Linear(4, 3).weight, 0, 0, 'skipped step: the weights as initialised')
+    assert.are.equal(1, task.scaler.skipped_steps)
+    assert.are.equal(5e37, task.scaler.scale_value)
+    local ok_model = run('f16')
+    assert.is_true(H.max_diff(ok_model.weight, before.weight) < 1e-2) -- a normal scale: a normal step
+  end)
+end)

@@ -5,11 +5,12 @@
 -- inputs already on the GPU (the data pipeline is bench/data_pipeline.lua's business).
 -- Each step: forward, loss, backward, optimizer step (and SwAV's prototype
 -- normalisation); timed over `steps` steps after `warmup`, with the device synchronised
--- at both ends. crescent runs f32 (cuDNN may use TF32 in convolutions, as PyTorch's
--- default allows); the twin reports bf16 autocast with channels_last and f32, and the
--- model FLOPs behind the model-FLOPs utilisation (MFU, against the GPU's dense bf16 peak).
+-- at both ends. Both sides run f32 (cuDNN may use TF32 in convolutions, as PyTorch's
+-- default allows) and bf16 autocast (crescent's activations are channels-last anyway;
+-- the twin converts to channels_last); the twin also gives the model FLOPs behind the
+-- model-FLOPs utilisation (MFU, against the GPU's dense bf16 peak).
 --   luajit bench/gpu_swav.lua [batch=64] [sup_batch=256] [steps=20] [warmup=5]
--- Last line: {"bench": "gpu_swav", "crescent": x, "torch_bf16": y, "torch_f32": z, ...}
+-- Last line: {"bench": "gpu_swav", "crescent": {...}, "torch": {...}, "ratio_swav_bf16": r, ...}
 package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
 local cjson = require 'cjson'
 local cr = require 'crescent'
@@ -41,7 +42,7 @@ local function rate(step, images)
   return args.steps * images / (harness.now() - t0)
 end
 
-local function swav_rate()
+local function swav_rate(amp)
   cr.manual_seed(0)
   local B = args.batch
   local trunk = cr.nn.models.resnet50 { num_classes = 0 }
@@ -55,7 +56,7 @@ local function swav_rate()
     crops[v] = cr.randn(B, 3, s, s):cuda()
   end
   return rate(function()
-    local loss = method:loss(method:forward(crops))
+    local loss = cr.autocast(amp, function() return method:loss(method:forward(crops)) end)
     opt:zero_grad()
     loss:backward()
     opt:step()
@@ -63,7 +64,7 @@ local function swav_rate()
   end, B)
 end
 
-local function supervised_rate()
+local function supervised_rate(amp)
   cr.manual_seed(0)
   local B = args.sup_batch
   local model = cr.nn.models.resnet50 { num_classes = 1000 }:cuda()
@@ -71,21 +72,24 @@ local function supervised_rate()
   local x = cr.randn(B, 3, 224, 224):cuda()
   local onehot = cr.one_hot(cr.randint(0, 1000, { B }), 1000):float():cuda()
   return rate(function()
-    local loss = -(model:forward(x):log_softmax(1) * onehot):sum(1):mean()
+    local loss = cr.autocast(amp, function() return -(model:forward(x):log_softmax(1) * onehot):sum(1):mean() end)
     opt:zero_grad()
     loss:backward()
     opt:step()
   end, B)
 end
 
-local ok_s, swav = pcall(swav_rate)
-if not ok_s then print('crescent SwAV step failed: ' .. tostring(swav)); swav = nil end
-local ok_p, sup = pcall(supervised_rate)
-if not ok_p then print('crescent supervised step failed: ' .. tostring(sup)); sup = nil end
+local figures = {}
+for _, run in ipairs({ { 'swav', swav_rate }, { 'supervised', supervised_rate } }) do
+  for _, amp in ipairs({ 'bf16', 'off' }) do
+    local key = run[1] .. (amp == 'off' and '_f32' or '_bf16')
+    local ok, r = pcall(run[2], amp)
+    if ok then figures[key] = r else print(string.format('crescent %s failed: %s', key, tostring(r))) end
+    collectgarbage('collect')
+  end
+end
 local mem = cr.cuda.memory_stats(0)
-print(string.format('crescent %s: swav %s img/s, supervised %s img/s; peak GPU memory %.2f GiB', cr.version,
-  swav and string.format('%.1f', swav) or '-', sup and string.format('%.1f', sup) or '-',
-  mem.peak_allocated_bytes / 2 ^ 30))
+print(string.format('crescent %s: peak GPU memory %.2f GiB', cr.version, mem.peak_allocated_bytes / 2 ^ 30))
 
 local python = os.getenv('CRESCENT_TORCH_PYTHON') or 'python3'
 local p = io.popen(string.format('%s bench/gpu_swav_torch.py --batch %d --sup-batch %d --steps %d --warmup %d 2>&1',
@@ -100,19 +104,23 @@ p:close()
 local function ratio(a, b) return (a and b and b > 0) and a / b or nil end
 local function mfu(r, flops) return (r and flops and t.peak_bf16_flops) and r * flops / t.peak_bf16_flops or nil end
 local function fmt(x, f) return x and string.format(f or '%.1f', x) or '-' end
-print(string.format('gpu_swav (resnet50, 2x224+6x96, batch %d): crescent %s img/s (MFU %s), torch bf16 %s ' ..
-  '(MFU %s), torch f32 %s; ratio vs bf16 %s, vs f32 %s', args.batch, fmt(swav), fmt(mfu(swav, t.swav_flops_per_img), '%.3f'),
-  fmt(t.swav_bf16), fmt(mfu(t.swav_bf16, t.swav_flops_per_img), '%.3f'), fmt(t.swav_f32),
-  fmt(ratio(swav, t.swav_bf16), '%.2f'), fmt(ratio(swav, t.swav_f32), '%.2f')))
-print(string.format('gpu_resnet50 supervised (224 px, batch %d): crescent %s img/s, torch bf16 %s, torch f32 %s; ' ..
-  'ratio vs bf16 %s, vs f32 %s', args.sup_batch, fmt(sup), fmt(t.supervised_bf16), fmt(t.supervised_f32),
-  fmt(ratio(sup, t.supervised_bf16), '%.2f'), fmt(ratio(sup, t.supervised_f32), '%.2f')))
+local c = figures
+for _, w in ipairs({ { 'swav', 'gpu_swav (resnet50, 2x224+6x96, batch ' .. args.batch .. ')', t.swav_flops_per_img },
+                     { 'supervised', 'gpu_resnet50 supervised (224 px, batch ' .. args.sup_batch .. ')',
+                       t.supervised_flops_per_img } }) do
+  local k = w[1]
+  print(string.format('%s: bf16 crescent %s img/s (MFU %s), torch %s (MFU %s), ratio %s; f32 crescent %s, torch %s, ' ..
+    'ratio %s', w[2], fmt(c[k .. '_bf16']), fmt(mfu(c[k .. '_bf16'], w[3]), '%.3f'), fmt(t[k .. '_bf16']),
+    fmt(mfu(t[k .. '_bf16'], w[3]), '%.3f'), fmt(ratio(c[k .. '_bf16'], t[k .. '_bf16']), '%.2f'), fmt(c[k .. '_f32']),
+    fmt(t[k .. '_f32']), fmt(ratio(c[k .. '_f32'], t[k .. '_f32']), '%.2f')))
+end
 local null = cjson.null
 print(cjson.encode {
-  bench = 'gpu_swav', unit = 'img/s', batch = args.batch, crescent = swav or null,
-  torch_bf16 = t.swav_bf16 or null, torch_f32 = t.swav_f32 or null,
-  ratio_bf16 = ratio(swav, t.swav_bf16) or null, ratio_f32 = ratio(swav, t.swav_f32) or null,
-  mfu = mfu(swav, t.swav_flops_per_img) or null, torch_bf16_mfu = mfu(t.swav_bf16, t.swav_flops_per_img) or null,
-  supervised = { batch = args.sup_batch, crescent = sup or null, torch_bf16 = t.supervised_bf16 or null,
-                 torch_f32 = t.supervised_f32 or null },
+  bench = 'gpu_swav', unit = 'img/s', batch = args.batch, sup_batch = args.sup_batch,
+  crescent = { swav_bf16 = c.swav_bf16 or null, swav_f32 = c.swav_f32 or null,
+               supervised_bf16 = c.supervised_bf16 or null, supervised_f32 = c.supervised_f32 or null },
+  torch = { swav_bf16 = t.swav_bf16 or null, swav_f32 = t.swav_f32 or null,
+            supervised_bf16 = t.supervised_bf16 or null, supervised_f32 = t.supervised_f32 or null },
+  ratio_swav_bf16 = ratio(c.swav_bf16, t.swav_bf16) or null,
+  mfu_swav_bf16 = mfu(c.swav_bf16, t.swav_flops_per_img) or null,
 })

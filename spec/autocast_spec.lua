@@ -140,5 +140,13 @@ describe('train.amp in the standard step', function()
     assert.are.equal(5e37, task.scaler.scale_value)
     local ok_model = run('f16')
     assert.is_true(H.max_diff(ok_model.weight, before.weight) < 1e-2) -- a normal scale: a normal step
+    -- the scaler's state travels in checkpoints
+    local tmp = H.tmpdir('autocast')
+    local path = tmp.path('amp.safetensors')
+    cr.engine.checkpoint.save(task, path)
+    local _, _, fresh = run('f16')
+    cr.engine.checkpoint.load(fresh, path)
+    assert.are.same(task.scaler:state_dict(), fresh.scaler:state_dict())
+    tmp.remove()
   end)
 end)

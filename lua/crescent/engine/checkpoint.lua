@@ -14,8 +14,8 @@
 -- __metadata__ holds format = 'crescent.checkpoint', the crescent version, the config
 -- (Lua source) and `trainer`, a JSON object: iteration, epoch, samples_seen, the sampler
 -- position {epoch, batch, seed}, the RNG state, the optimizer's steps and param groups,
--- the queues' pointers, the state of hooks that have state_dict(), the metrics so far and
--- the best checkpoint. Together they make resume exact: N steps, save, load in a new
+-- the queues' pointers, the state of hooks that have state_dict(), the f16 loss scaler's
+-- scale and counters, the metrics so far and the best checkpoint. Together they make resume exact: N steps, save, load in a new
 -- process, M steps equals N + M steps, bit for bit on CPU with the same thread count
 -- (the data pipeline draws each sample's randomness from (seed, epoch, index), and the
 -- lr and momentum schedules are functions of the iteration).
@@ -128,6 +128,7 @@ function M.state(task)
   for _, h in ipairs(task.hooks or {}) do
     if type(h.state_dict) == 'function' and h.name then trainer.hooks[h.name] = h:state_dict() end
   end
+  if task.scaler then trainer.loss_scaler = task.scaler:state_dict() end
   return tensors, trainer
 end
 
@@ -239,6 +240,7 @@ function M.load(task, path)
     task.epoch = trainer.epoch
   end
   for k, v in pairs(trainer.metrics or {}) do task.metrics[k] = v end
+  if task.scaler and trainer.loss_scaler then task.scaler:load_state_dict(trainer.loss_scaler) end
   for _, h in ipairs(task.hooks or {}) do
     local s = h.name and (trainer.hooks or {})[h.name]
     if s ~= nil and type(h.load_state_dict) == 'function' then h:load_state_dict(s) end

@@ -19,14 +19,7 @@ local harness = require 'harness'
 
 local T = cr.data.transforms
 
-local args = { batch = 256, repeats = 7, warmup = 2 }
-for _, a in ipairs(arg) do
-  local k, v = a:match('^([%w_]+)=(%d+)$')
-  if not k or args[k] == nil then
-    error('usage: luajit bench/data_pipeline.lua [batch=256] [repeats=7] [warmup=2]', 0)
-  end
-  args[k] = tonumber(v)
-end
+local args = harness.args('bench/data_pipeline.lua', { { 'batch', 256 }, { 'repeats', 7 }, { 'warmup', 2 } })
 if args.batch < 1 or args.repeats < 1 then error('data_pipeline: batch and repeats must be >= 1', 0) end
 
 local threads = harness.threads()

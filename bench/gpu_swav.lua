@@ -17,14 +17,7 @@ local cr = require 'crescent'
 package.path = 'bench/?.lua;' .. package.path
 local harness = require 'harness'
 
-local args = { batch = 64, sup_batch = 256, steps = 20, warmup = 5 }
-for _, a in ipairs(arg) do
-  local k, v = a:match('^([%w_]+)=(%d+)$')
-  if not k or args[k] == nil then
-    error('usage: luajit bench/gpu_swav.lua [batch=64] [sup_batch=256] [steps=20] [warmup=5]', 0)
-  end
-  args[k] = tonumber(v)
-end
+local args = harness.args('bench/gpu_swav.lua', { { 'batch', 64 }, { 'sup_batch', 256 }, { 'steps', 20 }, { 'warmup', 5 } })
 
 if not cr.cuda.is_available() then
   local why = cr.cuda.why_not()

@@ -54,6 +54,23 @@ end
 
 -- Runs /usr/bin/python3 <script> [args] on `threads`; returns {bench = value} from its
 -- JSON lines (empty, with a printed reason, when the twin could not run).
+-- The script's key=N arguments over defaults given in order ({{'batch', 256}, ...}):
+-- returns {batch = 256, ...}; an unknown key or a non-integer is an error that prints the
+-- usage line.
+function H.args(script, defaults)
+  local args, usage = {}, {}
+  for i, kv in ipairs(defaults) do
+    args[kv[1]] = kv[2]
+    usage[i] = string.format('[%s=%d]', kv[1], kv[2])
+  end
+  for _, a in ipairs(arg or {}) do
+    local k, v = a:match('^([%w_]+)=(%d+)$')
+    if not k or args[k] == nil then error('usage: luajit ' .. script .. ' ' .. table.concat(usage, ' '), 0) end
+    args[k] = tonumber(v)
+  end
+  return args
+end
+
 -- A loader (iter / num_batches) handing out `total` batches by cycling through a fixed
 -- list: the engine benchmarks measure the step, not the data.
 function H.cycled_loader(batches, total)

@@ -14,14 +14,7 @@ local cr = require 'crescent'
 package.path = 'bench/?.lua;' .. package.path
 local harness = require 'harness'
 
-local args = { batch = 256, windows = 3, steps = 2, warmup = 2 }
-for _, a in ipairs(arg) do
-  local k, v = a:match('^([%w_]+)=(%d+)$')
-  if not k or args[k] == nil then
-    error('usage: luajit bench/ssl_swav.lua [batch=256] [windows=3] [steps=2] [warmup=2]', 0)
-  end
-  args[k] = tonumber(v)
-end
+local args = harness.args('bench/ssl_swav.lua', { { 'batch', 256 }, { 'windows', 3 }, { 'steps', 2 }, { 'warmup', 2 } })
 
 local threads = harness.threads()
 

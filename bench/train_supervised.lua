@@ -14,14 +14,8 @@ local cr = require 'crescent'
 package.path = 'bench/?.lua;' .. package.path
 local harness = require 'harness'
 
-local args = { width = 16, batch = 128, windows = 5, steps = 5, warmup = 3 }
-for _, a in ipairs(arg) do
-  local k, v = a:match('^([%w_]+)=(%d+)$')
-  if not k or args[k] == nil then
-    error('usage: luajit bench/train_supervised.lua [width=16] [batch=128] [windows=5] [steps=5] [warmup=3]', 0)
-  end
-  args[k] = tonumber(v)
-end
+local args = harness.args('bench/train_supervised.lua',
+  { { 'width', 16 }, { 'batch', 128 }, { 'windows', 5 }, { 'steps', 5 }, { 'warmup', 3 } })
 
 local threads = harness.threads()
 local median = harness.median

@@ -131,6 +131,13 @@ describe('cuda tensors', function()
     close(cr.cat({ a:cuda(), b:view(1, 4):cuda() }, 0), cr.cat({ a, b:view(1, 4) }, 0), 0, 0, 'cat')
     close(a:cuda():t():contiguous(), a:t():contiguous(), 0, 0, 'contiguous of a transpose')
     close(cr.ones_like(a:cuda()), cr.ones({ 3, 4 }), 0, 0, 'ones_like keeps the device')
+    local h = cr.zeros({ 3, 4 }, { device = 'cuda' })
+    h:copy_(a) -- from the cpu: moved first, as loading weights into a GPU model does
+    close(h, a, 0, 0, 'copy_ across devices')
+    local tmp = H.tmpdir('cuda')
+    cr.save(tmp.path('g.safetensors'), { g = h }) -- written from a host copy
+    H.assert_close(cr.load(tmp.path('g.safetensors')).g, a, 0, 0)
+    tmp.remove()
   end)
 
   it('sums and averages over any dims as the cpu does', function()

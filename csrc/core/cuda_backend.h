@@ -52,5 +52,7 @@ typedef cr_status (*cr_cuda_backend_open_fn)(cr_cuda_backend *out, int core_abi,
 /* The loaded backend, opening it on first use; NULL with the reason in cr_last_error()
  * (no driver, no device, a version mismatch, or a build without nvcc). */
 const cr_cuda_backend *cr_cuda_backend_get(void);
+/* The backend, with `device` checked to be one of its GPUs (-1, every GPU, when any_ok). */
+cr_status cr_cuda_backend_for(const cr_cuda_backend **be, int device, bool any_ok);
 
 #endif

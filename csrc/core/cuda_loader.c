@@ -79,22 +79,23 @@ int cr_cuda_device_count(void) {
     return be ? be->device_count : 0;
 }
 
-static cr_status check_device(const cr_cuda_backend **be, int device, bool any_ok) {
+cr_status cr_cuda_backend_for(const cr_cuda_backend **be, int device, bool any_ok) {
     if (!(*be = cr_cuda_backend_get())) return CR_ERR_DEVICE;
-    if ((any_ok && device == -1) || (device >= 0 && device < (*be)->device_count)) return CR_OK;
-    return cr_fail(CR_ERR_DEVICE, "cuda:%d does not exist: this machine has %d CUDA device%s",
-                   device, (*be)->device_count, (*be)->device_count == 1 ? "" : "s");
+    int n = (*be)->device_count;
+    if ((any_ok && device == -1) || (device >= 0 && device < n)) return CR_OK;
+    return cr_fail(CR_ERR_DEVICE, "cuda:%d does not exist: this machine has %d CUDA device%s "
+                   "(cuda:0 to cuda:%d)", device, n, n == 1 ? "" : "s", n - 1);
 }
 
 cr_status cr_cuda_memory_stats(int device, cr_cuda_memstats *out) {
     const cr_cuda_backend *be;
-    cr_status st = check_device(&be, device, false);
+    cr_status st = cr_cuda_backend_for(&be, device, false);
     return st ? st : be->memory_stats(device, out);
 }
 
 cr_status cr_cuda_reset_peak(int device) {
     const cr_cuda_backend *be;
-    cr_status st = check_device(&be, device, false);
+    cr_status st = cr_cuda_backend_for(&be, device, false);
     if (!st) be->reset_peak(device);
     return st;
 }
@@ -115,6 +116,6 @@ cr_status cr_cuda_set_deterministic(bool on) {
 
 cr_status cr_cuda_synchronize(int device) {
     const cr_cuda_backend *be;
-    cr_status st = check_device(&be, device, true);
+    cr_status st = cr_cuda_backend_for(&be, device, true);
     return st ? st : be->synchronize(device);
 }

@@ -104,6 +104,10 @@ static inline cr_device cr_tensor_dev(const cr_tensor *t) {
     return (cr_device){t->storage->device, t->storage->device_index};
 }
 static inline bool cr_tensor_on_cpu(const cr_tensor *t) { return t->storage->device == CR_DEV_CPU; }
+static inline bool cr_same_device(const cr_tensor *a, const cr_tensor *b) {
+    return a->storage->device == b->storage->device &&
+           a->storage->device_index == b->storage->device_index;
+}
 /* A 0-dim cpu tensor: a number that may join an op on any device. */
 static inline bool cr_is_host_scalar(const cr_tensor *t) {
     return t->ndim == 0 && t->storage->device == CR_DEV_CPU;

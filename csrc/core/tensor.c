@@ -63,16 +63,11 @@ static cr_status storage_header(cr_storage **out, void *data, size_t alloc, cr_d
 /* GPU storages and pinned host storages come from the CUDA backend and are not counted
  * in the CPU statistics (the backend keeps its own). */
 static cr_status storage_new_cuda(cr_storage **out, size_t alloc, cr_device dev, bool pinned) {
-    const cr_cuda_backend *be = cr_cuda_backend_get();
-    if (!be) return CR_ERR_DEVICE;
-    if (!pinned && (dev.index < 0 || dev.index >= be->device_count)) {
-        char b[32];
-        return cr_fail(CR_ERR_DEVICE, "device %s does not exist: this machine has %d CUDA "
-                       "device%s (cuda:0..cuda:%d)", cr_device_str(dev, b, sizeof b),
-                       be->device_count, be->device_count == 1 ? "" : "s", be->device_count - 1);
-    }
+    const cr_cuda_backend *be;
+    cr_status st = cr_cuda_backend_for(&be, pinned ? -1 : dev.index, pinned);
+    if (st) return st;
     void *data = NULL;
-    cr_status st = pinned ? be->host_alloc(alloc, &data) : be->alloc(dev.index, alloc, &data);
+    st = pinned ? be->host_alloc(alloc, &data) : be->alloc(dev.index, alloc, &data);
     if (st) return st;
     if ((st = storage_header(out, data, alloc, dev))) {
         if (pinned) be->host_release(data);
@@ -397,9 +392,7 @@ cr_status cr_tensor_read_i64(const cr_tensor *t, int64_t *out) {
 
 /* ---- checks ---- */
 cr_status cr_check_same_device(const char *op, const cr_tensor *a, const cr_tensor *b) {
-    if (a->storage->device == b->storage->device &&
-        a->storage->device_index == b->storage->device_index)
-        return CR_OK;
+    if (cr_same_device(a, b)) return CR_OK;
     char da[32], db[32];
     return cr_fail(CR_ERR_DEVICE, "%s: tensors on different devices (%s and %s); move one "
                    "with :to('%s') or :to('%s')", op, cr_device_str(cr_tensor_dev(a), da, sizeof da),

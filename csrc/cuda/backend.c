@@ -39,6 +39,15 @@ cr_status cr_gpu_check_cublas(cublasStatus_t st, const char *what) {
 
 int cr_gpu_device_count(void) { return device_count; }
 
+int cr_gpu_tf32_setting(void) {
+    static int setting = -2;
+    if (setting == -2) {
+        const char *e = getenv("CRESCENT_CUDA_TF32");
+        setting = !e || !*e ? -1 : *e == '1' ? 1 : 0;
+    }
+    return setting;
+}
+
 static cr_status init_device(int device) {
     device_ctx *d = &devices[device];
     cr_status st = CR_OK;

@@ -31,15 +31,6 @@ static bool operand_layout(int64_t r, int64_t c, int64_t sr, int64_t sc, gemm_op
     return false;
 }
 
-static bool use_tf32(void) {
-    static int cached = -1;
-    if (cached < 0) {
-        const char *e = getenv("CRESCENT_CUDA_TF32");
-        cached = e && *e == '1';
-    }
-    return cached;
-}
-
 /* A view cuBLAS can read: t itself or a contiguous copy (new reference either way). */
 static cr_status readable(cr_tensor **out, cr_tensor *t, int lead) {
     gemm_operand o;
@@ -82,7 +73,7 @@ static cr_status gemm(int device, cr_tensor *out, cr_tensor *a, cr_tensor *b, bo
     switch (out->dtype) {
     case CR_DT_F32:
         type = CUDA_R_32F;
-        if (use_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+        if (cr_gpu_tf32_setting() == 1) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
         break;
     case CR_DT_F16: type = CUDA_R_16F; break;
     case CR_DT_BF16: type = CUDA_R_16BF; break;

@@ -96,8 +96,7 @@ static void descs_free(conv_descs *d) {
  * CRESCENT_CUDA_TF32=0. */
 static cudnnMathType_t default_math(cr_dtype dt) {
     if (dt == CR_DT_F16 || dt == CR_DT_BF16) return CUDNN_TENSOR_OP_MATH;
-    const char *tf32 = getenv("CRESCENT_CUDA_TF32");
-    if (dt == CR_DT_F64 || (tf32 && *tf32 == '0')) return CUDNN_FMA_MATH;
+    if (dt == CR_DT_F64 || cr_gpu_tf32_setting() == 0) return CUDNN_FMA_MATH;
     return CUDNN_DEFAULT_MATH;
 }
 

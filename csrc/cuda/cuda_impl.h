@@ -19,6 +19,9 @@ cudaStream_t cr_gpu_stream(int device);
 /* The cuBLAS handle of the device, bound to its compute stream (made on first use). */
 cr_status cr_gpu_cublas(int device, cublasHandle_t *out);
 int cr_gpu_device_count(void);
+/* Env CRESCENT_CUDA_TF32, read once: 1 on, 0 off, -1 unset (then each library keeps
+ * PyTorch's default: TF32 off for matrix products, on for convolutions). */
+int cr_gpu_tf32_setting(void);
 
 /* A CUDA error as a crescent status with a message naming what failed; CR_OK for
  * cudaSuccess. Out-of-memory errors become CR_ERR_OOM. */

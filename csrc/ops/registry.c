@@ -72,18 +72,11 @@ void cr_call_drop_outs(cr_call *c) {
 /* Every tensor of a call sits on the lead tensor's device; on a GPU, a 0-dim cpu input is
  * a scalar the kernel reads on the host (x * 2 on cuda), as in PyTorch. */
 static cr_status check_devices(const cr_call *c, const cr_tensor *lead) {
-    cr_device want = cr_tensor_dev(lead);
     for (int k = 0; k < c->nin + c->nout; k++) {
         const cr_tensor *t = k < c->nin ? c->in[k] : c->out[k - c->nin];
-        if (!t) continue;
-        cr_device d = cr_tensor_dev(t);
-        if (d.type == want.type && d.index == want.index) continue;
-        if (want.type == CR_DEV_CUDA && d.type == CR_DEV_CPU && t->ndim == 0 && k < c->nin)
-            continue;
-        char a[32], b[32];
-        return cr_fail(CR_ERR_DEVICE, "%s: tensors on different devices (%s and %s); move them "
-                       "to one device with :to('%s')", op_names[c->op],
-                       cr_device_str(want, a, sizeof a), cr_device_str(d, b, sizeof b), a);
+        if (!t || cr_same_device(t, lead)) continue;
+        if (k < c->nin && !cr_tensor_on_cpu(lead) && cr_is_host_scalar(t)) continue;
+        return cr_check_same_device(op_names[c->op], lead, t);
     }
     return CR_OK;
 }

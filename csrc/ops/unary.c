@@ -157,7 +157,20 @@ static cr_status run_inplace(cr_op op, cr_tensor *dst, cr_tensor *src, double al
     return CR_OK;
 }
 
+/* A source on another device is moved to dst's first (loading cpu weights into a GPU
+ * model, as PyTorch's copy_ does). */
 cr_status cr_op_copy_(cr_tensor *dst, cr_tensor *src) {
+    if (dst && src && !cr_same_device(dst, src) && !cr_is_host_scalar(src)) {
+        cr_tensor *moved;
+        bool was = cr_grad_set_enabled(false);
+        cr_status st = cr_op_to_device(&moved, src, dst->storage->device,
+                                       dst->storage->device_index, false);
+        cr_grad_set_enabled(was);
+        if (st) return st;
+        st = cr_op_copy_(dst, moved);
+        cr_tensor_free(moved);
+        return st;
+    }
     cr_status st = inplace_check("copy_", dst, src);
     if (st) return st;
     if (dst->storage == src->storage && dst->offset == src->offset &&

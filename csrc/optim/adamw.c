@@ -76,6 +76,21 @@ static void adamw_chunk_f64(const cr_optim_slot *s, const adamw_plan *pl, const 
 }
 #undef ADAMW_CHUNK_BODY
 
+static void adamw_run_cpu(const cr_optim_slot *slots, cr_tensor **grads, const adamw_plan *plans,
+                          const cr_optim_chunks *ch, double grad_scale) {
+    int64_t nc = ch->n;
+#pragma omp parallel for schedule(dynamic, 2) if (nc > 1 && ch->total >= CR_PAR_GRAIN) \
+    num_threads(cr_threads())
+    for (int64_t k = 0; k < nc; k++) {
+        const cr_optim_chunk *c = &ch->chunks[k];
+        const cr_optim_slot *s = &slots[c->slot];
+        if (s->param->dtype == CR_DT_F32)
+            adamw_chunk_f32(s, &plans[c->slot], grads[c->slot], grad_scale, c->begin, c->end);
+        else
+            adamw_chunk_f64(s, &plans[c->slot], grads[c->slot], grad_scale, c->begin, c->end);
+    }
+}
+
 /* The chunks as the CUDA backend's work list, run on `device`. */
 static cr_status adamw_run_gpu(const cr_optim_slot *slots, cr_tensor **grads, const adamw_plan *plans,
                                const cr_optim_chunks *ch, double grad_scale, int device) {
@@ -142,20 +157,10 @@ cr_status cr_optim_adamw_step(cr_optim_slot *slots, int n, double grad_scale) {
     int device = -1;
     if ((st = cr_optim_device("AdamW step", grads, n, &device))) goto done;
     if ((st = cr_optim_chunks_build(&ch, grads, n))) goto done;
-    int64_t nc = ch.n;
     if (device >= 0) {
         if ((st = adamw_run_gpu(slots, grads, plans, &ch, grad_scale, device))) goto done;
-        nc = 0; /* done on the GPU */
-    }
-#pragma omp parallel for schedule(dynamic, 2) if (nc > 1 && ch.total >= CR_PAR_GRAIN) \
-    num_threads(cr_threads())
-    for (int64_t k = 0; k < nc; k++) {
-        const cr_optim_chunk *c = &ch.chunks[k];
-        const cr_optim_slot *s = &slots[c->slot];
-        if (s->param->dtype == CR_DT_F32)
-            adamw_chunk_f32(s, &plans[c->slot], grads[c->slot], grad_scale, c->begin, c->end);
-        else
-            adamw_chunk_f64(s, &plans[c->slot], grads[c->slot], grad_scale, c->begin, c->end);
+    } else {
+        adamw_run_cpu(slots, grads, plans, &ch, grad_scale);
     }
     for (int i = 0; i < n; i++) {
         if (!grads[i]) continue;

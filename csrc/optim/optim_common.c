@@ -20,9 +20,7 @@ static cr_status check_float(const char *opname, const cr_tensor *t, int i, cons
 
 static cr_status check_place(const char *opname, const cr_tensor *t, const cr_tensor *p, int i,
                              const char *what) {
-    if (t->storage->device == p->storage->device &&
-        t->storage->device_index == p->storage->device_index)
-        return CR_OK;
+    if (cr_same_device(t, p)) return CR_OK;
     char a[32], b[32];
     return cr_fail(CR_ERR_DEVICE, "%s: %s of parameter %d is on %s but the parameter is on %s; "
                    "move the optimizer state with the model", opname, what, i,
@@ -161,8 +159,7 @@ cr_status cr_optim_device(const char *opname, cr_tensor **tensors, int n, int *d
             *device = cr_tensor_on_cpu(t) ? -1 : t->storage->device_index;
             continue;
         }
-        if (t->storage->device != first->storage->device ||
-            t->storage->device_index != first->storage->device_index) {
+        if (!cr_same_device(t, first)) {
             char a[32], b[32];
             return cr_fail(CR_ERR_DEVICE, "%s: parameter %d is on %s but an earlier one is on %s; "
                            "one optimizer step updates parameters on one device", opname, i,

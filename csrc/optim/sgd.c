@@ -119,14 +119,9 @@ static cr_status sgd_run_gpu(cr_optim_slot *slots, cr_tensor **grads, const sgd_
     return st;
 }
 
-static cr_status sgd_run(cr_optim_slot *slots, int n, cr_tensor **grads, const sgd_plan *plans,
-                         const cr_optim_chunks *ch, int device) {
+static void sgd_run_cpu(const cr_optim_slot *slots, cr_tensor **grads, const sgd_plan *plans,
+                        const cr_optim_chunks *ch) {
     int64_t nc = ch->n;
-    if (device >= 0) {
-        cr_status st = sgd_run_gpu(slots, grads, plans, ch, device);
-        if (st) return st;
-        nc = 0; /* done on the GPU */
-    }
 #pragma omp parallel for schedule(dynamic, 2) if (nc > 1 && ch->total >= CR_PAR_GRAIN) \
     num_threads(cr_threads())
     for (int64_t k = 0; k < nc; k++) {
@@ -136,6 +131,17 @@ static cr_status sgd_run(cr_optim_slot *slots, int n, cr_tensor **grads, const s
             sgd_chunk_f32(s, &plans[c->slot], grads[c->slot], c->begin, c->end);
         else
             sgd_chunk_f64(s, &plans[c->slot], grads[c->slot], c->begin, c->end);
+    }
+}
+
+/* The update on the params' device (-1: cpu), then the step counts and versions. */
+static cr_status sgd_run(cr_optim_slot *slots, int n, cr_tensor **grads, const sgd_plan *plans,
+                         const cr_optim_chunks *ch, int device) {
+    if (device >= 0) {
+        cr_status st = sgd_run_gpu(slots, grads, plans, ch, device);
+        if (st) return st;
+    } else {
+        sgd_run_cpu(slots, grads, plans, ch);
     }
     for (int i = 0; i < n; i++) {
         if (!grads[i]) continue;

@@ -16,8 +16,7 @@ static cr_status check_pair(const char *op, cr_tensor *t, cr_tensor *s, int i, b
                        "the two models must have the same architecture", op, i,
                        cr_dtype_name(t->dtype), cr_shape_str(t, a, sizeof a),
                        cr_dtype_name(s->dtype), cr_shape_str(s, b, sizeof b));
-    if (t->storage->device != s->storage->device ||
-        t->storage->device_index != s->storage->device_index) {
+    if (!cr_same_device(t, s)) {
         char da[32], db[32];
         return cr_fail(CR_ERR_DEVICE, "%s: pair %d: the target is on %s but the source on %s; "
                        "keep both models on one device", op, i,

@@ -71,7 +71,8 @@ end
 -- kernels, auto stays on the cpu and an explicit cuda names what is missing.
 function M.resolve(device)
   if device == 'cpu' then return 'cpu', nil end
-  local index = device == 'auto' and 0 or device == 'cuda' and 0 or tonumber((device or ''):match('^cuda:(%d+)$'))
+  local _, index = util.parse_device(device)
+  if device == 'auto' then index = 0 end
   if not index then
     error(string.format("train.device='%s': expected auto, cpu, cuda or cuda:N", tostring(device)), 2)
   end

@@ -116,10 +116,8 @@ function M.save(path, tensors, metadata)
   local names, list = entries_of('save', tensors)
   local meta = metadata_json('save', metadata)
   local n = #names
-  for i = 1, n do
-    if list[i].device ~= 'cpu' then
-      fail(string.format("save: tensor '%s' is on %s; the tensors must be on the CPU", names[i], list[i].device))
-    end
+  for i = 1, n do -- GPU tensors are written from host copies
+    if list[i].device ~= 'cpu' then list[i] = list[i]:cpu() end
   end
   local cnames, ctensors = ffi.new(names_ct, n + 1), ffi.new(tensors_ct, n + 1)
   for i = 1, n do cnames[i - 1], ctensors[i - 1] = names[i], list[i] end

@@ -82,19 +82,22 @@ function M.dtype(name, default)
   return dt
 end
 
--- 'cpu' | 'cuda' | 'cuda:N' -> device type, index; anything else is an error naming it.
-function M.device(name, level)
+-- 'cpu' | 'cuda' | 'cuda:N' -> device type, index; nil for anything else.
+function M.parse_device(name)
   if name == 'cpu' then return C.CR_DEV_CPU, 0 end
   if name == 'cuda' then return C.CR_DEV_CUDA, 0 end
   local index = type(name) == 'string' and tonumber(name:match('^cuda:(%d+)$'))
-  if not index then
-    error("unknown device '" .. tostring(name) .. "'; use 'cpu', 'cuda' or 'cuda:N'", (level or 2) + 1)
-  end
-  return C.CR_DEV_CUDA, index
+  if index then return C.CR_DEV_CUDA, index end
+  return nil
 end
 
-function M.is_device_name(name)
-  return name == 'cpu' or name == 'cuda' or (type(name) == 'string' and name:match('^cuda:%d+$') ~= nil)
+-- The same, with an error naming a bad name.
+function M.device(name, level)
+  local dev, index = M.parse_device(name)
+  if not dev then
+    error("unknown device '" .. tostring(name) .. "'; use 'cpu', 'cuda' or 'cuda:N'", (level or 2) + 1)
+  end
+  return dev, index
 end
 
 function M.dtype_name(dt)

@@ -93,7 +93,8 @@ cr_status cr_op_tanh_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *y);
 cr_status cr_op_gelu_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *x);
 /* dtype conversion; returns a new reference to t itself when dt is already t's dtype. */
 cr_status cr_op_to(cr_tensor **out, cr_tensor *t, cr_dtype dt);
-/* In place, with dst's version bumped: dst = src (broadcast to dst, converted). */
+/* In place, with dst's version bumped: dst = src (broadcast to dst, converted, and moved
+ * when src is on another device). */
 cr_status cr_op_copy_(cr_tensor *dst, cr_tensor *src);
 /* In place: dst += alpha * src; dst *= src. */
 cr_status cr_op_add_(cr_tensor *dst, cr_tensor *src, double alpha);

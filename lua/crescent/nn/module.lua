@@ -288,8 +288,8 @@ end
 -- m:cuda() / m:cpu() move every parameter and buffer to a device. A tensor shared by
 -- several modules stays shared.
 function Module:to(what)
-  local device = util.is_device_name(what)
-  if device then util.device(what) else util.dtype(what) end
+  local device = util.parse_device(what) ~= nil
+  if not device then util.dtype(what) end
   local moved = {}
   local function convert(t, is_param)
     if not is_tensor(t) or (not device and not t:is_floating_point()) then return t end

@@ -89,10 +89,8 @@ return function(cr, Tensor, W)
   -- t:to(dtype) converts; t:to('cuda:1') / t:to('cpu') moves (opts.non_blocking: a copy
   -- from pinned memory to a GPU returns at once); t:float(), t:double(), t:long(), ...
   function Tensor.to(t, what, opts)
-    if util.is_device_name(what) then
-      local dev, index = util.device(what)
-      return W.call(C.cr_op_to_device, t, dev, index, opts and opts.non_blocking or false)
-    end
+    local dev, index = util.parse_device(what)
+    if dev then return W.call(C.cr_op_to_device, t, dev, index, opts and opts.non_blocking or false) end
     if type(what) ~= 'number' and not util.dtypes[what] then
       error(string.format("to: unknown dtype '%s'; use f32, f64, f16, bf16, i64, i32, u8 or bool, or a "
                           .. "device: 'cpu', 'cuda' or 'cuda:N'", tostring(what)), 2)

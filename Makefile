@@ -107,6 +107,9 @@ $(BUILD)/obj/cuda/kernels/%.o: csrc/cuda/kernels/%.cu $(CUDA_HDRS) $(BUILD)/flag
 	@echo "  NVCC $<"
 	@$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
+# the Philox draws repeat the cpu's f32 arithmetic bit for bit: no fused multiply-adds
+$(BUILD)/obj/cuda/kernels/random.o: NVCCFLAGS += -fmad=false
+
 $(BUILD)/libcrescent_cuda.so: $(CUDA_OBJS) $(BUILD)/libcrescent.so
 	@echo "  LD $@"
 	@$(CC) -shared -o $@.tmp $(CUDA_OBJS) -L$(BUILD) -lcrescent -L$(CUDA_HOME)/lib64 \

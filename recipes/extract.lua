@@ -22,9 +22,9 @@ local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
   ['data.split'] = { type = 'string', choices = { 'train', 'test', 'both' } },
 } })
 
-recipe.setup(cfg)
+local device = recipe.setup(cfg)
 local train_set, test_set = recipe.datasets(cfg)
-local forward, trunk = recipe.frozen_trunk(cfg, train_set)
+local forward, trunk = recipe.frozen_trunk(cfg, train_set, device)
 local out = cfg.extract.out
 if out == '' then
   local dir = cfg.run.dir .. '/' .. (cfg.run.name ~= '' and cfg.run.name or 'extract')
@@ -41,7 +41,8 @@ for _, split in ipairs(splits) do
   local ds = split == 'train' and train_set or test_set
   if not ds then error("extract: the data set has no '" .. split .. "' split (image_folder: add a val/ folder)", 0) end
   local t0 = cr.engine.loop.now()
-  local feats, labels = cr.ssl.extract_features(trunk, ds, { batch_size = cfg.data.batch_size, forward = forward })
+  local feats, labels = cr.ssl.extract_features(trunk, ds, { batch_size = cfg.data.batch_size, forward = forward,
+                                                             device = device })
   local tensors = { features = feats }
   if labels then tensors.labels = labels end
   local path = out .. '_' .. split .. '.safetensors'

@@ -25,12 +25,12 @@ local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
   ['knn.k'] = { type = 'integer', min = 1 },
 } })
 
-recipe.setup(cfg)
+local device = recipe.setup(cfg)
 local train_set, test_set = recipe.datasets(cfg)
 if not test_set then error('linear_eval: the data set has no test split (image_folder: add a val/ folder)', 0) end
-local forward, trunk = recipe.frozen_trunk(cfg, train_set)
+local forward, trunk = recipe.frozen_trunk(cfg, train_set, device)
 local t0 = cr.engine.loop.now()
-local opts = { batch_size = cfg.data.batch_size, forward = forward }
+local opts = { batch_size = cfg.data.batch_size, forward = forward, device = device }
 local ftr, ytr = cr.ssl.extract_features(trunk, train_set, opts)
 local fte, yte = cr.ssl.extract_features(trunk, test_set, opts)
 local extract_seconds = cr.engine.loop.now() - t0

@@ -32,9 +32,10 @@ local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.r
   ['train.log_every'] = { type = 'integer', min = 1 },
 }) })
 
-local device_ok, device_or_why, device_line = pcall(cr.cuda.resolve, cfg.train.device)
-if not device_ok then error(device_or_why, 0) end
+local device_ok, device, device_line = pcall(cr.cuda.resolve, cfg.train.device)
+if not device_ok then error(device, 0) end
 if device_line then print(device_line) end
+if device ~= 'cpu' then cr.cuda.set_deterministic(cfg.train.deterministic) end
 if cfg.train.threads > 0 then cr.set_num_threads(cfg.train.threads) end
 if cfg.data.name ~= 'fashion_mnist' then
   error("data.name='" .. cfg.data.name .. "': this recipe trains on fashion_mnist only", 0)
@@ -50,8 +51,10 @@ local train_loader = cr.data.Loader(train_set, { batch_size = cfg.data.batch_siz
                                                  drop_last = true, seed = cfg.train.seed, augment = cfg.data.augment })
 local test_loader = cr.data.Loader(test_set, { batch_size = 500, shuffle = false, drop_last = false })
 
--- model: 1 input channel, 10 classes
+-- model: 1 input channel, 10 classes; built on the cpu (the same weights for a seed on any
+-- device), then moved to the run's device before the optimizer takes its parameters
 local model = nn.models[cfg.model.arch] { stem = 'cifar', width = cfg.model.width, in_channels = 1, num_classes = 10 }
+model:to(device)
 
 -- optimizer: SGD, no weight decay on biases and BatchNorm weights; lr: linear warmup
 -- from 0 then cosine to 0, applied every step

@@ -158,6 +158,22 @@ describe('the step loop', function()
     -- the standard step needs a model, a loss and an optimizer
     H.assert_error(function() cr.train(Task { train_loader = fake_loader(1) }) end, 'task.model is missing')
   end)
+
+  it("takes the model's device for its batches, and refuses another one naming both", function()
+    local model = cr.nn.Linear(3, 2)
+    assert.are.equal('cpu', model:device())
+    assert.are.equal('cpu', cr.nn.ReLU():device())   -- no tensors: the cpu
+    local task = Task { model = model, train_loader = fake_loader(1) }
+    assert.are.equal('cpu', task.device)
+    local seen
+    task.train_step = function(_, batch) seen = batch end
+    cr.train(task)
+    assert.are.equal('cpu', seen.input.device)
+    H.assert_error(function() Task { model = model, device = 'cuda', train_loader = fake_loader(1) } end,
+      "device is 'cuda:0' but the model is on cpu", "model:to('cuda:0')")
+    H.assert_error(function() Task { model = model, device = 'gpu', train_loader = fake_loader(1) } end,
+      "unknown device 'gpu'")
+  end)
 end)
 
 describe('the event storage', function()

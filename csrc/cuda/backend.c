@@ -326,5 +326,6 @@ cr_status cr_cuda_backend_open(cr_cuda_backend *out, int core_abi, size_t table_
     cr_gpu_register_pool();
     cr_gpu_register_softmax();
     cr_gpu_register_normalize();
+    cr_gpu_register_random();
     return CR_OK;
 }

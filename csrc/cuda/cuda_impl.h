@@ -47,6 +47,7 @@ void cr_gpu_register_batch_norm(void);
 void cr_gpu_register_pool(void);
 void cr_gpu_register_softmax(void);
 void cr_gpu_register_normalize(void);
+void cr_gpu_register_random(void);
 void cr_gpu_set_deterministic(bool on);
 
 #endif

@@ -45,7 +45,8 @@ cr_status cr_cpu_arange(cr_call *c) {
     return CR_OK;
 }
 
-cr_status cr_op_arange(cr_tensor **out, double start, double end, double step, cr_dtype dt) {
+cr_status cr_op_arange(cr_tensor **out, double start, double end, double step, cr_dtype dt,
+                       cr_devtype dev, int dev_index) {
     *out = NULL;
     if ((unsigned)dt >= CR_DT_COUNT)
         return cr_fail(CR_ERR_ARG, "arange: invalid dtype %d", (int)dt);
@@ -72,7 +73,7 @@ cr_status cr_op_arange(cr_tensor **out, double start, double end, double step, c
              fabs(step) < 9.2e18;
     c.i[0] = c.i[2] ? (int64_t)start : 0;
     c.i[1] = c.i[2] ? (int64_t)step : 0;
-    if ((st = cr_tensor_alloc(&c.out[0], 1, shape, dt, CR_CPU))) return st;
+    if ((st = cr_tensor_alloc(&c.out[0], 1, shape, dt, (cr_device){dev, dev_index}))) return st;
     if ((st = cr_dispatch(&c))) {
         cr_call_drop_outs(&c);
         return st;
@@ -94,7 +95,8 @@ cr_status cr_cpu_eye(cr_call *c) {
     return CR_OK;
 }
 
-cr_status cr_op_eye(cr_tensor **out, int64_t n, int64_t m, cr_dtype dt) {
+cr_status cr_op_eye(cr_tensor **out, int64_t n, int64_t m, cr_dtype dt, cr_devtype dev,
+                    int dev_index) {
     *out = NULL;
     if ((unsigned)dt >= CR_DT_COUNT) return cr_fail(CR_ERR_ARG, "eye: invalid dtype %d", (int)dt);
     if (n < 0 || m < 0)
@@ -105,7 +107,7 @@ cr_status cr_op_eye(cr_tensor **out, int64_t n, int64_t m, cr_dtype dt) {
     if (st) return st;
     cr_call c;
     if ((st = cr_call_init(&c, CR_OP_EYE, 0, 1))) return st;
-    if ((st = cr_tensor_alloc(&c.out[0], 2, shape, dt, CR_CPU))) return st;
+    if ((st = cr_tensor_alloc(&c.out[0], 2, shape, dt, (cr_device){dev, dev_index}))) return st;
     if ((st = cr_dispatch(&c))) {
         cr_call_drop_outs(&c);
         return st;

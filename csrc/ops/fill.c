@@ -46,8 +46,8 @@ cr_status cr_full_on(cr_tensor **out, int ndim, const int64_t *shape, double val
 }
 
 cr_status cr_op_full(cr_tensor **out, int ndim, const int64_t *shape, double value,
-                     cr_dtype dt) {
-    return cr_full_on(out, ndim, shape, value, dt, CR_CPU);
+                     cr_dtype dt, cr_devtype dev, int dev_index) {
+    return cr_full_on(out, ndim, shape, value, dt, (cr_device){dev, dev_index});
 }
 
 cr_status cr_op_fill_(cr_tensor *t, double value) {

@@ -36,10 +36,10 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Allocates the output and reserves nwords; the kernel reads c->i[0..1]. */
 static cr_status random_setup(cr_call *c, cr_op op, int ndim, const int64_t *shape,
-                              cr_dtype dt) {
+                              cr_dtype dt, cr_device dev) {
     cr_status st = cr_call_init(c, op, 0, 1);
     if (st) return st;
-    return cr_tensor_alloc(&c->out[0], ndim, shape, dt, CR_CPU);
+    return cr_tensor_alloc(&c->out[0], ndim, shape, dt, dev);
 }
 static void reserve_into(cr_call *c, int64_t nwords) {
     cr_philox_stream s = cr_rng_reserve(nwords);
@@ -108,13 +108,14 @@ cr_status cr_cpu_rand(cr_call *c) {
     draw(c, rand_words(c->out[0]), draw_rand, c->out[0]);
     return CR_OK;
 }
-cr_status cr_op_rand(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt) {
+cr_status cr_op_rand(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
+                     cr_devtype dev, int dev_index) {
     *out = NULL;
     cr_status st = cr_check_shape_arg("rand", ndim, shape);
     if (!st) st = check_float_dtype("rand", dt, "use randint for integers");
     if (st) return st;
     cr_call c;
-    if ((st = random_setup(&c, CR_OP_RAND, ndim, shape, dt))) return st;
+    if ((st = random_setup(&c, CR_OP_RAND, ndim, shape, dt, (cr_device){dev, dev_index}))) return st;
     reserve_into(&c, rand_words(c.out[0]));
     return random_finish(out, &c);
 }
@@ -223,13 +224,14 @@ cr_status cr_cpu_randn(cr_call *c) {
     draw(c, randn_words(c->out[0]), draw_randn, c->out[0]);
     return CR_OK;
 }
-cr_status cr_op_randn(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt) {
+cr_status cr_op_randn(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt,
+                      cr_devtype dev, int dev_index) {
     *out = NULL;
     cr_status st = cr_check_shape_arg("randn", ndim, shape);
     if (!st) st = check_float_dtype("randn", dt, "draw floats and convert them");
     if (st) return st;
     cr_call c;
-    if ((st = random_setup(&c, CR_OP_RANDN, ndim, shape, dt))) return st;
+    if ((st = random_setup(&c, CR_OP_RANDN, ndim, shape, dt, (cr_device){dev, dev_index}))) return st;
     reserve_into(&c, randn_words(c.out[0]));
     return random_finish(out, &c);
 }
@@ -302,7 +304,7 @@ static double exact_int_min(cr_dtype dt) {
 }
 
 cr_status cr_op_randint(cr_tensor **out, int64_t low, int64_t high, int ndim,
-                        const int64_t *shape, cr_dtype dt) {
+                        const int64_t *shape, cr_dtype dt, cr_devtype dev, int dev_index) {
     *out = NULL;
     cr_status st = cr_check_shape_arg("randint", ndim, shape);
     if (!st) st = check_dtype("randint", dt);
@@ -315,7 +317,7 @@ cr_status cr_op_randint(cr_tensor **out, int64_t low, int64_t high, int ndim,
                        "integers %.0f..%.0f); use a wider dtype", (long long)low,
                        (long long)high, cr_dtype_name(dt), exact_int_min(dt), exact_int_max(dt));
     cr_call c;
-    if ((st = random_setup(&c, CR_OP_RANDINT, ndim, shape, dt))) return st;
+    if ((st = random_setup(&c, CR_OP_RANDINT, ndim, shape, dt, (cr_device){dev, dev_index}))) return st;
     c.i[2] = low;
     c.i[3] = high;
     reserve_into(&c, randint_words(&c));
@@ -381,7 +383,7 @@ cr_status cr_cpu_randperm(cr_call *c) {
     free(lo);
     return CR_OK;
 }
-cr_status cr_op_randperm(cr_tensor **out, int64_t n, cr_dtype dt) {
+cr_status cr_op_randperm(cr_tensor **out, int64_t n, cr_dtype dt, cr_devtype dev, int dev_index) {
     *out = NULL;
     int64_t shape[1] = {n};
     cr_status st = cr_check_shape_arg("randperm", 1, shape);
@@ -391,7 +393,7 @@ cr_status cr_op_randperm(cr_tensor **out, int64_t n, cr_dtype dt) {
         return cr_fail(CR_ERR_ARG, "randperm: n = %lld does not fit dtype %s (exact integers up "
                        "to %.0f); use i64", (long long)n, cr_dtype_name(dt), exact_int_max(dt));
     cr_call c;
-    if ((st = random_setup(&c, CR_OP_RANDPERM, 1, shape, dt))) return st;
+    if ((st = random_setup(&c, CR_OP_RANDPERM, 1, shape, dt, (cr_device){dev, dev_index}))) return st;
     c.i[2] = n;
     reserve_into(&c, 2 * n);
     return random_finish(out, &c);
@@ -435,17 +437,16 @@ cr_status cr_op_bernoulli(cr_tensor **out, cr_tensor *p) {
     CR_CHECK_TENSOR("bernoulli", p, "p");
     cr_status st = cr_check_float("bernoulli", p, "p");
     if (st) return st;
-    if (p->storage->device != CR_DEV_CPU)
-        return cr_fail(CR_ERR_DEVICE, "bernoulli: no cuda kernel in this build");
     /* no derivative: the copy to contiguous needs no graph either */
     bool was = cr_grad_set_enabled(false);
     cr_tensor *pc;
     st = cr_op_contiguous(&pc, p);
     cr_grad_set_enabled(was);
     if (st) return st;
+    /* on a GPU the kernel checks the range (and reports it as here) */
     const char *pb = cr_tensor_ptr(pc);
     size_t es = cr_dtype_size(pc->dtype);
-    for (int64_t i = 0; i < pc->numel; i++) {
+    for (int64_t i = 0; cr_tensor_on_cpu(pc) && i < pc->numel; i++) {
         double v = cr_load_f64(pb + i * (int64_t)es, pc->dtype);
         if (!(v >= 0 && v <= 1)) {
             cr_tensor_free(pc);
@@ -453,7 +454,7 @@ cr_status cr_op_bernoulli(cr_tensor **out, cr_tensor *p) {
         }
     }
     cr_call c;
-    if ((st = random_setup(&c, CR_OP_BERNOULLI, pc->ndim, pc->shape, pc->dtype))) {
+    if ((st = random_setup(&c, CR_OP_BERNOULLI, pc->ndim, pc->shape, pc->dtype, cr_tensor_dev(pc)))) {
         cr_tensor_free(pc);
         return st;
     }
@@ -466,14 +467,14 @@ cr_status cr_op_bernoulli(cr_tensor **out, cr_tensor *p) {
 }
 
 cr_status cr_op_bernoulli_scalar(cr_tensor **out, double p, int ndim, const int64_t *shape,
-                                 cr_dtype dt) {
+                                 cr_dtype dt, cr_devtype dev, int dev_index) {
     *out = NULL;
     cr_status st = cr_check_shape_arg("bernoulli", ndim, shape);
     if (!st) st = check_dtype("bernoulli", dt);
     if (!st) st = check_probability(p, -1);
     if (st) return st;
     cr_call c;
-    if ((st = random_setup(&c, CR_OP_BERNOULLI, ndim, shape, dt))) return st;
+    if ((st = random_setup(&c, CR_OP_BERNOULLI, ndim, shape, dt, (cr_device){dev, dev_index}))) return st;
     c.f[0] = p;
     reserve_into(&c, c.out[0]->numel);
     return random_finish(out, &c);

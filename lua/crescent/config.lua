@@ -24,7 +24,8 @@ local M = {}
 -- ---- the keys every recipe accepts ----------------------------------------------------
 function M.common()
   return {
-    train = { epochs = 10, device = 'auto', amp = 'off', seed = 0, threads = 0 },   -- threads 0: all cores
+    -- threads 0: all cores; deterministic: GPU algorithms that give the same bits every run
+    train = { epochs = 10, device = 'auto', amp = 'off', seed = 0, threads = 0, deterministic = false },
     data = { name = 'fashion_mnist', root = '', batch_size = 256, workers = 0, limit = 0 },
     -- root '': the data set's own search order; limit 0: every sample
     optim = { name = 'sgd', lr = 0.1, weight_decay = 5e-4 },
@@ -36,6 +37,7 @@ local COMMON_TYPES = {
   ['train.epochs'] = { type = 'integer', min = 0 },
   ['train.device'] = { type = 'string', choices = { 'auto', 'cpu', 'cuda' } },
   ['train.amp'] = { type = 'string', choices = { 'off', 'bf16', 'f16' } },
+  ['train.deterministic'] = 'boolean',
   ['train.seed'] = { type = 'integer', min = 0 },
   ['train.threads'] = { type = 'integer', min = 0 },
   ['data.name'] = 'string',

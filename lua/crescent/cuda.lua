@@ -6,6 +6,7 @@
 --   cr.cuda.memory_stats(i) -> {allocated_bytes, reserved_bytes, peak_allocated_bytes, ...}
 --   cr.cuda.synchronize(i)  cr.cuda.empty_cache()  cr.cuda.reset_peak_memory_stats(i)
 --   cr.cuda.missing_kernels() -> names of the ops the CUDA backend has no kernel for yet
+--   cr.cuda.set_deterministic(on)  only deterministic cuDNN algorithms (train.deterministic)
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
@@ -54,6 +55,7 @@ end
 function M.reset_peak_memory_stats(i) util.check(C.cr_cuda_reset_peak(device_index(i, 'reset_peak_memory_stats'))) end
 function M.synchronize(i) util.check(C.cr_cuda_synchronize(i == nil and -1 or device_index(i, 'synchronize'))) end
 function M.empty_cache() util.check(C.cr_cuda_empty_cache()) end
+function M.set_deterministic(on) util.check(C.cr_cuda_set_deterministic(on and true or false)) end
 
 -- Ops without a CUDA kernel (all of them while the backend is not open).
 function M.missing_kernels()

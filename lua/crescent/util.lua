@@ -100,6 +100,12 @@ function M.device(name, level)
   return dev, index
 end
 
+-- 'cpu' or 'cuda:N' (what t.device says) for a device name: 'cuda' is cuda:0.
+function M.device_string(name, level)
+  local dev, index = M.device(name, (level or 2) + 1)
+  return dev == C.CR_DEV_CPU and 'cpu' or 'cuda:' .. index
+end
+
 function M.dtype_name(dt)
   return ffi.string(C.cr_dtype_name(dt))
 end

@@ -12,7 +12,10 @@
 -- (train.test_every, default 1), accum_steps (optim.accum_steps), clip_norm
 -- (optim.clip_norm), clip_value (optim.clip_value), gc_step_kb (train.gc_step_kb), amp
 -- (train.amp: 'off', 'bf16' or 'f16'; f16 also makes a GradScaler, or pass scaler).
--- Also: malloc_keep_mb (32), name (run.name).
+-- Also: malloc_keep_mb (32), name (run.name), device: where batches go, the model's
+-- device by default (model:device()); move the model first (model:to('cuda')) and build
+-- the optimizer after. Batch tensors (input, a list of crops, target) are moved there as
+-- the loop takes them, so steps, hooks and meters see them on the model's device.
 local Storage = require 'crescent.engine.storage'
 local steps = require 'crescent.engine.steps'
 local loop = require 'crescent.engine.loop'
@@ -25,7 +28,7 @@ local KNOWN = {
   train_loader = true, test_loader = true, meters = true, hooks = true, train_step = true,
   eval_step = true, epochs = true, test_every = true, accum_steps = true, clip_norm = true,
   clip_value = true, gc_step_kb = true, malloc_keep_mb = true, name = true, handle_signals = true,
-  amp = true, scaler = true,
+  amp = true, scaler = true, device = true,
 }
 local AMP = { off = true, bf16 = true, f16 = true }
 
@@ -36,7 +39,28 @@ local function cfg_get(cfg, section, key)
   return s[key]
 end
 
-local suggest = require('crescent.util').nearest
+local util = require 'crescent.util'
+local is_tensor = require('crescent').is_tensor
+local suggest = util.nearest
+
+-- The batch with its tensors on `device`: input (a tensor or a list of crops) and target.
+local function batch_to(batch, device)
+  local function move(t)
+    if is_tensor(t) and t.device ~= device then return t:to(device) end
+    return t
+  end
+  if type(batch) ~= 'table' then return batch end
+  local x = batch.input
+  if type(x) == 'table' then
+    local moved = {}
+    for i, v in ipairs(x) do moved[i] = move(v) end
+    batch.input = moved
+  else
+    batch.input = move(x)
+  end
+  batch.target = move(batch.target)
+  return batch
+end
 
 local function new(_, args)
   if type(args) ~= 'table' then error('Task{...}: expected a table of fields', 2) end
@@ -51,6 +75,13 @@ local function new(_, args)
   self.config = cfg
   self.name = args.name or cfg_get(cfg, 'run', 'name')
   self.model, self.loss, self.optimizer = args.model, args.loss, args.optimizer
+  local model_device = type(self.model) == 'table' and type(self.model.device) == 'function'
+                       and self.model:device() or nil
+  self.device = args.device and util.device_string(args.device, 2) or model_device or 'cpu'
+  if model_device and model_device ~= self.device then
+    error(string.format("Task{...}: device is '%s' but the model is on %s; move the model first " ..
+      "(model:to('%s')) and build the optimizer after", self.device, model_device, self.device), 2)
+  end
   self.schedules = args.schedules or {}
   self.train_loader, self.test_loader = args.train_loader, args.test_loader
   self.meters = args.meters or {}
@@ -164,14 +195,19 @@ function Task:_begin_phase(phase)
   end
 end
 
--- Called by the loop: the phase's batches as a generic-for triple.
+-- Called by the loop: the phase's batches as a generic-for triple, on task.device.
 function Task:_batches(phase, epoch)
+  local f, state, control
   if phase == 'train' then
     local start = self._resume_batch
     self._resume_batch = nil
-    return self.train_loader:iter(epoch, start)
+    f, state, control = self.train_loader:iter(epoch, start)
+  else
+    f, state, control = self.test_loader:iter(epoch)
   end
-  return self.test_loader:iter(epoch)
+  local device = self.device
+  if device == 'cpu' then return f, state, control end
+  return function(s, c) return batch_to(f(s, c), device) end, state, control
 end
 
 -- Fires an event's hooks from inside a custom train step (after_forward, after_backward).

@@ -286,7 +286,9 @@ end
 -- m:to('f64') converts floating parameters and buffers to another dtype (e.g. for
 -- gradcheck; integer buffers such as num_batches_tracked keep theirs); m:to('cuda:0') /
 -- m:cuda() / m:cpu() move every parameter and buffer to a device. A tensor shared by
--- several modules stays shared.
+-- several modules stays shared. A module holding tensors outside its parameters and
+-- buffers (a method's queue) moves them in its own extra_to(what). Build the optimizer
+-- after moving: the moved parameters are new tensors, as in PyTorch.
 function Module:to(what)
   local device = util.parse_device(what) ~= nil
   if not device then util.dtype(what) end
@@ -304,9 +306,26 @@ function Module:to(what)
     walk(self, '', function(_, m)
       for _, name in ipairs(m._params) do rawset(m, name, convert(rawget(m, name), true)) end
       for _, name in ipairs(m._buffers) do rawset(m, name, convert(rawget(m, name), false)) end
+      if m.extra_to then m:extra_to(what) end
     end, {})
   end)
   return self
+end
+
+-- The device of the module's first parameter or buffer ('cpu' when it has none): where
+-- its inputs belong.
+function Module:device()
+  local found
+  walk(self, '', function(_, m)
+    if found then return end
+    for _, list in ipairs { m._params, m._buffers } do
+      for _, name in ipairs(list) do
+        local t = rawget(m, name)
+        if is_tensor(t) then found = t.device; return end
+      end
+    end
+  end, {})
+  return found or 'cpu'
 end
 function Module:double() return self:to('f64') end
 function Module:float() return self:to('f32') end

@@ -12,9 +12,13 @@ return function(cr, Tensor, W)
   local function opts_dtype(opts, default)
     return util.dtype(opts and opts.dtype, default)
   end
-  -- opts.device: made on the cpu, then moved (opts.device = 'cuda:0')
+  -- opts.device ('cpu', 'cuda', 'cuda:N'): where the C entries make the tensor
+  local function opts_device(opts)
+    return util.device(opts and opts.device or 'cpu', 3)
+  end
+  -- opts.requires_grad; a tensor made from Lua values is moved to opts.device here
   local function finish(t, opts)
-    if opts and opts.device and util.device(opts.device, 3) ~= C.CR_DEV_CPU then t = t:to(opts.device) end
+    if opts and opts.device and util.device(opts.device, 3) ~= C.cr_tensor_device(t) then t = t:to(opts.device) end
     if opts and opts.requires_grad then check(C.cr_tensor_set_requires_grad(t, true)) end
     return t
   end
@@ -26,8 +30,9 @@ return function(cr, Tensor, W)
     end
     if type(value) == 'boolean' then value = value and 1 or 0 end
     local n, s = util.shape_arg('full', shape)
-    local st = C.cr_op_full(box, n, s, value, opts_dtype(opts))
-    if st ~= 0 then util.retry(st, C.cr_op_full, box, n, s, value, opts_dtype(opts)) end
+    local dev, index = opts_device(opts)
+    local st = C.cr_op_full(box, n, s, value, opts_dtype(opts), dev, index)
+    if st ~= 0 then util.retry(st, C.cr_op_full, box, n, s, value, opts_dtype(opts), dev, index) end
     return finish(own(box[0]), opts)
   end
   local function constant(name, value)
@@ -48,7 +53,7 @@ return function(cr, Tensor, W)
     local shape = type(first) == 'table' and first or { ... }
     if type(first) ~= 'table' then shape[n + 1] = nil end
     local nd, s = util.shape_arg('empty', shape)
-    local dev, index = util.device(opts and opts.device or 'cpu')
+    local dev, index = opts_device(opts)
     local st = C.cr_tensor_empty(box, nd, s, opts_dtype(opts), dev, index)
     if st ~= 0 then util.retry(st, C.cr_tensor_empty, box, nd, s, opts_dtype(opts), dev, index) end
     return finish(own(box[0]), { requires_grad = opts and opts.requires_grad })
@@ -125,14 +130,14 @@ return function(cr, Tensor, W)
     if #nums == 3 then step = nums[3] end
     local int = start == math.floor(start) and stop == math.floor(stop) and step == math.floor(step)
     local dt = opts_dtype(opts, int and C.CR_DT_I64 or C.CR_DT_F32)
-    return finish(W.call(C.cr_op_arange, start, stop, step, dt), opts)
+    return finish(W.call(C.cr_op_arange, start, stop, step, dt, opts_device(opts)), opts)
   end
   function cr.eye(n, m, opts)
     if type(m) == 'table' then m, opts = nil, m end
     if type(n) ~= 'number' or (m ~= nil and type(m) ~= 'number') then
       error('eye: give the number of rows (and optionally columns) as numbers', 2)
     end
-    return finish(W.call(C.cr_op_eye, n, m or n, opts_dtype(opts)), opts)
+    return finish(W.call(C.cr_op_eye, n, m or n, opts_dtype(opts), opts_device(opts)), opts)
   end
 
   -- ---- random draws (Philox; see csrc/core/rng.h for which words each op uses) ------------
@@ -150,7 +155,7 @@ return function(cr, Tensor, W)
   local function drawer(what, f)
     return function(...)
       local nd, s, opts = shape_opts(what, ...)
-      return finish(W.call(f, nd, s, opts_dtype(opts)), opts)
+      return finish(W.call(f, nd, s, opts_dtype(opts), opts_device(opts)), opts)
     end
   end
   cr.rand = drawer('rand', C.cr_op_rand)
@@ -159,7 +164,8 @@ return function(cr, Tensor, W)
     return function(t, opts)
       W.check_tensor(t, 'rand_like', 't')
       local nd, s = util.shape_arg('rand_like', t.shape)
-      return finish(W.call(f, nd, s, opts_dtype(opts, C.cr_tensor_dtype(t))), opts)
+      local dev, index = util.device(opts and opts.device or t.device, 2)
+      return finish(W.call(f, nd, s, opts_dtype(opts, C.cr_tensor_dtype(t)), dev, index), opts)
     end
   end
   cr.rand_like = like(C.cr_op_rand)
@@ -177,13 +183,13 @@ return function(cr, Tensor, W)
     if type(shape) == 'number' then shape = { shape } end
     if type(shape) ~= 'table' then error('randint: give a shape table, e.g. cr.randint(0, 10, {3})', 2) end
     local nd, s = util.shape_arg('randint', shape)
-    return finish(W.call(C.cr_op_randint, low, high, nd, s, opts_dtype(opts, C.CR_DT_I64)), opts)
+    return finish(W.call(C.cr_op_randint, low, high, nd, s, opts_dtype(opts, C.CR_DT_I64), opts_device(opts)), opts)
   end
   function cr.randperm(n, opts)
     if type(n) ~= 'number' or n ~= math.floor(n) then
       error('randperm: n must be an integer, got ' .. tostring(n), 2)
     end
-    return finish(W.call(C.cr_op_randperm, n, opts_dtype(opts, C.CR_DT_I64)), opts)
+    return finish(W.call(C.cr_op_randperm, n, opts_dtype(opts, C.CR_DT_I64), opts_device(opts)), opts)
   end
   -- cr.bernoulli(p_tensor) or cr.bernoulli(p, shape, opts): 1 with probability p, else 0.
   function cr.bernoulli(p, shape, opts)
@@ -194,7 +200,7 @@ return function(cr, Tensor, W)
     if type(shape) == 'number' then shape = { shape } end
     if type(shape) ~= 'table' then error('bernoulli: with a number p, give a shape: cr.bernoulli(0.5, {3, 4})', 2) end
     local nd, s = util.shape_arg('bernoulli', shape)
-    return finish(W.call(C.cr_op_bernoulli_scalar, p, nd, s, opts_dtype(opts)), opts)
+    return finish(W.call(C.cr_op_bernoulli_scalar, p, nd, s, opts_dtype(opts), opts_device(opts)), opts)
   end
   function Tensor.bernoulli(t) return cr.bernoulli(t) end
 

@@ -6,8 +6,9 @@ local C = require('crescent.ffi').C
 return function(cr, Tensor, W)
   local call, call2 = W.call, W.call2
 
-  local function as_index(x)
-    if type(x) == 'table' then return cr.tensor(x, { dtype = 'i64' }) end
+  -- a Lua table of indices becomes an i64 tensor on the device of `like` (the data)
+  local function as_index(x, like)
+    if type(x) == 'table' then return cr.tensor(x, { dtype = 'i64', device = W.is_tensor(like) and like.device or nil }) end
     return x -- nil reaches C, which names the missing argument
   end
   local function check_dim(what, dim)
@@ -17,29 +18,29 @@ return function(cr, Tensor, W)
   function Tensor.index_select(t, dim, index)
     W.check_tensor(t, 'index_select')
     check_dim('index_select', dim)
-    return call(C.cr_op_index_select, t, dim, as_index(index))
+    return call(C.cr_op_index_select, t, dim, as_index(index, t))
   end
   function Tensor.gather(t, dim, index)
     W.check_tensor(t, 'gather')
     check_dim('gather', dim)
-    return call(C.cr_op_gather, t, dim, as_index(index))
+    return call(C.cr_op_gather, t, dim, as_index(index, t))
   end
   -- out of place: t plus src added at index along dim
   function Tensor.scatter_add(t, dim, index, src)
     W.check_tensor(t, 'scatter_add')
     check_dim('scatter_add', dim)
-    return call(C.cr_op_scatter_add, t, dim, as_index(index), src)
+    return call(C.cr_op_scatter_add, t, dim, as_index(index, t), src)
   end
   function Tensor.index_add(t, dim, index, src)
     W.check_tensor(t, 'index_add')
     check_dim('index_add', dim)
-    return call(C.cr_op_index_add, t, dim, as_index(index), src)
+    return call(C.cr_op_index_add, t, dim, as_index(index, t), src)
   end
 
   -- F.embedding's order: indices first, then the [num_embeddings, dim] weight.
   function cr.embedding(index, weight)
     W.check_tensor(weight, 'embedding', 'weight')
-    return call(C.cr_op_embedding, weight, as_index(index))
+    return call(C.cr_op_embedding, weight, as_index(index, weight))
   end
 
   -- t:topk(k, dim=-1, largest=true, sorted=true) -> values, indices; the trailing

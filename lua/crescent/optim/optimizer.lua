@@ -488,8 +488,11 @@ function Optimizer:load_state_dict(sd)
     for k, v in pairs(st) do
       if k == 'step' then e.step = v
       else
+        -- on the parameter's device and in its dtype (a cpu checkpoint resumes a GPU run)
         local c = v:detach()
-        if c.dtype ~= p.dtype then c = c:to(p.dtype) else c = c:clone() end
+        local moved = c.device ~= p.device
+        if moved then c = c:to(p.device) end
+        if c.dtype ~= p.dtype then c = c:to(p.dtype) elseif not moved then c = c:clone() end
         e[k] = c:contiguous()
       end
     end

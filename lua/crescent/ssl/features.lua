@@ -6,7 +6,8 @@
 --   -- feats f32 [N, D] (D = the trunk's output features), labels i64 [N] (nil if none)
 --
 -- The network's train/eval mode is restored afterwards. `forward = fn(x)` replaces
--- trunk(x) (e.g. to take a method's backbone); data sets are those of cr.data.
+-- trunk(x) (e.g. to take a method's backbone); data sets are those of cr.data. Batches
+-- go to `device` (default: the trunk's, trunk:device()), where the features stay.
 local cr = require 'crescent'
 local util = require 'crescent.util'
 
@@ -35,20 +36,22 @@ function M.extract(trunk, ds, opts)
   end
   local n = #ds
   if n == 0 then fail('extract_features: the data set ' .. tostring(ds.name) .. ' is empty') end
+  local device = opts.device or (type(trunk) == 'table' and trunk.device and trunk:device()) or 'cpu'
   local loader = cr.data.Loader(ds, { batch_size = bs, shuffle = false, drop_last = false })
   local was_training = type(trunk) == 'table' and trunk.training
   if type(trunk) == 'table' and trunk.eval then trunk:eval() end
   local feats, labels, row = nil, nil, 0
   local ok, err = pcall(cr.no_grad, function()
     for batch in loader:iter(0) do
-      local f = forward(batch.input)
+      local x = batch.input
+      local f = forward(x.device == device and x or x:to(device, { non_blocking = true }))
       if not cr.is_tensor(f) or f.ndim ~= 2 or f.shape[1] ~= #batch.index then
         error(string.format('extract_features: the network must return features [B, D] for a batch of %d, got %s',
           #batch.index, cr.is_tensor(f) and ('[' .. table.concat(f.shape, ', ') .. ']') or type(f)), 0)
       end
       if not feats then
-        feats = cr.empty({ n, f.shape[2] }, { dtype = 'f32' })
-        labels = batch.target and cr.empty({ n }, { dtype = 'i64' }) or nil
+        feats = cr.empty({ n, f.shape[2] }, { dtype = 'f32', device = f.device })
+        labels = batch.target and cr.empty({ n }, { dtype = 'i64', device = f.device }) or nil
       end
       local b = f.shape[1]
       feats:narrow(0, row, b):copy_(f)

@@ -24,6 +24,10 @@ local function labels_of(what, t, n)
   end
   return t:long()
 end
+-- labels on the device of the features they go with
+local function on_device(labels, features)
+  return labels.device == features.device and labels or labels:to(features.device)
+end
 
 function M.classify(train, train_labels, test, test_labels, opts)
   if opts ~= nil and type(opts) ~= 'table' then fail('knn: options must be a table, got ' .. type(opts)) end
@@ -40,7 +44,9 @@ function M.classify(train, train_labels, test, test_labels, opts)
                        shape_str(train), shape_str(test)))
   end
   if N == 0 then fail('knn: the train set is empty') end
-  local ytr, yte = labels_of('train_labels', train_labels, N), labels_of('test_labels', test_labels, Mt)
+  local ytr = on_device(labels_of('train_labels', train_labels, N), train)
+  local yte = on_device(labels_of('test_labels', test_labels, Mt), train)
+  if test.device ~= train.device then test = test:to(train.device) end
   local k = opts.k or 200
   if type(k) ~= 'number' or k < 1 or k ~= math.floor(k) then fail('knn: k must be an integer >= 1, got ' .. tostring(k)) end
   k = math.min(k, N)
@@ -70,7 +76,7 @@ function M.classify(train, train_labels, test, test_labels, opts)
       local vals, idx = sim:topk(k, 1)                             -- [b, k]
       local nbr = ytr:index_select(0, idx:view(-1)):view(b, k)     -- neighbours' labels
       local w = (vals / T):exp()
-      local votes = cr.zeros({ b, C }, { dtype = w.dtype }):scatter_add(1, nbr, w)
+      local votes = cr.zeros({ b, C }, { dtype = w.dtype, device = w.device }):scatter_add(1, nbr, w)
       local _, pred = votes:topk(nt, 1)                            -- [b, nt]
       local hit = pred:eq(yte:narrow(0, s, b):view(b, 1))
       top1 = top1 + hit:narrow(1, 0, 1):sum():item()

@@ -40,6 +40,7 @@ function FeatureLoader:iter(epoch)
   local box = util.box
   if C.cr_data_permutation(box, self.n, self.seed, epoch or 0, self.shuffle) ~= 0 then util.raise() end
   local order = util.own(box[0])
+  if order.device ~= self.features.device then order = order:to(self.features.device) end
   local nb, bs, b = self:num_batches(), self.batch_size, 0
   return function()
     if b >= nb then return nil end
@@ -76,7 +77,7 @@ function M.task(o)
   local lr = check(o, 'lr', 0)
   local train_x, test_x = o.train_features, o.test_features
   if o.standardize ~= false then train_x, test_x = M.standardize(train_x, test_x) end
-  local head = cr.nn.Linear(D, classes)
+  local head = cr.nn.Linear(D, classes):to(train_x.device)  -- where the features are
   local opt = cr.optim.SGD(head:named_parameters(), { lr = lr, momentum = o.momentum or 0.9,
                                                        weight_decay = o.weight_decay or 0 })
   local task = cr.engine.Task {

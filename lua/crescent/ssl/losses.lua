@@ -140,7 +140,7 @@ function M.infonce(q, k, negatives, opts)
   else
     logits = l_pos / T
   end
-  local labels = cr.zeros({ q.shape[1] }, { dtype = 'i64' })
+  local labels = cr.zeros({ q.shape[1] }, { dtype = 'i64', device = q.device })
   return cr.cross_entropy(logits, labels), logits
 end
 
@@ -167,10 +167,12 @@ function M.nt_xent(z1, z2, opts)
   local B = n / 2
   z = z:normalize({ dim = 1 })
   local sim = z:mm(z:t()) / T
-  local eye = cr.eye(n, n, { dtype = 'bool' })
+  local on = { dtype = 'bool', device = z.device }
+  local eye = cr.eye(n, n, on)
   sim = sim:masked_fill(eye, -math.huge)
   -- positives: i + B for the first view, i - B for the second
-  local labels = cr.cat({ cr.arange(B, n, { dtype = 'i64' }), cr.arange(0, B, { dtype = 'i64' }) }, 0)
+  on.dtype = 'i64'
+  local labels = cr.cat({ cr.arange(B, n, on), cr.arange(0, B, on) }, 0)
   return cr.cross_entropy(sim, labels)
 end
 

@@ -71,6 +71,9 @@ function MoCo:init(o)
   self.queue.filled, self.queue.batch = L, B
 end
 
+-- The queue follows the module to a device or dtype (Module:to).
+function MoCo:extra_to(what) self.queue:to(what) end
+
 -- {name, tensor} pairs of the query encoder and of the key encoder, in the same order.
 local function pairs_of(a, b)
   local out = {}
@@ -92,7 +95,7 @@ function MoCo:keys(x)
     local function enc(t) return self.key_head(self.key_trunk(t)) end
     if S == 1 then return enc(x):normalize({ dim = 1 }) end
     local B = x.shape[1]
-    local perm = cr.randperm(B)
+    local perm = cr.randperm(B, { device = x.device })
     local xs = x:index_select(0, perm)
     local parts, n = {}, B / S
     for s = 0, S - 1 do parts[s + 1] = enc(xs:narrow(0, s * n, n)) end

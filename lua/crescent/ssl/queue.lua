@@ -7,6 +7,7 @@
 --   q:buffer()            the storage [L, D] itself (row order = slot order, MoCo's view)
 --   q:newest_first()      [filled, D], the latest batch first (SwAV's shifted queue)
 --   q:state_dict(), q:load_state_dict(sd)   {buffer = tensor, ptr = n, filled = n, batch = n}
+--   q:to(device | dtype)  moves or converts the storage (what a method's extra_to calls)
 -- Enqueued rows are detached copies: the queue never holds a graph.
 local cr = require 'crescent'
 local util = require 'crescent.util'
@@ -46,6 +47,11 @@ end
 setmetatable(Queue, { __call = function(_, ...) return Queue.new(...) end })
 
 function Queue:full() return self.filled >= self.length end
+function Queue:to(what)
+  self.data = self.data:to(what)
+  self.dtype = self.data.dtype
+  return self
+end
 function Queue:buffer() return self.data end
 
 function Queue:enqueue(x)

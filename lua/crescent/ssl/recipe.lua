@@ -68,13 +68,16 @@ function R.types(extra)
   }, cr.config.merge(cr.engine.run.types, extra or {}))
 end
 
--- The run's device check, thread count and seed: first thing a recipe does.
+-- The run's device check, thread count and seed: first thing a recipe does. Returns the
+-- device ('cpu' or 'cuda:N') the model goes to.
 function R.setup(cfg)
   local ok, device, line = pcall(cr.cuda.resolve, cfg.train.device)
   if not ok then fail(device) end
   if line then print(line) end
+  if device ~= 'cpu' then cr.cuda.set_deterministic(cfg.train.deterministic) end
   if cfg.train.threads > 0 then cr.set_num_threads(cfg.train.threads) end
   cr.manual_seed(cfg.train.seed)
+  return device
 end
 
 -- ---- data ----------------------------------------------------------------------------
@@ -171,12 +174,13 @@ R.trainable = trainable
 -- task(method_name, cfg) -> a Task ready for cr.train (task.method holds the method).
 function R.task(name, cfg)
   local mod = require('crescent.ssl.' .. name)
-  R.setup(cfg)
+  local device = R.setup(cfg)
   local train_set, test_set = R.datasets(cfg)
   local views = R.views(cfg, train_set)
   local nchan = train_set.images.ndim == 4 and train_set.images.shape[2] or 1
   local make_trunk, feat_dim = R.trunk_factory(cfg, nchan, train_set.images.shape[train_set.images.ndim])
-  local method = mod.build(cfg, { trunk = make_trunk, feat_dim = feat_dim, nchan = nchan, views = views })
+  -- built on the cpu (the same initial weights for a seed on any device), then moved
+  local method = mod.build(cfg, { trunk = make_trunk, feat_dim = feat_dim, nchan = nchan, views = views }):to(device)
   local loader = cr.data.Loader(train_set, { batch_size = cfg.data.batch_size, shuffle = true, drop_last = true,
                                              seed = cfg.train.seed, views = views, workers = cfg.data.workers })
   local o = cfg.optim
@@ -230,8 +234,9 @@ end
 -- when the file has such keys, as the SSL recipes save them); model.init_remove_prefix
 -- then strips a further prefix (PyTorch's 'module.') and model.init_add_prefix adds one;
 -- names matching a Lua pattern of model.init_skip are left alone; model.init_strict
--- refuses missing, unexpected or mismatched keys. Prints the load report.
-function R.frozen_trunk(cfg, train_set)
+-- refuses missing, unexpected or mismatched keys. Prints the load report. The trunk goes
+-- to `device` (default cpu).
+function R.frozen_trunk(cfg, train_set, device)
   if cfg.model.arch == 'pixels' then
     return function(x) return x:flatten(1) end, nil
   end
@@ -255,7 +260,7 @@ function R.frozen_trunk(cfg, train_set)
     print(string.format("model.init: %s from '%s'%s", cr.io.format_report(report), path,
       prefix ~= '' and (" (keys under '" .. prefix .. "')") or ''))
   end
-  trunk:eval()
+  trunk:eval():to(device or 'cpu')
   return function(x) return trunk(x) end, trunk
 end
 

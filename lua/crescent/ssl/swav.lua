@@ -164,6 +164,11 @@ function SwAV:loss(out)
   return loss
 end
 
+-- The queues follow the module to a device or dtype (Module:to).
+function SwAV:extra_to(what)
+  for _, q in ipairs(self.queues or {}) do q:to(what) end
+end
+
 -- State beyond parameters and buffers (the queues), for checkpoints.
 function SwAV:extra_state()
   local s = {}

@@ -18,6 +18,11 @@ describe('cr.autocast', function()
       H.assert_close(c:float(), x:to(dt):conv2d(w:to(dt), nil, { padding = 1 }):float(), 0, 0, 'conv2d ' .. dt)
       local l = cr.autocast(dt, function() return cr.linear(a, b:t(), H.park_miller({ 3 }, 5):float()) end)
       assert.are.equal(dt, l.dtype)
+      -- a half activation meets the next layer's f32 weight and bias
+      local w2, b2 = H.park_miller({ 2, 3 }, 6):float(), H.park_miller({ 2 }, 7):float()
+      local l2 = cr.autocast(dt, function() return cr.linear(l, w2, b2) end)
+      assert.are.equal(dt, l2.dtype)
+      H.assert_close(l2:float(), cr.linear(l, w2:to(dt), b2:to(dt)):float(), 0, 0, 'chained linear ' .. dt)
     end
   end)
 

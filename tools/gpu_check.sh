@@ -15,7 +15,7 @@ mkdir -p "$out"
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 export CRESCENT_TORCH_PYTHON=${CRESCENT_TORCH_PYTHON:-python3}
 if [ "${1:-all}" != bench ]; then
-  $BUSTED -o utfTerminal spec/cuda_spec.lua spec/cuda_probe_spec.lua 2>&1 | tee "$out/cuda_spec.txt" | tail -40
+  $BUSTED -o utfTerminal spec/cuda_*spec.lua 2>&1 | tee "$out/cuda_spec.txt" | tail -40
 fi
 if [ "${1:-all}" != specs ]; then
   luajit bench/gpu_swav.lua 2>&1 | tee "$out/gpu_swav.txt"

@@ -327,5 +327,7 @@ cr_status cr_cuda_backend_open(cr_cuda_backend *out, int core_abi, size_t table_
     cr_gpu_register_softmax();
     cr_gpu_register_normalize();
     cr_gpu_register_random();
+    cr_gpu_register_index();
+    cr_gpu_register_sort();
     return CR_OK;
 }

@@ -48,6 +48,8 @@ void cr_gpu_register_pool(void);
 void cr_gpu_register_softmax(void);
 void cr_gpu_register_normalize(void);
 void cr_gpu_register_random(void);
+void cr_gpu_register_index(void);
+void cr_gpu_register_sort(void);
 void cr_gpu_set_deterministic(bool on);
 
 #endif

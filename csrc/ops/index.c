@@ -9,10 +9,14 @@
  * read src at j and add into dst at the index value. Scatters are parallel only over
  * (o, i): two (o, i) never touch the same destination element, so repeated indices
  * (which collide along j) are summed in order by one thread, and results do not depend
- * on the thread count. */
+ * on the thread count.
+ *
+ * The index lives on its data's device. The GPU kernels (csrc/cuda/index.c) check the
+ * values on the GPU, report a bad one in this file's words (index_impl.h) and add in
+ * the same order, so both devices give the same bits. */
 #include <omp.h>
 
-#include "internal.h"
+#include "index_impl.h"
 
 /* ---- index values ---------------------------------------------------------------------- */
 static cr_status check_index_dtype(const char *op, const cr_tensor *idx, const char *argname) {
@@ -26,10 +30,9 @@ static cr_status check_index_dtype(const char *op, const cr_tensor *idx, const c
 static cr_status index_values(const char *op, const cr_tensor *idx, const int64_t **vals,
                               int64_t **owned) {
     *owned = NULL;
-    if (!cr_tensor_on_cpu(idx)) {
+    if (!cr_tensor_on_cpu(idx)) { /* the cpu kernels only; a GPU index has GPU kernels */
         char b[32];
-        return cr_fail(CR_ERR_UNSUPPORTED, "%s: the index is on %s, but this op reads its indices "
-                       "on the cpu; pass a cpu index (:cpu())", op,
+        return cr_fail(CR_ERR_DEVICE, "%s: the cpu kernel was given an index on %s", op,
                        cr_device_str(cr_tensor_dev(idx), b, sizeof b));
     }
     if (idx->dtype == CR_DT_I64 && cr_tensor_is_contiguous(idx)) {
@@ -52,6 +55,27 @@ static cr_status index_values(const char *op, const cr_tensor *idx, const int64_
     return CR_OK;
 }
 
+const char *cr_index_range_name(cr_op op, int64_t arg, char *buf, size_t cap) {
+    switch (op) {
+    case CR_OP_INDEX_SELECT: snprintf(buf, cap, "dim %d", (int)arg); break;
+    case CR_OP_EMBEDDING: snprintf(buf, cap, "the weight's rows"); break;
+    case CR_OP_ONE_HOT: snprintf(buf, cap, "num_classes %lld", (long long)arg); break;
+    default: snprintf(buf, cap, "dim %d of self", (int)arg); break;
+    }
+    return buf;
+}
+
+cr_status cr_index_out_of_range(const char *op, int64_t value, int64_t pos, int64_t size,
+                                const char *what) {
+    if (size == 0)
+        return cr_fail(CR_ERR_ARG, "%s: index %lld (at flat position %lld) is out of range: "
+                       "%s has size 0, so no index is valid", op, (long long)value,
+                       (long long)pos, what);
+    return cr_fail(CR_ERR_ARG, "%s: index %lld (at flat position %lld) is out of range for "
+                   "%s of size %lld (valid 0..%lld)", op, (long long)value, (long long)pos,
+                   what, (long long)size, (long long)(size - 1));
+}
+
 /* Every value in [0, size), or an error naming the first that is not. */
 static cr_status check_index_range(const char *op, const int64_t *v, int64_t n, int64_t size,
                                    const char *what) {
@@ -59,15 +83,7 @@ static cr_status check_index_range(const char *op, const int64_t *v, int64_t n, 
     for (int64_t k = 0; k < n; k++) bad |= (uint64_t)v[k] >= (uint64_t)size;
     if (!bad) return CR_OK;
     for (int64_t k = 0; k < n; k++)
-        if ((uint64_t)v[k] >= (uint64_t)size) {
-            if (size == 0)
-                return cr_fail(CR_ERR_ARG, "%s: index %lld (at flat position %lld) is out of range: "
-                               "%s has size 0, so no index is valid", op, (long long)v[k],
-                               (long long)k, what);
-            return cr_fail(CR_ERR_ARG, "%s: index %lld (at flat position %lld) is out of range for "
-                           "%s of size %lld (valid 0..%lld)", op, (long long)v[k], (long long)k,
-                           what, (long long)size, (long long)(size - 1));
-        }
+        if ((uint64_t)v[k] >= (uint64_t)size) return cr_index_out_of_range(op, v[k], k, size, what);
     return CR_OK;
 }
 
@@ -303,12 +319,18 @@ static cr_status run_mover(const char *op, int ndim, const int64_t *shape, int d
 }
 
 /* ---- shared entry plumbing ----------------------------------------------------------------- */
+/* The index lives where the data does: a GPU op reads its indices on the GPU. */
 static cr_status check_pair(const char *op, cr_tensor *t, cr_tensor *idx, const char *tname) {
     CR_CHECK_TENSOR(op, t, tname);
     CR_CHECK_TENSOR(op, idx, "index");
-    cr_status st = cr_check_same_device(op, t, idx);
-    if (!st) st = check_index_dtype(op, idx, "index");
-    return st;
+    if (!cr_same_device(t, idx)) {
+        char di[32], dt[32];
+        return cr_fail(CR_ERR_DEVICE, "%s: the index is on %s but %s is on %s; an index must be "
+                       "on its data's device: move it with :to('%s')", op,
+                       cr_device_str(cr_tensor_dev(idx), di, sizeof di), tname,
+                       cr_device_str(cr_tensor_dev(t), dt, sizeof dt), dt);
+    }
+    return check_index_dtype(op, idx, "index");
 }
 
 static cr_status finish_op(cr_tensor **out, cr_call *c, unsigned save_in) {
@@ -343,7 +365,7 @@ cr_status cr_cpu_index_select(cr_call *c) {
     cr_status st = index_values("index_select", idx, &v, &owned);
     if (st) return st;
     char what[64];
-    snprintf(what, sizeof what, "dim %d", dim);
+    cr_index_range_name(CR_OP_INDEX_SELECT, dim, what, sizeof what);
     if (!(st = check_index_range("index_select", v, idx->numel, t->ndim ? t->shape[dim] : 1, what)))
         st = run_mover("index_select", o->ndim, o->shape, dim, o, t, v, false, false);
     free(owned);
@@ -391,7 +413,7 @@ cr_status cr_cpu_gather(cr_call *c) {
     cr_status st = index_values("gather", idx, &v, &owned);
     if (st) return st;
     char what[64];
-    snprintf(what, sizeof what, "dim %d of self", dim);
+    cr_index_range_name(CR_OP_GATHER, dim, what, sizeof what);
     if (!(st = check_index_range("gather", v, idx->numel, t->ndim ? t->shape[dim] : 1, what)))
         st = run_mover("gather", o->ndim, o->shape, dim, o, t, v, true, false);
     free(owned);
@@ -452,7 +474,7 @@ cr_status cr_cpu_scatter_add(cr_call *c) {
     cr_status st = index_values("scatter_add", idx, &v, &owned);
     if (st) return st;
     char what[64];
-    snprintf(what, sizeof what, "dim %d of self", dim);
+    cr_index_range_name(CR_OP_SCATTER_ADD, dim, what, sizeof what);
     if (!(st = check_index_range("scatter_add", v, idx->numel, t->ndim ? t->shape[dim] : 1, what)) &&
         !(st = copy_base(c)))
         st = run_mover("scatter_add", idx->ndim, idx->shape, dim, o, src, v, true, true);
@@ -541,7 +563,7 @@ cr_status cr_cpu_index_add(cr_call *c) {
     cr_status st = index_values("index_add", idx, &v, &owned);
     if (st) return st;
     char what[64];
-    snprintf(what, sizeof what, "dim %d of self", dim);
+    cr_index_range_name(CR_OP_INDEX_ADD, dim, what, sizeof what);
     if (!(st = check_index_range("index_add", v, idx->numel, t->ndim ? t->shape[dim] : 1, what)) &&
         !(st = copy_base(c)))
         st = run_mover("index_add", src->ndim, src->shape, dim, o, src, v, false, true);
@@ -595,7 +617,9 @@ cr_status cr_cpu_embedding(cr_call *c) {
     int64_t *owned;
     cr_status st = index_values("embedding", idx, &v, &owned);
     if (st) return st;
-    if (!(st = check_index_range("embedding", v, idx->numel, w->shape[0], "the weight's rows"))) {
+    char what[64];
+    cr_index_range_name(CR_OP_EMBEDDING, 0, what, sizeof what);
+    if (!(st = check_index_range("embedding", v, idx->numel, w->shape[0], what))) {
         int64_t shape[2] = {idx->numel, w->shape[1]};
         int64_t stride[2];
         cr_contiguous_strides(2, shape, stride);
@@ -653,7 +677,7 @@ cr_status cr_cpu_one_hot(cr_call *c) {
     cr_status st = index_values("one_hot", idx, &v, &owned);
     if (st) return st;
     char what[64];
-    snprintf(what, sizeof what, "num_classes %lld", (long long)C);
+    cr_index_range_name(CR_OP_ONE_HOT, C, what, sizeof what);
     if (!(st = check_index_range("one_hot", v, idx->numel, C, what))) {
         int64_t *x = (int64_t *)cr_tensor_ptr(o);
         memset(x, 0, sizeof *x * (size_t)o->numel);
@@ -675,13 +699,21 @@ cr_status cr_op_one_hot(cr_tensor **out, cr_tensor *idx, int64_t num_classes) {
         if (idx->numel == 0)
             return cr_fail(CR_ERR_ARG, "one_hot: cannot infer num_classes from an empty index; "
                            "pass num_classes");
+        cr_tensor *host = idx; /* a GPU index: the output's shape waits for its values */
+        if (!cr_tensor_on_cpu(idx) &&
+            (st = cr_op_to_device(&host, idx, CR_DEV_CPU, 0, false)))
+            return st;
         const int64_t *v;
         int64_t *owned;
-        if ((st = index_values("one_hot", idx, &v, &owned))) return st;
-        int64_t mx = v[0];
-        for (int64_t k = 1; k < idx->numel; k++) mx = v[k] > mx ? v[k] : mx;
-        free(owned);
-        num_classes = mx < 0 ? 0 : mx + 1;
+        st = index_values("one_hot", host, &v, &owned);
+        if (!st) {
+            int64_t mx = v[0];
+            for (int64_t k = 1; k < host->numel; k++) mx = v[k] > mx ? v[k] : mx;
+            free(owned);
+            num_classes = mx < 0 ? 0 : mx + 1;
+        }
+        if (host != idx) cr_tensor_free(host);
+        if (st) return st;
     }
     int64_t shape[CR_MAX_DIMS];
     memcpy(shape, idx->shape, sizeof(int64_t) * (size_t)idx->ndim);

@@ -594,6 +594,13 @@ cr_status cr_op_linear(cr_tensor **out, cr_tensor *x, cr_tensor *w, cr_tensor *b
     CR_CHECK_TENSOR("linear", x, "input");
     CR_CHECK_TENSOR("linear", w, "weight");
     cr_status st;
+    if (cr_autocast_get() != CR_DT_F32) { /* x, w and bias all in the half dtype */
+        cr_autocast_scope s;
+        if (!(st = cr_autocast_begin(&s, true, x, w, bias)))
+            st = cr_op_linear(out, s.t[0], s.t[1], s.t[2]);
+        cr_autocast_end(&s);
+        return st;
+    }
     if ((st = cr_check_same_device("linear", x, w))) return st;
     if ((st = cr_check_float("linear", x, "input")) || (st = cr_check_float("linear", w, "weight")))
         return st;

@@ -329,5 +329,7 @@ cr_status cr_cuda_backend_open(cr_cuda_backend *out, int core_abi, size_t table_
     cr_gpu_register_random();
     cr_gpu_register_index();
     cr_gpu_register_sort();
+    cr_gpu_register_loss();
+    cr_gpu_register_layer_norm();
     return CR_OK;
 }

@@ -50,6 +50,8 @@ void cr_gpu_register_normalize(void);
 void cr_gpu_register_random(void);
 void cr_gpu_register_index(void);
 void cr_gpu_register_sort(void);
+void cr_gpu_register_loss(void);
+void cr_gpu_register_layer_norm(void);
 void cr_gpu_set_deterministic(bool on);
 
 #endif

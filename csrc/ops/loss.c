@@ -4,15 +4,15 @@
  * the logits' shape. cross_entropy is one fused kernel (log-sum-exp per position, then
  * the loss) and its derivative is computed directly: (softmax - target distribution)
  * times the reduction's scale. Label smoothing follows PyTorch exactly:
- *   loss = (1 - eps) * nll + eps / C * sum_c(-logp_c), ignored positions excluded. */
+ *   loss = (1 - eps) * nll + eps / C * sum_c(-logp_c), ignored positions excluded.
+ * Each derivative is an op of its own (NLL_LOSS_BACKWARD, CROSS_ENTROPY_BACKWARD), so a
+ * device supplies its kernel; the forward leaves the mean's divisor (the count of
+ * non-ignored positions) in call.f[1] for them. */
 #include <math.h>
 
 #include "elementwise_impl.h"
+#include "loss_impl.h"
 #include "reduce_impl.h"
-
-typedef struct {
-    int64_t N, C, inner; /* positions = N * inner; element (n, c, j) at (n*C + c)*inner + j */
-} ls_shape;
 
 static double ldv(const char *p, cr_dtype dt, int64_t i) {
     return dt == CR_DT_F32 ? ((const float *)p)[i] : ((const double *)p)[i];
@@ -24,13 +24,11 @@ static void stv(char *p, cr_dtype dt, int64_t i, double v) {
 
 /* Checks input/target shapes and returns the [N, C, inner] view of the input. */
 static cr_status check_loss_shapes(const char *op, const cr_tensor *x, const cr_tensor *target,
-                                   bool soft, ls_shape *s) {
+                                   bool soft, cr_loss_shape *s) {
     char a[160], b[160];
     if (x->ndim == 0)
         return cr_fail(CR_ERR_ARG, "%s: input is 0-dim; give scores of shape [N, C] or [C]", op);
-    *s = (ls_shape){1, x->ndim == 1 ? x->shape[0] : x->shape[1], 1};
-    if (x->ndim >= 2) s->N = x->shape[0];
-    for (int d = 2; d < x->ndim; d++) s->inner *= x->shape[d];
+    *s = cr_loss_shape_of(x->ndim, x->shape);
     if (soft) {
         if (!cr_same_shape(x, target))
             return cr_fail(CR_ERR_ARG, "%s: soft (probability) target of shape %s must have the "
@@ -56,6 +54,14 @@ static cr_status check_reduction(const char *op, cr_reduction r) {
     return CR_OK;
 }
 
+cr_status cr_loss_target_error(const char *op, int64_t value, int64_t pos, int64_t C,
+                               int64_t ignore) {
+    return cr_fail(CR_ERR_ARG, "%s: target value %lld (at flat position %lld) is out of range "
+                   "for %lld classes; class targets must be in [0, %lld) or equal ignore_index "
+                   "(%lld)", op, (long long)value, (long long)pos, (long long)C, (long long)C,
+                   (long long)ignore);
+}
+
 /* Class targets as a contiguous i64 buffer, each checked against [0, C) or ignore_index. */
 static cr_status load_targets(const char *op, cr_tensor *target, int64_t C, int64_t ignore,
                               cr_tensor **tc) {
@@ -64,13 +70,10 @@ static cr_status load_targets(const char *op, cr_tensor *target, int64_t C, int6
     const int64_t *t = (const int64_t *)cr_tensor_ptr(*tc);
     for (int64_t i = 0; i < (*tc)->numel; i++)
         if (t[i] != ignore && (t[i] < 0 || t[i] >= C)) {
-            long long v = (long long)t[i];
+            int64_t v = t[i];
             cr_tensor_free(*tc);
             *tc = NULL;
-            return cr_fail(CR_ERR_ARG, "%s: target value %lld (at flat position %lld) is out of "
-                           "range for %lld classes; class targets must be in [0, %lld) or equal "
-                           "ignore_index (%lld)", op, v, (long long)i, (long long)C, (long long)C,
-                           (long long)ignore);
+            return cr_loss_target_error(op, v, i, C, ignore);
         }
     return CR_OK;
 }
@@ -125,7 +128,7 @@ typedef struct {
     const char *x;
     cr_dtype dt;
     const int64_t *t;
-    ls_shape s;
+    cr_loss_shape s;
     int64_t ignore;
 } nll_ctx;
 
@@ -142,7 +145,7 @@ static double nll_pos(const void *ctx, int64_t q, bool *ignored) {
 
 cr_status cr_cpu_nll_loss(cr_call *c) {
     cr_tensor *x = c->in[0], *xc = NULL, *tc = NULL;
-    ls_shape s;
+    cr_loss_shape s;
     cr_status st = check_loss_shapes("nll_loss", x, c->in[1], false, &s);
     if (st || (st = load_targets("nll_loss", c->in[1], s.C, c->i[1], &tc))) return st;
     if ((st = cr_reduce_contig_as(&xc, x, x->dtype))) goto done;
@@ -171,7 +174,7 @@ static cr_status loss_entry(cr_tensor **out, cr_op op, cr_tensor *x, cr_tensor *
         target->dtype != CR_DT_U8)
         return cr_fail(CR_ERR_ARG, "%s: target has dtype %s; give class indices (i64) or, for "
                        "cross_entropy, probabilities (float)", name, cr_dtype_name(target->dtype));
-    ls_shape s;
+    cr_loss_shape s;
     if ((st = check_loss_shapes(name, x, target, soft, &s))) return st;
     if (eps != eps || eps < 0 || eps > 1)
         return cr_fail(CR_ERR_ARG, "%s: label_smoothing %g must be in [0, 1]", name, eps);
@@ -233,35 +236,52 @@ cr_status cr_op_nll_loss(cr_tensor **out, cr_tensor *logp, cr_tensor *target,
     return loss_op(out, CR_OP_NLL_LOSS, logp, target, reduction, 0.0, ignore_index);
 }
 
-/* d nll / d logp[n, t, j] = -scale; zeros elsewhere and at ignored positions. */
-cr_status cr_grad_nll_loss(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
-    if (!n->edges[0].node) return CR_OK;
-    const cr_input_meta *m = &n->in_meta[0];
-    cr_tensor *target, *tc = NULL, *dx = NULL;
+/* d nll / d logp[n, t, j] = -scale; zeros elsewhere and at ignored positions.
+ * in: target, g (the loss's grad); out: dx (the input's shape, zeroed here); i[0]
+ * reduction, i[1] ignore_index; f[1] the forward's count of non-ignored positions. */
+cr_status cr_cpu_nll_loss_backward(cr_call *c) {
+    cr_tensor *dx = c->out[0], *tc = NULL;
     double *scale = NULL, one = 0;
-    cr_status st = cr_saved_in(n, 1, &target);
-    if (st) return st;
-    ls_shape s = {m->ndim >= 2 ? m->shape[0] : 1, m->ndim == 1 ? m->shape[0] : m->shape[1], 1};
-    for (int d = 2; d < m->ndim; d++) s.inner *= m->shape[d];
-    int64_t npos = s.N * s.inner, ignore = n->call.i[1];
-    if ((st = cr_reduce_contig_as(&tc, target, CR_DT_I64)) ||
-        (st = cr_zeros_meta(&dx, m)) ||
-        (st = grad_scale(gout[0], n->call.i[0], n->call.f[1], npos, &scale, &one)))
+    cr_loss_shape s = cr_loss_shape_of(dx->ndim, dx->shape);
+    int64_t npos = s.N * s.inner, ignore = c->i[1];
+    cr_status st;
+    if ((st = cr_reduce_contig_as(&tc, c->in[0], CR_DT_I64)) ||
+        (st = grad_scale(c->in[1], c->i[0], c->f[1], npos, &scale, &one)))
         goto done;
     const int64_t *t = (const int64_t *)cr_tensor_ptr(tc);
     char *dp = cr_tensor_ptr(dx);
+    memset(dp, 0, (size_t)dx->numel * cr_dtype_size(dx->dtype));
     for (int64_t q = 0; q < npos; q++) {
         if (t[q] == ignore) continue;
         int64_t nn = q / s.inner, j = q % s.inner;
-        stv(dp, m->dtype, (nn * s.C + t[q]) * s.inner + j, -(scale ? scale[q] : one));
+        stv(dp, dx->dtype, (nn * s.C + t[q]) * s.inner + j, -(scale ? scale[q] : one));
     }
-    gin[0] = dx;
-    dx = NULL;
 done:
     free(scale);
     cr_tensor_free(tc);
-    cr_tensor_free(dx);
     return st;
+}
+
+cr_status cr_grad_nll_loss(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
+    if (!n->edges[0].node) return CR_OK;
+    const cr_input_meta *m = &n->in_meta[0];
+    cr_tensor *target;
+    cr_status st = cr_saved_in(n, 1, &target);
+    if (st) return st;
+    cr_call c;
+    if ((st = cr_call_init(&c, CR_OP_NLL_LOSS_BACKWARD, 2, 1))) return st;
+    c.in[0] = target;
+    c.in[1] = gout[0];
+    c.i[0] = n->call.i[0];
+    c.i[1] = n->call.i[1];
+    c.f[1] = n->call.f[1];
+    if ((st = cr_tensor_alloc(&c.out[0], m->ndim, m->shape, m->dtype, m->device)) ||
+        (st = cr_dispatch(&c))) {
+        cr_call_drop_outs(&c);
+        return st;
+    }
+    gin[0] = c.out[0];
+    return CR_OK;
 }
 
 /* ---- cross_entropy ---- */
@@ -269,7 +289,7 @@ typedef struct {
     const char *x, *p; /* logits; soft target probabilities (NULL for class targets) */
     cr_dtype dt;
     const int64_t *t;
-    ls_shape s;
+    cr_loss_shape s;
     int64_t ignore;
     double eps;
     bool fast; /* f32 rows through cr_expf_fast */
@@ -330,7 +350,7 @@ static double ce_pos(const void *ctx, int64_t q, bool *ignored) {
 cr_status cr_cpu_cross_entropy(cr_call *c) {
     cr_tensor *x = c->in[0], *xc = NULL, *tc = NULL;
     bool soft = c->i[2];
-    ls_shape s;
+    cr_loss_shape s;
     cr_status st = check_loss_shapes("cross_entropy", x, c->in[1], soft, &s);
     if (st) return st;
     if (soft) st = cr_reduce_contig_as(&tc, c->in[1], x->dtype);
@@ -354,27 +374,26 @@ cr_status cr_op_cross_entropy(cr_tensor **out, cr_tensor *logits, cr_tensor *tar
 }
 
 /* d/dx_c = scale * (softmax_c * sum(q) - q_c), q the smoothed target distribution;
- * d/dp_c (soft targets) = scale * (1 - eps) * (-logp_c). */
-cr_status cr_grad_cross_entropy(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
-    const cr_input_meta *m = &n->in_meta[0];
-    bool soft = n->call.i[2], want_x = n->edges[0].node, want_p = soft && n->edges[1].node;
-    cr_tensor *x, *target, *xc = NULL, *tc = NULL, *dx = NULL, *dp = NULL;
+ * d/dp_c (soft targets) = scale * (1 - eps) * (-logp_c).
+ * in: x, target, g (the loss's grad); out: dx?, dp? (x's shape); i[0] reduction, i[1]
+ * ignore_index, i[2] soft; f[0] label smoothing, f[1] the forward's count. */
+cr_status cr_cpu_cross_entropy_backward(cr_call *c) {
+    cr_tensor *x = c->in[0], *target = c->in[1], *xc = NULL, *tc = NULL;
+    cr_tensor *dx = c->out[0], *dp = c->out[1];
+    bool soft = c->i[2];
     double *scale = NULL, one = 0;
     cr_status st;
-    if ((st = cr_saved_in(n, 0, &x)) || (st = cr_saved_in(n, 1, &target))) return st;
-    ls_shape s;
+    cr_loss_shape s;
     if ((st = check_loss_shapes("cross_entropy", x, target, soft, &s))) return st;
     int64_t npos = s.N * s.inner, is = s.inner, C = s.C;
-    double eps = n->call.f[0];
-    cr_dtype dt = m->dtype;
+    double eps = c->f[0];
+    cr_dtype dt = x->dtype;
     if ((st = cr_reduce_contig_as(&xc, x, dt)) ||
         (st = cr_reduce_contig_as(&tc, target, soft ? dt : CR_DT_I64)) ||
-        (want_x && (st = cr_tensor_alloc(&dx, m->ndim, m->shape, dt, m->device))) ||
-        (want_p && (st = cr_tensor_alloc(&dp, m->ndim, m->shape, dt, m->device))) ||
-        (st = grad_scale(gout[0], n->call.i[0], n->call.f[1], npos, &scale, &one)))
+        (st = grad_scale(c->in[2], c->i[0], c->f[1], npos, &scale, &one)))
         goto done;
     ce_ctx ce = {cr_tensor_ptr(xc), soft ? cr_tensor_ptr(tc) : NULL, dt,
-                 soft ? NULL : (const int64_t *)cr_tensor_ptr(tc), s, n->call.i[1], eps,
+                 soft ? NULL : (const int64_t *)cr_tensor_ptr(tc), s, c->i[1], eps,
                  cr_fast_paths_enabled()};
     char *dxp = dx ? cr_tensor_ptr(dx) : NULL, *dpp = dp ? cr_tensor_ptr(dp) : NULL;
 #pragma omp parallel for if (npos * C >= CR_PAR_GRAIN) schedule(static)
@@ -416,14 +435,35 @@ cr_status cr_grad_cross_entropy(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
             if (dpp) stv(dpp, dt, i, -g * (1 - eps) * (v - lse));
         }
     }
-    gin[0] = dx;
-    gin[1] = dp;
-    dx = dp = NULL;
 done:
     free(scale);
     cr_tensor_free(xc);
     cr_tensor_free(tc);
-    cr_tensor_free(dx);
-    cr_tensor_free(dp);
     return st;
+}
+
+cr_status cr_grad_cross_entropy(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
+    const cr_input_meta *m = &n->in_meta[0];
+    bool soft = n->call.i[2], want_x = n->edges[0].node, want_p = soft && n->edges[1].node;
+    if (!want_x && !want_p) return CR_OK;
+    cr_tensor *x, *target;
+    cr_status st;
+    if ((st = cr_saved_in(n, 0, &x)) || (st = cr_saved_in(n, 1, &target))) return st;
+    cr_call c;
+    if ((st = cr_call_init(&c, CR_OP_CROSS_ENTROPY_BACKWARD, 3, 2))) return st;
+    c.in[0] = x;
+    c.in[1] = target;
+    c.in[2] = gout[0];
+    for (int k = 0; k < 3; k++) c.i[k] = n->call.i[k];
+    c.f[0] = n->call.f[0];
+    c.f[1] = n->call.f[1];
+    if ((want_x && (st = cr_tensor_alloc(&c.out[0], m->ndim, m->shape, m->dtype, m->device))) ||
+        (want_p && (st = cr_tensor_alloc(&c.out[1], m->ndim, m->shape, m->dtype, m->device))) ||
+        (st = cr_dispatch(&c))) {
+        cr_call_drop_outs(&c);
+        return st;
+    }
+    gin[0] = c.out[0];
+    gin[1] = c.out[1];
+    return CR_OK;
 }

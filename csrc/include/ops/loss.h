@@ -1,5 +1,7 @@
 /* ops/loss.h — softmax family and classification losses. Reductions: 0 none, 1 mean,
- * 2 sum (PyTorch's order is none/mean/sum by name; these are the codes). */
+ * 2 sum (PyTorch's order is none/mean/sum by name; these are the codes). The losses'
+ * derivatives are ops of their own (one fused pass; a GPU provides its own kernel),
+ * called by the losses' derivative rules. */
 #ifndef CR_OPS_LOSS_H
 #define CR_OPS_LOSS_H
 
@@ -10,6 +12,8 @@ typedef enum { CR_REDUCTION_NONE = 0, CR_REDUCTION_MEAN = 1, CR_REDUCTION_SUM = 
     X(LOG_SOFTMAX, "log_softmax", cr_cpu_log_softmax, cr_grad_log_softmax)           \
     X(NLL_LOSS, "nll_loss", cr_cpu_nll_loss, cr_grad_nll_loss)                       \
     X(CROSS_ENTROPY, "cross_entropy", cr_cpu_cross_entropy, cr_grad_cross_entropy)   \
+    X(NLL_LOSS_BACKWARD, "nll_loss_backward", cr_cpu_nll_loss_backward, cr_grad_none) \
+    X(CROSS_ENTROPY_BACKWARD, "cross_entropy_backward", cr_cpu_cross_entropy_backward, cr_grad_none) \
 
 /* along dim, stable; f16/bf16 compute in f32 and return their own dtype. */
 cr_status cr_op_softmax(cr_tensor **out, cr_tensor *t, int64_t dim);

@@ -331,5 +331,6 @@ cr_status cr_cuda_backend_open(cr_cuda_backend *out, int core_abi, size_t table_
     cr_gpu_register_sort();
     cr_gpu_register_loss();
     cr_gpu_register_layer_norm();
+    cr_gpu_register_reduce_dim();
     return CR_OK;
 }

@@ -52,6 +52,7 @@ void cr_gpu_register_index(void);
 void cr_gpu_register_sort(void);
 void cr_gpu_register_loss(void);
 void cr_gpu_register_layer_norm(void);
+void cr_gpu_register_reduce_dim(void);
 void cr_gpu_set_deterministic(bool on);
 
 #endif

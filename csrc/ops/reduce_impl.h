@@ -64,6 +64,24 @@ cr_status cr_reduce_contig_as(cr_tensor **out, cr_tensor *t, cr_dtype dt);
 cr_status cr_reduce_tie_grad(cr_tensor **gin, cr_tensor *g, cr_tensor *x, cr_tensor *best,
                              const cr_input_meta *m, uint32_t dims, bool absolute);
 
+/* The derivative rules composed of ops (reduce_grad_ops.c), for inputs off the cpu, where
+ * the rules above cannot walk the memory: max/min along `dim` (g to the saved index),
+ * the tie split of cr_reduce_tie_grad, and gin = expand(g) * w(x, result) for the norms
+ * and logsumexp. */
+cr_status cr_reduce_index_grad_ops(cr_tensor **gin, cr_tensor *g, cr_tensor *idx,
+                                   const cr_input_meta *m, int64_t dim);
+cr_status cr_reduce_tie_grad_ops(cr_tensor **gin, cr_tensor *g, cr_tensor *x, cr_tensor *best,
+                                 const cr_input_meta *m, uint32_t dims, bool absolute);
+typedef enum {
+    CR_REDUCE_W_NORM2,  /* x / norm (0 where norm is not > 0) */
+    CR_REDUCE_W_NORM1,  /* sign(x) */
+    CR_REDUCE_W_NORMP,  /* sign(x) (|x| / norm)^(p-1) (0 where norm <= 0 or x == 0) */
+    CR_REDUCE_W_LSE,    /* exp(x - lse) (0 where lse is -inf) */
+} cr_reduce_weight;
+cr_status cr_reduce_weight_grad_ops(cr_tensor **gin, cr_tensor *g, cr_tensor *x, cr_tensor *res,
+                                    const cr_input_meta *m, uint32_t dims, cr_reduce_weight kind,
+                                    double p);
+
 /* exp for f32 fast paths (softmax, cross_entropy): Cody-Waite range reduction and the
  * Cephes degree-6 polynomial, within 2 ulp of expf on the whole range, written so that
  * loops calling it vectorise (libm's expf does not). Underflow gives 0, NaN stays NaN. */

@@ -231,6 +231,8 @@ static cr_status grad_minmax_dim(cr_node *n, cr_tensor **gout, cr_tensor **gin) 
     cr_tensor *idx, *g = NULL, *z = NULL;
     cr_status st = cr_saved_out(n, 1, &idx);
     if (st) return st;
+    if (m->device.type != CR_DEV_CPU)
+        return cr_reduce_index_grad_ops(&gin[0], gout[0], idx, m, n->call.i[2]);
     if ((st = cr_reduce_contig_as(&g, gout[0], m->dtype))) return st;
     if ((st = cr_zeros_meta(&z, m))) goto done;
     cr_reduce_plan p;
@@ -330,6 +332,8 @@ static const cr_reduce_def tie_def = {tie_init, tie_seg, tie_merge, tie_done};
  * x: the saved input; best: the saved result (keepdim or not, K elements). */
 cr_status cr_reduce_tie_grad(cr_tensor **gin, cr_tensor *g, cr_tensor *x, cr_tensor *best,
                              const cr_input_meta *m, uint32_t dims, bool absolute) {
+    if (m->device.type != CR_DEV_CPU)
+        return cr_reduce_tie_grad_ops(gin, g, x, best, m, dims, absolute);
     cr_tensor *xc = NULL, *bc = NULL, *w = NULL, *cnt = NULL, *gs = NULL, *ge = NULL;
     cr_status st;
     if ((st = cr_reduce_contig_as(&xc, x, m->dtype)) ||

@@ -301,9 +301,15 @@ cr_status cr_grad_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
         return cr_reduce_tie_grad(&gin[0], gout[0], x, res, &n->in_meta[0],
                                   (uint32_t)n->call.i[0], true);
     }
-    if (p == 0) {
-        const cr_input_meta *m = &n->in_meta[0];
-        return cr_zeros_meta(&gin[0], m);
+    const cr_input_meta *m = &n->in_meta[0];
+    if (p == 0) return cr_zeros_meta(&gin[0], m);
+    if (m->device.type != CR_DEV_CPU) {
+        cr_tensor *x, *res;
+        cr_status st;
+        if ((st = cr_saved_in(n, 0, &x)) || (st = cr_saved_out(n, 0, &res))) return st;
+        cr_reduce_weight w = p == 2 ? CR_REDUCE_W_NORM2 : p == 1 ? CR_REDUCE_W_NORM1
+                                                                 : CR_REDUCE_W_NORMP;
+        return cr_reduce_weight_grad_ops(&gin[0], gout[0], x, res, m, (uint32_t)n->call.i[0], w, p);
     }
     return weight_grad(n, gout, gin, p == 2 ? w_norm2 : p == 1 ? w_norm1 : w_normp, p);
 }
@@ -393,5 +399,13 @@ static double w_lse(double x, double r, double p) {
 }
 /* d lse = g * exp(x - lse): the softmax over the reduced dims. */
 cr_status cr_grad_logsumexp(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
+    const cr_input_meta *m = &n->in_meta[0];
+    if (m->device.type != CR_DEV_CPU) {
+        cr_tensor *x, *res;
+        cr_status st;
+        if ((st = cr_saved_in(n, 0, &x)) || (st = cr_saved_out(n, 0, &res))) return st;
+        return cr_reduce_weight_grad_ops(&gin[0], gout[0], x, res, m, (uint32_t)n->call.i[0],
+                                         CR_REDUCE_W_LSE, 0);
+    }
     return weight_grad(n, gout, gin, w_lse, 0);
 }

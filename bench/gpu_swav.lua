@@ -46,7 +46,7 @@ local function swav_rate(amp)
   local crops = {}
   for v = 1, 8 do
     local s = v <= 2 and 224 or 96
-    crops[v] = cr.randn(B, 3, s, s):cuda()
+    crops[v] = cr.randn(B, 3, s, s, { device = 'cuda' })
   end
   return rate(function()
     local loss = cr.autocast(amp, function() return method:loss(method:forward(crops)) end)
@@ -62,10 +62,10 @@ local function supervised_rate(amp)
   local B = args.sup_batch
   local model = cr.nn.models.resnet50 { num_classes = 1000 }:cuda()
   local opt = cr.optim.SGD(model:named_parameters(), { lr = 0.1, momentum = 0.9, weight_decay = 1e-4 })
-  local x = cr.randn(B, 3, 224, 224):cuda()
-  local onehot = cr.one_hot(cr.randint(0, 1000, { B }), 1000):float():cuda()
+  local x = cr.randn(B, 3, 224, 224, { device = 'cuda' })
+  local y = cr.randint(0, 1000, { B }, { device = 'cuda' })
   return rate(function()
-    local loss = cr.autocast(amp, function() return -(model:forward(x):log_softmax(1) * onehot):sum(1):mean() end)
+    local loss = cr.autocast(amp, function() return cr.cross_entropy(model:forward(x), y) end)
     opt:zero_grad()
     loss:backward()
     opt:step()

@@ -14,27 +14,7 @@ describe('cuda index ops', function()
   local DEV = 'cuda'
   local DTYPES = { 'f32', 'f64', 'f16', 'bf16', 'i64', 'i32', 'u8', 'bool' }
 
-  -- equal as numbers, NaN equal to NaN, and -0 apart from +0
-  local function assert_same_bits(got, want, what)
-    assert.are.equal(want.dtype, got.dtype, what .. ': dtype')
-    assert.are.same(want.shape, got.shape, what .. ': shape')
-    local g, w = H.flat(got:cpu()), H.flat(want)
-    for k = 1, #w do
-      local a, b = g[k], w[k]
-      local same = (a ~= a and b ~= b) or (a == b and (a ~= 0 or 1 / a == 1 / b))
-      if not same then error(string.format('%s: element %d is %.17g on %s, %.17g on the cpu', what, k, a, DEV, b), 2) end
-    end
-  end
-
-  -- f(dev) -> list of tensors (results, then grads); each GPU one equals the cpu's
-  local function same_on_both(what, f)
-    local want, got = f('cpu'), f(DEV)
-    assert.are.equal(#want, #got, what)
-    for k = 1, #want do
-      assert.are.equal(DEV == 'cpu' and 'cpu' or 'cuda:0', got[k].device, what .. ' #' .. k .. ': device')
-      assert_same_bits(got[k], want[k], what .. ' #' .. k)
-    end
-  end
+  local function same_on_both(what, f) H.same_on_devices(DEV, what, f) end
 
   local function data(shape, seed, dt)
     local x = H.park_miller(shape, seed) * 5

@@ -14,16 +14,8 @@ describe('cuda layer_norm', function()
   end
 
   local tol = { f32 = { 1e-5, 1e-5 }, f64 = { 1e-12, 1e-12 }, f16 = { 4e-3, 4e-3 }, bf16 = { 2e-2, 2e-2 } }
-  local function close(got, want, t, msg)
-    assert.are.equal(device == 'cpu' and 'cpu' or 'cuda:0', got.device, msg)
-    assert.are.equal(want.dtype, got.dtype, msg)
-    H.assert_close(got:cpu():double(), want:double(), t[1], t[2], msg)
-  end
-  local function same_on_both(f, t, what)
-    local want, got = f('cpu'), f(device)
-    assert.are.equal(#want, #got, what)
-    for i = 1, #want do close(got[i], want[i], t, what .. ' #' .. i) end
-  end
+  -- f(dev) returns a list of tensors; the device's must match the cpu's.
+  local function same_on_both(f, t, what) H.same_on_devices(device, what, f, t) end
 
   -- y and the grads of sum(y * r) for a fixed r; weight/bias as asked
   local function run(dev, x0, nd, dt, affine, seed, prepare)

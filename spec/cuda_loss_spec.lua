@@ -14,17 +14,8 @@ describe('cuda losses', function()
   end
 
   local tol = { f32 = { 1e-5, 1e-5 }, f64 = { 1e-12, 1e-12 }, f16 = { 2e-3, 2e-3 }, bf16 = { 1e-2, 1e-2 } }
-  local function close(got, want, t, msg)
-    assert.are.equal(device == 'cpu' and 'cpu' or 'cuda:0', got.device, msg)
-    assert.are.equal(want.dtype, got.dtype, msg)
-    H.assert_close(got:cpu():double(), want:double(), t[1], t[2], msg)
-  end
   -- f(dev) returns a list of tensors; the device's must match the cpu's.
-  local function same_on_both(f, t, what)
-    local want, got = f('cpu'), f(device)
-    assert.are.equal(#want, #got, what)
-    for i = 1, #want do close(got[i], want[i], t, what .. ' #' .. i) end
-  end
+  local function same_on_both(f, t, what) H.same_on_devices(device, what, f, t) end
   -- class targets in [0, C) with every `every`-th one set to ignore_index (-100)
   local function classes(shape, C, seed, every)
     local t = ((H.park_miller(shape, seed) + 2) * C / 4):long():clamp(0, C - 1)

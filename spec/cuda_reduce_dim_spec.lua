@@ -20,36 +20,7 @@ describe('cuda reductions: max/min, arg, var, norm, logsumexp', function()
   -- grads: the GPU rules compute their weights in the input's dtype, the cpu's in f64
   local GTOL = { f32 = { 1e-5, 1e-5 }, f64 = { 1e-12, 1e-12 }, f16 = { 4e-3, 4e-3 }, bf16 = { 3e-2, 3e-2 } }
 
-  local function on_dev(t) assert.are.equal(DEV == 'cpu' and 'cpu' or 'cuda:0', t.device) end
-
-  -- equal as numbers, NaN equal to NaN, and -0 apart from +0
-  local function assert_same_bits(got, want, what)
-    on_dev(got)
-    assert.are.equal(want.dtype, got.dtype, what .. ': dtype')
-    assert.are.same(want.shape, got.shape, what .. ': shape')
-    local g, w = H.flat(got:cpu()), H.flat(want)
-    for k = 1, #w do
-      local a, b = g[k], w[k]
-      local same = (a ~= a and b ~= b) or (a == b and (a ~= 0 or 1 / a == 1 / b))
-      if not same then error(string.format('%s: element %d is %.17g on %s, %.17g on the cpu', what, k, a, DEV, b), 2) end
-    end
-  end
-
-  local function assert_near(got, want, tol, what)
-    on_dev(got)
-    assert.are.equal(want.dtype, got.dtype, what .. ': dtype')
-    H.assert_close(got:cpu():double(), want:double(), tol[1], tol[2], what)
-  end
-
-  -- f(dev) -> list of tensors; each GPU one equals the cpu's (exactly, or within tol)
-  local function same_on_both(what, f, tol)
-    local want, got = f('cpu'), f(DEV)
-    assert.are.equal(#want, #got, what)
-    for k = 1, #want do
-      if tol then assert_near(got[k], want[k], tol, what .. ' #' .. k)
-      else assert_same_bits(got[k], want[k], what .. ' #' .. k) end
-    end
-  end
+  local function same_on_both(what, f, tol) H.same_on_devices(DEV, what, f, tol) end
 
   -- Values with many ties; floats also get NaN (when `nan`), -0, +0 and both infinities.
   local function data(shape, seed, dt, nan)

@@ -183,6 +183,38 @@ function H.gpu_available()
   return os.getenv('CRESCENT_NO_GPU') == nil and cr.cuda.is_available()
 end
 
+-- ---- GPU results against the cpu's (the cuda_*_spec files) ----
+-- dev is the device compared with the cpu ('cuda'; 'cpu' checks a spec's own logic on a
+-- machine without a GPU). Bits: equal as numbers, NaN equal to NaN, -0 apart from +0.
+local function expected_device(dev) return dev == 'cpu' and 'cpu' or 'cuda:0' end
+local luassert = require 'luassert'
+function H.assert_same_bits(dev, got, want, what)
+  luassert.are.equal(expected_device(dev), got.device, what .. ': device')
+  luassert.are.equal(want.dtype, got.dtype, what .. ': dtype')
+  luassert.are.same(want.shape, got.shape, what .. ': shape')
+  local g, w = H.flat(got:cpu()), H.flat(want)
+  for k = 1, #w do
+    local a, b = g[k], w[k]
+    local same = (a ~= a and b ~= b) or (a == b and (a ~= 0 or 1 / a == 1 / b))
+    if not same then error(string.format('%s: element %d is %.17g on %s, %.17g on the cpu', what, k, a, dev, b), 2) end
+  end
+end
+function H.assert_near(dev, got, want, tol, what)
+  luassert.are.equal(expected_device(dev), got.device, what .. ': device')
+  luassert.are.equal(want.dtype, got.dtype, what .. ': dtype')
+  H.assert_close(got:cpu():double(), want:double(), tol[1], tol[2], what)
+end
+-- f(device) -> a list of tensors; each of dev's equals the cpu's: bit for bit, or within
+-- tol = {atol, rtol}.
+function H.same_on_devices(dev, what, f, tol)
+  local want, got = f('cpu'), f(dev)
+  luassert.are.equal(#want, #got, what)
+  for k = 1, #want do
+    if tol then H.assert_near(dev, got[k], want[k], tol, what .. ' #' .. k)
+    else H.assert_same_bits(dev, got[k], want[k], what .. ' #' .. k) end
+  end
+end
+
 function H.gpu_missing()
   if H.gpu_available() then return nil end
   local why = os.getenv('CRESCENT_NO_GPU') and 'CRESCENT_NO_GPU is set' or cr.cuda.why_not()

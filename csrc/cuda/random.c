@@ -71,10 +71,7 @@ static cr_status gpu_randperm(cr_call *c) {
     if (st) return st;
     cr_tensor *o = c->out[0];
     int64_t n = c->i[2];
-    if (n > INT32_MAX)
-        return cr_fail(CR_ERR_ARG, "randperm: n = %lld is more than the GPU sort takes (2^31 - 1); "
-                       "draw it on the cpu and move it", (long long)n);
-    if (n == 0) return CR_OK;
+    if (n == 0) return CR_OK; /* n <= 2^31 - 1: the entry checked */
     size_t bytes = crk_randperm_scratch(n);
     void *scratch;
     if ((st = cr_gpu_alloc(device, bytes, &scratch))) return st;
@@ -92,7 +89,7 @@ static cr_status report_bad_probability(cudaStream_t s, unsigned long long *bad_
                                 "bernoulli: reading the range check");
     if (!st) st = cr_gpu_check(cudaStreamSynchronize(s), "bernoulli");
     if (st || bad >= (unsigned long long)p->numel) return st;
-    char value[8];
+    _Alignas(8) char value[8]; /* cr_load_f64 reads it as the dtype's own type */
     size_t es = cr_dtype_size(p->dtype);
     st = cr_gpu_check(cudaMemcpy(value, (const char *)cr_tensor_ptr(p) + bad * es, es, cudaMemcpyDeviceToHost),
                       "bernoulli: reading the probability");

@@ -166,17 +166,66 @@ static cr_status synchronize(int device) {
 }
 
 /* ---- pinned host memory ----
- * A pinned block may still be the source of a copy in flight when its storage dies, so
- * it is freed only once an event recorded on every copy stream at release has passed. */
+ * cudaHostAlloc page-locks and maps every page, which costs milliseconds for a batch, so
+ * pinned blocks are cached: a request is rounded to its size class (cr_host_alloc_size:
+ * eight classes per power of two) and a released block goes back to a free list for its
+ * exact size. A block may still be the source of a copy in flight when its storage dies,
+ * so it is reusable only once an event recorded on every copy stream at release has
+ * passed. At most PINNED_CACHE_MAX bytes stay cached; a failed cudaHostAlloc empties the
+ * cache and retries once. Everything below runs under pinned_lock. */
+enum { PINNED_CACHE_MAX = 1 << 30 };
 typedef struct deferred {
     void *ptr;
+    size_t size;
     cudaEvent_t done[CR_GPU_MAX_DEVICES];
     int n;
     struct deferred *next;
 } deferred;
-static deferred *pending;
+typedef struct pinned_block {
+    void *ptr;
+    size_t size;
+    struct pinned_block *next;
+} pinned_block;
+static deferred *pending;         /* released, maybe still read by a copy */
+static pinned_block *pinned_free; /* reusable, newest first */
+static size_t pinned_free_bytes;
+static pinned_block *pinned_live; /* handed out: their sizes, for release */
 static pthread_mutex_t pinned_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Unlinks and returns the block of `list` holding ptr (or of size `size` when ptr is NULL). */
+static pinned_block *take_block(pinned_block **list, const void *ptr, size_t size) {
+    for (pinned_block **pp = list; *pp; pp = &(*pp)->next) {
+        pinned_block *b = *pp;
+        if (ptr ? b->ptr == ptr : b->size == size) {
+            *pp = b->next;
+            return b;
+        }
+    }
+    return NULL;
+}
+
+static void cache_block(pinned_block *b) {
+    if (pinned_free_bytes + b->size > PINNED_CACHE_MAX) {
+        cudaFreeHost(b->ptr);
+        free(b);
+        return;
+    }
+    b->next = pinned_free;
+    pinned_free = b;
+    pinned_free_bytes += b->size;
+}
+
+static void free_cached_pinned(void) {
+    while (pinned_free) {
+        pinned_block *b = pinned_free;
+        pinned_free = b->next;
+        cudaFreeHost(b->ptr);
+        free(b);
+    }
+    pinned_free_bytes = 0;
+}
+
+/* Released blocks whose copies have passed go to the cache (`wait`: wait for all). */
 static void reap_pinned(bool wait) {
     deferred **pp = &pending;
     while (*pp) {
@@ -192,26 +241,53 @@ static void reap_pinned(bool wait) {
             continue;
         }
         for (int k = 0; k < p->n; k++) cudaEventDestroy(p->done[k]);
-        cudaFreeHost(p->ptr);
+        pinned_block *b = malloc(sizeof *b);
+        if (b) {
+            b->ptr = p->ptr;
+            b->size = p->size;
+            cache_block(b);
+        } else {
+            cudaFreeHost(p->ptr);
+        }
         *pp = p->next;
         free(p);
     }
 }
 
 static cr_status host_alloc(size_t bytes, void **ptr) {
+    size_t size = cr_host_alloc_size(bytes);
+    pinned_block *b = malloc(sizeof *b);
+    if (!b) return cr_fail(CR_ERR_OOM, "pin_memory: out of host memory for a block record");
     pthread_mutex_lock(&pinned_lock);
     reap_pinned(false);
-    cudaError_t err = cudaHostAlloc(ptr, bytes, cudaHostAllocPortable);
-    if (err == cudaErrorMemoryAllocation) {
-        cudaGetLastError();
-        reap_pinned(true);
-        err = cudaHostAlloc(ptr, bytes, cudaHostAllocPortable);
+    pinned_block *cached = take_block(&pinned_free, NULL, size);
+    cudaError_t err = cudaSuccess;
+    if (cached) {
+        pinned_free_bytes -= size;
+        *ptr = cached->ptr;
+        free(cached);
+    } else {
+        err = cudaHostAlloc(ptr, size, cudaHostAllocPortable);
+        if (err == cudaErrorMemoryAllocation) {
+            cudaGetLastError();
+            reap_pinned(true);
+            free_cached_pinned();
+            err = cudaHostAlloc(ptr, size, cudaHostAllocPortable);
+        }
+    }
+    if (err == cudaSuccess) {
+        b->ptr = *ptr;
+        b->size = size;
+        b->next = pinned_live;
+        pinned_live = b;
+        b = NULL;
     }
     pthread_mutex_unlock(&pinned_lock);
+    free(b);
     if (err == cudaErrorMemoryAllocation) {
         cudaGetLastError();
         return cr_fail(CR_ERR_OOM, "pin_memory: could not page-lock %zu bytes of host memory; "
-                       "pin smaller batches or raise the memlock limit (ulimit -l)", bytes);
+                       "pin smaller batches or raise the memlock limit (ulimit -l)", size);
     }
     return cr_gpu_check(err, "pin_memory");
 }
@@ -230,6 +306,10 @@ static void host_release(void *ptr) {
     if (saved >= 0) cr_gpu_enter(saved);
     cudaGetLastError();
     pthread_mutex_lock(&pinned_lock);
+    pinned_block *live = take_block(&pinned_live, ptr, 0);
+    CR_ASSERT(live);
+    p->size = live->size;
+    free(live);
     p->next = pending;
     pending = p;
     reap_pinned(false);
@@ -283,6 +363,7 @@ static void empty_cache(void) {
     synchronize(-1);
     pthread_mutex_lock(&pinned_lock);
     reap_pinned(true);
+    free_cached_pinned();
     pthread_mutex_unlock(&pinned_lock);
     cr_gpu_empty_cache();
 }

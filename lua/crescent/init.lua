@@ -74,6 +74,7 @@ local lazy = {
   hooks = { 'crescent.hooks' },
   io = { 'crescent.io' },
   env = { 'crescent.env' },
+  dist = { 'crescent.dist' },
 }
 local function load_lazy(key)
   local errs = {}

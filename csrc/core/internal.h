@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "crescent.h"
+#include "half.h"
 
 /* Internal invariant broken: a crescent bug, not a user mistake. */
 #define CR_ASSERT(cond)                                                              \
@@ -116,11 +117,7 @@ static inline bool cr_is_host_scalar(const cr_tensor *t) {
 const char *cr_device_str(cr_device dev, char *buf, size_t cap);
 static inline void cr_tensor_bump_version(cr_tensor *t) { t->storage->version++; }
 
-/* ---- element access for any dtype (core/dtype.c) ---- */
-float cr_f16_to_f32(uint16_t h);
-uint16_t cr_f32_to_f16(float f);
-float cr_bf16_to_f32(uint16_t h);
-uint16_t cr_f32_to_bf16(float f);
+/* ---- element access for any dtype (core/dtype.c; f16/bf16 conversions in half.h) ---- */
 double cr_load_f64(const void *p, cr_dtype dt);
 void cr_store_f64(void *p, cr_dtype dt, double v);
 /* Offset (in elements) of flat row-major index i within the view. */

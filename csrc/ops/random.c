@@ -120,66 +120,7 @@ cr_status cr_op_rand(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype d
     return random_finish(out, &c);
 }
 
-/* ---- randn: Box-Muller on pairs ------------------------------------------------------- */
-/* f32 log and sin/cos written branch-free so the pair loop vectorises (libm's scalar
- * logf/sinf/cosf made randn six times slower than rand). Cephes polynomials, about 1 ulp
- * on the ranges used here. */
-
-/* log(u) for u in (0, 1] with 24-bit u (never subnormal). */
-static inline float bm_logf(float u) {
-    uint32_t iu;
-    memcpy(&iu, &u, sizeof iu);
-    int e = (int)(iu >> 23) - 127;
-    uint32_t im = (iu & 0x007FFFFFu) | 0x3F800000u; /* mantissa in [1, 2) */
-    float m;
-    memcpy(&m, &im, sizeof m);
-    int big = m > 1.41421356f; /* to [sqrt(1/2), sqrt(2)) */
-    m = big ? m * 0.5f : m;
-    float fe = (float)(e + big), x = m - 1.0f, z = x * x;
-    float y = ((((((((7.0376836292e-2f * x - 1.1514610310e-1f) * x + 1.1676998740e-1f) * x -
-                   1.2420140846e-1f) * x + 1.4249322787e-1f) * x - 1.6668057665e-1f) * x +
-                 2.0000714765e-1f) * x - 2.4999993993e-1f) * x + 3.3333331174e-1f) * x * z;
-    y += -2.12194440e-4f * fe - 0.5f * z;
-    return x + y + 0.693359375f * fe;
-}
-
-/* sin and cos of 2 pi q for q in [0, 1): whole quarter turns come off exactly first. */
-static inline void bm_sincos_2pi(float q, float *sn, float *cs) {
-    int k = (int)(q * 4.0f + 0.5f);
-    float x = (q - (float)k * 0.25f) * 6.28318530717958647692f; /* [-pi/4, pi/4] */
-    float x2 = x * x;
-    float s = x + x * x2 * (-1.6666654611e-1f + x2 * (8.3321608736e-3f + x2 * -1.9515295891e-4f));
-    float c = 1.0f - 0.5f * x2 +
-              x2 * x2 * (4.166664568298827e-2f + x2 * (-1.388731625493765e-3f + x2 * 2.443315711809948e-5f));
-    float ss = (k & 1) ? c : s, cc = (k & 1) ? s : c;
-    *sn = (k & 2) ? -ss : ss;
-    *cs = ((k + 1) & 2) ? -cc : cc;
-}
-
-/* sqrt of y >= 0 (at most 34 here): libm's sqrtf writes errno, which stops the loop from
- * vectorising under -fmath-errno, so a bit-level estimate and three Newton steps
- * (within 1 ulp); exactly 0 at 0. */
-static inline float bm_sqrtf(float y) {
-    uint32_t i;
-    memcpy(&i, &y, sizeof i);
-    i = 0x1fbd1df5u + (i >> 1);
-    float r;
-    memcpy(&r, &i, sizeof r);
-    r = 0.5f * (r + y / r);
-    r = 0.5f * (r + y / r);
-    r = 0.5f * (r + y / r);
-    return y > 0 ? r : 0.0f;
-}
-
-static inline void bm_pair_f32(uint32_t a, uint32_t b, float *z0, float *z1) {
-    float u1 = (float)((a >> 8) + 1) * (1.0f / 16777216.0f);
-    float u2 = (float)(b >> 8) * (1.0f / 16777216.0f);
-    float r = bm_sqrtf(-2.0f * bm_logf(u1)), sn, cs;
-    bm_sincos_2pi(u2, &sn, &cs);
-    *z0 = r * cs;
-    *z1 = r * sn;
-}
-
+/* ---- randn: Box-Muller on pairs (cr_box_muller_f32 in rng.h) ---------------------- */
 static void store_f32(cr_tensor *o, int64_t e, float v) {
     char *p = cr_tensor_ptr(o);
     if (o->dtype == CR_DT_F32) ((float *)p)[e] = v;
@@ -206,12 +147,12 @@ static void draw_randn(const uint32_t *w, int64_t word0, int64_t nw, void *ctx) 
         float *x = (float *)cr_tensor_ptr(o);
         const uint32_t *q = w - word0;
         int64_t jend = j1 < full ? j1 : full;
-        for (int64_t j = j0; j < jend; j++) bm_pair_f32(q[2 * j], q[2 * j + 1], &x[2 * j], &x[2 * j + 1]);
+        for (int64_t j = j0; j < jend; j++) cr_box_muller_f32(q[2 * j], q[2 * j + 1], &x[2 * j], &x[2 * j + 1]);
         j0 = jend > j0 ? jend : j0;
     }
     for (int64_t j = j0; j < j1 && 2 * j < n; j++) {
         float z0, z1;
-        bm_pair_f32(w[2 * j - word0], w[2 * j + 1 - word0], &z0, &z1);
+        cr_box_muller_f32(w[2 * j - word0], w[2 * j + 1 - word0], &z0, &z1);
         store_f32(o, 2 * j, z0);
         if (2 * j + 1 < n) store_f32(o, 2 * j + 1, z1);
     }

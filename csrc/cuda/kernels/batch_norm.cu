@@ -6,6 +6,7 @@
 // adds them atomically into a [2, C] f64 scratch.
 #include <stdint.h>
 
+#include "common.cuh"
 #include "kernels.h"
 
 namespace {
@@ -139,10 +140,6 @@ template <typename T> __global__ void backward_input_kernel(crk_bn_backward p) {
     }
 }
 
-unsigned grid_1d(int64_t n, int threads) {
-    int64_t b = (n + threads - 1) / threads;
-    return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
-}
 
 // Blocks along the rows: enough to fill the GPU, each at least 64 rows.
 dim3 sums_grid(int64_t M, int64_t C, int64_t *rows_per_block) {
@@ -166,8 +163,8 @@ template <typename T> cudaError_t forward(const crk_bn *p, cudaStream_t s) {
         stats_kernel<T><<<grid, dim3(CH, ROWS), 0, s>>>((const T *)p->x, p->M, p->C, p->S,
                                                        p->channels_last, rows, p->acc);
     }
-    finalize_kernel<T><<<grid_1d(p->C, 256), 256, 0, s>>>(*p);
-    apply_kernel<T><<<grid_1d(p->M * p->C, 256), 256, 0, s>>>(*p);
+    finalize_kernel<T><<<grid_for(p->C), THREADS, 0, s>>>(*p);
+    apply_kernel<T><<<grid_for(p->M * p->C), THREADS, 0, s>>>(*p);
     return cudaGetLastError();
 }
 
@@ -179,9 +176,9 @@ template <typename T> cudaError_t backward(const crk_bn_backward *p, cudaStream_
         dim3 grid = sums_grid(p->M, p->C, &rows);
         if (grid.y == 65535) rows = (p->M + 65534) / 65535;
         backward_sums_kernel<T><<<grid, dim3(CH, ROWS), 0, s>>>(*p, rows);
-        backward_params_kernel<T><<<grid_1d(p->C, 256), 256, 0, s>>>(*p);
+        backward_params_kernel<T><<<grid_for(p->C), THREADS, 0, s>>>(*p);
     }
-    if (p->gx) backward_input_kernel<T><<<grid_1d(p->M * p->C, 256), 256, 0, s>>>(*p);
+    if (p->gx) backward_input_kernel<T><<<grid_for(p->M * p->C), THREADS, 0, s>>>(*p);
     return cudaGetLastError();
 }
 

@@ -5,52 +5,16 @@
 // results follow the CPU reference loops (csrc/ops/elementwise.c, unary_math.c, compare.c):
 // NaN propagation in maximum/minimum/relu/clamp, integer wrap-around in the operand type,
 // zero for non-finite floats stored into integers.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "common.cuh"
 #include "kernels.h"
 
 namespace {
 
-// cr_dtype values (crescent.h); checked against the header in csrc/cuda/elementwise.c.
-enum { F32 = 0, F64, F16, BF16, I64, I32, U8, BOOL };
-
 struct Params {
     double p[4];
 };
-
-template <typename T> __device__ __forceinline__ T load(const char *p, int dt) {
-    switch (dt) {
-    case F32: return (T) * (const float *)p;
-    case F64: return (T) * (const double *)p;
-    case F16: return (T)__half2float(*(const __half *)p);
-    case BF16: return (T)__bfloat162float(*(const __nv_bfloat16 *)p);
-    case I64: return (T) * (const int64_t *)p;
-    case I32: return (T) * (const int32_t *)p;
-    case U8: return (T) * (const uint8_t *)p;
-    default: return (T)(*(const uint8_t *)p != 0);
-    }
-}
-
-template <typename T> __device__ __forceinline__ bool finite(T v) {
-    if constexpr (sizeof(T) == 8 && (T)0.5 != 0) return isfinite((double)v);
-    else if constexpr ((T)0.5 != 0) return isfinite((float)v);
-    else return true;
-}
-
-template <typename T> __device__ __forceinline__ void store(char *p, int dt, T v) {
-    switch (dt) {
-    case F32: *(float *)p = (float)v; break;
-    case F64: *(double *)p = (double)v; break;
-    case F16: *(__half *)p = __float2half_rn((float)v); break;
-    case BF16: *(__nv_bfloat16 *)p = __float2bfloat16_rn((float)v); break;
-    case I64: *(int64_t *)p = finite(v) ? (int64_t)v : 0; break;
-    case I32: *(int32_t *)p = finite(v) ? (int32_t)(int64_t)v : 0; break;
-    case U8: *(uint8_t *)p = finite(v) ? (uint8_t)(int64_t)v : 0; break;
-    default: *(uint8_t *)p = v != (T)0; break;
-    }
-}
 
 __device__ __forceinline__ int64_t ipow(int64_t a, int64_t b) {
     if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
@@ -184,14 +148,6 @@ __global__ void dense_f32_kernel(float *out, const float *x, const float *y, int
         float a = x[i], b = NARGS > 2 ? y[i] : a, o = reads_out ? out[i] : a;
         out[i] = apply<float>(op, o, a, b, 0.f, q);
     }
-}
-
-constexpr int THREADS = 256;
-
-unsigned grid_for(int64_t work) {
-    int64_t blocks = (work + THREADS - 1) / THREADS;
-    if (blocks > 65535 * 8) blocks = 65535 * 8; // grid-stride loops cover the rest
-    return (unsigned)(blocks < 1 ? 1 : blocks);
 }
 
 bool dense_f32(const crk_iter *it) {

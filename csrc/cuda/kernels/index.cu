@@ -12,31 +12,10 @@
 #include <cub/cub.cuh>
 #include <stdint.h>
 
+#include "common.cuh"
 #include "index.h"
 
 namespace {
-
-enum { F32 = 0, F64, F16, BF16, I64, I32, U8, BOOL };
-
-constexpr int THREADS = 256;
-
-unsigned grid_for(int64_t n) {
-    int64_t b = (n + THREADS - 1) / THREADS;
-    return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
-}
-
-#define GRID_STRIDE(i, n)                                                              \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);          \
-         i += (int64_t)gridDim.x * blockDim.x)
-
-size_t dtype_size(int dt) {
-    switch (dt) {
-    case F64: case I64: return 8;
-    case F32: case I32: return 4;
-    case F16: case BF16: return 2;
-    default: return 1;
-    }
-}
 
 // ---- index values ---------------------------------------------------------------------
 __device__ __forceinline__ int64_t index_at_offset(const crk_index &x, int64_t off) {
@@ -88,59 +67,7 @@ template <typename E> __global__ void gather_kernel(const crk_move m, int64_t n)
     }
 }
 
-// ---- the adds of the scatters, as core/dtype.c and ops/index.c's add_into do them ----
-__device__ __forceinline__ float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    uint32_t bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else {
-            exp = 127 - 15 + 1;
-            while (!(man & 0x400)) {
-                man <<= 1;
-                exp--;
-            }
-            man &= 0x3ff;
-            bits = sign | (exp << 23) | (man << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    return __uint_as_float(bits);
-}
-
-__device__ __forceinline__ uint16_t f32_to_f16(float f) {
-    uint32_t x = __float_as_uint(f);
-    uint32_t sign = (x >> 16) & 0x8000;
-    uint32_t absx = x & 0x7fffffffu;
-    if (absx >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
-    if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);
-    if (absx < 0x38800000u) {
-        if (absx < 0x33000000u) return (uint16_t)sign;
-        uint32_t e = absx >> 23, m = (absx & 0x7fffff) | 0x800000;
-        int shift = 126 - (int)e;
-        uint32_t half = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1))) half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t e = (absx >> 23) - 127 + 15, m = absx & 0x7fffff;
-    uint32_t h = (e << 10) | (m >> 13), rem = m & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-}
-
-__device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-
-__device__ __forceinline__ uint16_t f32_to_bf16(float f) {
-    uint32_t x = __float_as_uint(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
-    x += 0x7fff + ((x >> 16) & 1);
-    return (uint16_t)(x >> 16);
-}
-
+// ---- the adds of the scatters, as ops/index.c's add_into does them (halves: core/half.h) ----
 template <int DT> struct Sum;
 template <> struct Sum<F32> {
     typedef float T;
@@ -169,13 +96,13 @@ template <> struct Sum<BOOL> { // cr_store_f64(bool, a + b): nonzero is true
 template <> struct Sum<F16> { // the sum in f64, stored through f32 (cr_store_f64)
     typedef uint16_t T;
     static __device__ __forceinline__ T add(T a, T b) {
-        return f32_to_f16(__double2float_rn(__dadd_rn((double)f16_to_f32(a), (double)f16_to_f32(b))));
+        return cr_f32_to_f16(__double2float_rn(__dadd_rn((double)cr_f16_to_f32(a), (double)cr_f16_to_f32(b))));
     }
 };
 template <> struct Sum<BF16> {
     typedef uint16_t T;
     static __device__ __forceinline__ T add(T a, T b) {
-        return f32_to_bf16(__double2float_rn(__dadd_rn((double)bf16_to_f32(a), (double)bf16_to_f32(b))));
+        return cr_f32_to_bf16(__double2float_rn(__dadd_rn((double)cr_bf16_to_f32(a), (double)cr_bf16_to_f32(b))));
     }
 };
 

@@ -6,20 +6,10 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "common.cuh"
 #include "kernels.h"
 
 namespace {
-
-constexpr int THREADS = 256;
-
-unsigned grid_for(int64_t n) {
-    int64_t b = (n + THREADS - 1) / THREADS;
-    return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
-}
-
-#define GRID_STRIDE(i, n)                                                              \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);          \
-         i += (int64_t)gridDim.x * blockDim.x)
 
 template <typename T> __global__ void max_fwd(crk_pool g, const T *x, T *y, int64_t *ind) {
     GRID_STRIDE(i, g.planes * g.oh * g.ow) {

@@ -7,17 +7,15 @@
 // second kernel merges the slices' states. States merge associatively (max/min exactly,
 // since ties are broken by position), so the cut changes at most the last bits of a
 // statistic and never a max/min. Nothing uses atomics: results are the same from run to run.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "common.cuh"
 #include "reduce_dim.h"
 
 namespace {
 
-enum { F32 = 0, F64, F16, BF16, I64, I32, U8, BOOL }; // cr_dtype's order
 constexpr int BLOCK = 256;
 
 // The element types, the policies and the index arithmetic are host code too, so that they
@@ -39,13 +37,13 @@ struct LoadF64 {
 struct LoadF16 {
     using T = unsigned short;
     using Key = float;
-    static __host__ __device__ Key key(T v) { return __half2float(__ushort_as_half(v)); }
+    static __host__ __device__ Key key(T v) { return cr_f16_to_f32(v); }
     static __host__ __device__ double f64(T v) { return key(v); }
 };
 struct LoadBF16 {
     using T = unsigned short;
     using Key = float;
-    static __host__ __device__ Key key(T v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
+    static __host__ __device__ Key key(T v) { return cr_bf16_to_f32(v); }
     static __host__ __device__ double f64(T v) { return key(v); }
 };
 struct LoadI64 {
@@ -91,8 +89,8 @@ __host__ __device__ __forceinline__ void store_f64(char *out, int dt, int64_t k,
     switch (dt) {
     case F32: ((float *)out)[k] = (float)v; break;
     case F64: ((double *)out)[k] = v; break;
-    case F16: ((__half *)out)[k] = __float2half_rn((float)v); break;
-    default: ((__nv_bfloat16 *)out)[k] = __float2bfloat16_rn((float)v); break;
+    case F16: ((uint16_t *)out)[k] = cr_f32_to_f16((float)v); break;
+    default: ((uint16_t *)out)[k] = cr_f32_to_bf16((float)v); break;
     }
 }
 

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "common.cuh"
 #include "kernels.h"
 
 namespace {
@@ -71,17 +72,13 @@ __global__ void strided_kernel(const T *x, T *y, int64_t outer, int64_t C, int64
     }
 }
 
-unsigned blocks_for(int64_t threads_needed) {
-    int64_t b = (threads_needed + 255) / 256;
-    return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
-}
 
 template <typename T>
 cudaError_t run(const void *x, void *y, int64_t outer, int64_t C, int64_t inner, int is_log, cudaStream_t s) {
     if (inner == 1)
-        rows_kernel<T><<<blocks_for(outer * 32), 256, 0, s>>>((const T *)x, (T *)y, outer, C, is_log);
+        rows_kernel<T><<<grid_for(outer * 32), THREADS, 0, s>>>((const T *)x, (T *)y, outer, C, is_log);
     else
-        strided_kernel<T><<<blocks_for(outer * inner), 256, 0, s>>>((const T *)x, (T *)y, outer, C, inner,
+        strided_kernel<T><<<grid_for(outer * inner), THREADS, 0, s>>>((const T *)x, (T *)y, outer, C, inner,
                                                                     is_log);
     return cudaGetLastError();
 }

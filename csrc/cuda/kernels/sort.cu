@@ -7,35 +7,12 @@
 // equal keys, so every row ends up sorted by (key, position), exactly as the CPU's merge
 // sort and heap selection order it. topk writes the first k of each sorted row.
 #include <cub/cub.cuh>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "common.cuh"
 #include "sort.h"
 
 namespace {
-
-enum { F32 = 0, F64, F16, BF16, I64, I32, U8, BOOL };
-
-constexpr int THREADS = 256;
-
-unsigned grid_for(int64_t n) {
-    int64_t b = (n + THREADS - 1) / THREADS;
-    return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
-}
-
-#define GRID_STRIDE(i, n)                                                              \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);          \
-         i += (int64_t)gridDim.x * blockDim.x)
-
-size_t dtype_size(int dt) {
-    switch (dt) {
-    case F64: case I64: return 8;
-    case F32: case I32: return 4;
-    case F16: case BF16: return 2;
-    default: return 1;
-    }
-}
 
 // Bits of a dtype's key: its unsigned order is the value order.
 int key_bits(int dt) {
@@ -64,8 +41,8 @@ __device__ __forceinline__ uint64_t key_of(const char *in, int64_t off, int dt) 
     switch (dt) {
     case F32: return key_f32(((const float *)in)[off]);
     case F64: return key_f64(((const double *)in)[off]);
-    case F16: return key_f32(__half2float(((const __half *)in)[off]));
-    case BF16: return key_f32(__bfloat162float(((const __nv_bfloat16 *)in)[off]));
+    case F16: return key_f32(cr_f16_to_f32(((const uint16_t *)in)[off]));
+    case BF16: return key_f32(cr_bf16_to_f32(((const uint16_t *)in)[off]));
     case I64: return (uint64_t)((const int64_t *)in)[off] ^ (1ull << 63);
     case I32: return (uint32_t)((const int32_t *)in)[off] ^ 0x80000000u;
     case U8: return ((const uint8_t *)in)[off];

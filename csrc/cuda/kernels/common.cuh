@@ -1,0 +1,74 @@
+// common.cuh — what crescent's CUDA kernels share (included by the .cu files only): the
+// dtype codes in cr_dtype's order, the launch shape of grid-stride kernels, element sizes,
+// and loads/stores of any dtype with the cpu's conversions (core/dtype.c's cr_load_f64 and
+// cr_store_f64, core/half.h's f16/bf16 rounding), so GPU results keep the cpu's bits.
+#ifndef CR_CUDA_KERNELS_COMMON_CUH
+#define CR_CUDA_KERNELS_COMMON_CUH
+
+#include <stdint.h>
+
+#include "half.h"
+
+namespace {
+
+enum { F32 = 0, F64, F16, BF16, I64, I32, U8, BOOL }; // checked against crescent.h in elementwise.c
+
+constexpr int THREADS = 256;
+
+// Blocks for a grid-stride kernel over `work` items: at most 65535 * 8, the loops cover the rest.
+inline unsigned grid_for(int64_t work, int threads = THREADS) {
+    int64_t b = (work + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
+}
+
+#define GRID_STRIDE(i, n)                                                              \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);          \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+__host__ __device__ inline int dtype_size(int dt) {
+    switch (dt) {
+    case F64: case I64: return 8;
+    case F32: case I32: return 4;
+    case F16: case BF16: return 2;
+    default: return 1;
+    }
+}
+
+// The element at p as T (cr_load_f64's conversions).
+template <typename T> __device__ __forceinline__ T load(const char *p, int dt) {
+    switch (dt) {
+    case F32: return (T) * (const float *)p;
+    case F64: return (T) * (const double *)p;
+    case F16: return (T)cr_f16_to_f32(*(const uint16_t *)p);
+    case BF16: return (T)cr_bf16_to_f32(*(const uint16_t *)p);
+    case I64: return (T) * (const int64_t *)p;
+    case I32: return (T) * (const int32_t *)p;
+    case U8: return (T) * (const uint8_t *)p;
+    default: return (T)(*(const uint8_t *)p != 0);
+    }
+}
+
+template <typename T> __device__ __forceinline__ bool finite(T v) {
+    if constexpr (sizeof(T) == 8 && (T)0.5 != 0) return isfinite((double)v);
+    else if constexpr ((T)0.5 != 0) return isfinite((float)v);
+    else return true;
+}
+
+// v stored at p in dtype dt (cr_store_f64's conversions: halves through f32, non-finite
+// floats to 0 in integers, nonzero to true).
+template <typename T> __device__ __forceinline__ void store(char *p, int dt, T v) {
+    switch (dt) {
+    case F32: *(float *)p = (float)v; break;
+    case F64: *(double *)p = (double)v; break;
+    case F16: *(uint16_t *)p = cr_f32_to_f16((float)v); break;
+    case BF16: *(uint16_t *)p = cr_f32_to_bf16((float)v); break;
+    case I64: *(int64_t *)p = finite(v) ? (int64_t)v : 0; break;
+    case I32: *(int32_t *)p = finite(v) ? (int32_t)(int64_t)v : 0; break;
+    case U8: *(uint8_t *)p = finite(v) ? (uint8_t)(int64_t)v : 0; break;
+    default: *(uint8_t *)p = v != (T)0; break;
+    }
+}
+
+} // namespace
+
+#endif

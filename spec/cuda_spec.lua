@@ -43,10 +43,7 @@ describe('cuda tensors', function()
     it('runs on a CUDA GPU', function() pending(missing) end)
     return
   end
-  local function close(gpu, cpu, atol, rtol, msg)
-    assert.is_true(gpu.is_cuda, msg)
-    H.assert_close(gpu:cpu():double(), cpu:double(), atol, rtol, msg)
-  end
+  local function close(gpu, cpu, atol, rtol, msg) H.assert_near('cuda', gpu, cpu, { atol, rtol }, msg) end
   local tol = { f32 = { 1e-5, 1e-5 }, f64 = { 1e-12, 1e-12 }, f16 = { 2e-3, 2e-3 }, bf16 = { 1e-2, 1e-2 } }
 
   it('moves every dtype there and back unchanged, strided views as row-major copies', function()
@@ -193,10 +190,7 @@ describe('cuda tensors', function()
   end)
 
   -- f(dev) -> list of tensors (outputs, then grads); every one compared with the cpu's
-  local function same_on_both(f, atol, rtol, what)
-    local want, got = f('cpu'), f('cuda')
-    for i = 1, #want do close(got[i], want[i], atol, rtol, what .. ' #' .. i) end
-  end
+  local function same_on_both(f, atol, rtol, what) H.same_on_devices('cuda', what, f, { atol, rtol }) end
 
   it('convolves through cuDNN as the cpu does: values and every grad, strides, groups, dtypes', function()
     local cases = {

@@ -162,6 +162,10 @@ describe('the step loop', function()
   it("takes the model's device for its batches, and refuses another one naming both", function()
     local model = cr.nn.Linear(3, 2)
     assert.are.equal('cpu', model:device())
+    -- a move to where the model already is keeps its tensors, so an optimizer built before still holds them
+    local w = model.weight
+    model:to('cpu'):to('f32')
+    assert.is_true(rawequal(w, model.weight))
     assert.are.equal('cpu', cr.nn.ReLU():device())   -- no tensors: the cpu
     local task = Task { model = model, train_loader = fake_loader(1) }
     assert.are.equal('cpu', task.device)

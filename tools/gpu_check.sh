@@ -7,16 +7,18 @@
 #       carry = [".gpu", "build/libcrescent.so", "build/libcrescent_cuda.so",
 #                "build/crescent_cdef.h", "build/crescent_loop.so"])
 # Args: "specs" or "bench" to run only one part.
-set -u
+set -u -o pipefail
 cd "$(dirname "$0")/.."
 source .gpu/setup.sh
 out=${OUT:-/tmp/gpu_check}
 mkdir -p "$out"
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+status=0
 export CRESCENT_TORCH_PYTHON=${CRESCENT_TORCH_PYTHON:-python3}
 if [ "${1:-all}" != bench ]; then
-  $BUSTED -o utfTerminal spec/cuda_*spec.lua 2>&1 | tee "$out/cuda_spec.txt" | tail -40
+  $BUSTED -o utfTerminal spec/cuda_*spec.lua 2>&1 | tee "$out/cuda_spec.txt" | tail -40 || status=1
 fi
 if [ "${1:-all}" != specs ]; then
-  luajit bench/gpu_swav.lua 2>&1 | tee "$out/gpu_swav.txt"
+  luajit bench/gpu_swav.lua 2>&1 | tee "$out/gpu_swav.txt" || status=1
 fi
+exit $status

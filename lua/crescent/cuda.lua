@@ -69,8 +69,8 @@ end
 
 -- The device a run uses for train.device (auto | cpu | cuda | cuda:N), and the line to
 -- print about the choice (nil for an explicit cpu). An unusable cuda is an error that
--- says why. The recipes need every op on the device, so while the CUDA backend lacks
--- kernels, auto stays on the cpu and an explicit cuda names what is missing.
+-- says why. The recipes need every op on the device: should the backend lack a kernel
+-- (a build older than its ops), auto stays on the cpu and an explicit cuda names it.
 function M.resolve(device)
   if device == 'cpu' then return 'cpu', nil end
   local _, index = util.parse_device(device)

@@ -121,6 +121,13 @@ end
 
 local function feature(features, name) return features:match(name .. '=1') ~= nil end
 
+-- 'major.minor' of the CUDA version the build targets (13000 -> '13.0')
+local function cuda_version()
+  local v = tonumber(C.cr_cuda_built_version())
+  if v <= 0 then return 'unknown' end
+  return string.format('%d.%d', math.floor(v / 1000), math.floor(v % 1000 / 10))
+end
+
 -- ---- the report -------------------------------------------------------------------------------------------
 -- report() -> {crescent, git = {commit, branch} | nil, luajit, onednn, cuda, cudnn, nccl,
 --              features, threads, cpu, cores, memory_bytes, os, hostname,
@@ -136,10 +143,10 @@ function M.report()
     git = M.git(),
     luajit = jit.version,
     onednn = feature(features, 'onednn') and (c_string('cr_dnnl_version') or 'unknown') or ABSENT,
-    -- the GPU backend (issue 6) answers through cr_cuda_version / cr_cudnn_version / cr_nccl_version
-    cuda = cuda and (c_string('cr_cuda_version') or 'unknown') or ABSENT,
-    cudnn = cuda and (c_string('cr_cudnn_version') or ABSENT) or ABSENT,
-    nccl = cuda and (c_string('cr_nccl_version') or ABSENT) or ABSENT,
+    -- the CUDA toolkit the build targets; cuDNN and NCCL have no version getter yet
+    cuda = cuda and cuda_version() or ABSENT,
+    cudnn = cuda and 'unknown' or ABSENT,
+    nccl = cuda and 'unknown' or ABSENT,
     features = features,
     threads = tonumber(C.cr_get_num_threads()),
     cpu = cpu,

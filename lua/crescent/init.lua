@@ -97,8 +97,8 @@ setmetatable(cr, { __index = function(t, k)
     rawset(t, k, mod)
     return mod
   end
-  if k == 'train' then
-    local f = load_lazy('engine').train
+  if k == 'train' then -- cr.engine's own, so a Task and cr.train come from one module
+    local f = t.engine.train
     rawset(t, k, f)
     return f
   end

@@ -51,8 +51,7 @@ function M.standard(task, batch)
       task.storage:put_scalar('amp_skipped_steps', scaler.skipped_steps)
       io.stderr:write(string.format('step %d: f16 grads hold inf/nan; step skipped, loss scale %g -> %g\n',
         task.iteration, before, after))
-      opt:zero_grad()
-      return
+      return -- unscale has zeroed the grads
     end
     if scaler then
       scaler:update()

@@ -290,11 +290,13 @@ end
 -- buffers (a method's queue) moves them in its own extra_to(what). Build the optimizer
 -- after moving: the moved parameters are new tensors, as in PyTorch.
 function Module:to(what)
-  local device = util.parse_device(what) ~= nil
-  if not device then util.dtype(what) end
+  local device = util.parse_device(what) ~= nil and util.device_string(what)
+  local dtype = not device and util.dtype_name(util.dtype(what))
   local moved = {}
   local function convert(t, is_param)
     if not is_tensor(t) or (not device and not t:is_floating_point()) then return t end
+    -- already there: the same tensor, so an optimizer built before still holds it
+    if t.device == device or t.dtype == dtype then return t end
     if moved[t] == nil then
       local c = t:detach():to(what)
       if is_param then c = c:requires_grad_(t.requires_grad) end

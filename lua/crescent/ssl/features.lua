@@ -44,7 +44,7 @@ function M.extract(trunk, ds, opts)
   local ok, err = pcall(cr.no_grad, function()
     for batch in loader:iter(0) do
       local x = batch.input
-      local f = forward(x.device == device and x or x:to(device, { non_blocking = true }))
+      local f = forward(x.device == device and x or x:to(device))
       if not cr.is_tensor(f) or f.ndim ~= 2 or f.shape[1] ~= #batch.index then
         error(string.format('extract_features: the network must return features [B, D] for a batch of %d, got %s',
           #batch.index, cr.is_tensor(f) and ('[' .. table.concat(f.shape, ', ') .. ']') or type(f)), 0)

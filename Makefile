@@ -44,7 +44,7 @@ LDLIBS += -ldnnl
 endif
 # the toolkit's headers tell csrc/core/cuda_probe.c which CUDA version the build targets
 ifeq ($(HAVE_NVCC),1)
-CFLAGS += -DCR_HAVE_CUDA -DCR_CUDA_HEADERS -I$(CUDA_HOME)/include
+CFLAGS += -DCR_HAVE_CUDA -I$(CUDA_HOME)/include
 endif
 LDLIBS += -ldl
 
@@ -57,22 +57,23 @@ HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/ops/
 .PHONY: all deps pydeps test bench clean probes lint run FORCE
 LOOP_SRCS := $(wildcard csrc/loop/*.c)
 # The CUDA backend is a library of its own, opened at run time by core/cuda_loader.c: built
-# when nvcc is present, and libcrescent.so never needs a CUDA library to load.
-CUDA_LIB := $(if $(HAVE_NVCC),$(BUILD)/libcrescent_cuda.so)
+# when nvcc and cuDNN are present, and libcrescent.so never needs a CUDA library to load.
+CUDA_LIB := $(if $(and $(HAVE_NVCC),$(HAVE_CUDNN)),$(BUILD)/libcrescent_cuda.so)
 all: probes $(BUILD)/libcrescent.so $(BUILD)/crescent_cdef.h $(if $(LOOP_SRCS),$(BUILD)/crescent_loop.so) $(CUDA_LIB)
 
 probes:
 	@echo "crescent features:"
 	@echo "  $(if $(HAVE_DNNL),✓,✗) oneDNN (libdnnl-dev)"
-	@echo "  $(if $(HAVE_NVCC),✓,✗) CUDA (nvcc at $(CUDA_HOME): build/libcrescent_cuda.so for $(CUDA_ARCHS))"
-	@echo "  $(if $(HAVE_CUDNN),✓,✗) cuDNN"
+	@echo "  $(if $(HAVE_NVCC),✓,✗) CUDA (nvcc at $(CUDA_HOME))"
+	@echo "  $(if $(HAVE_CUDNN),✓,✗) cuDNN (CUDNN_HOME=$(CUDNN_HOME))"
+	@echo "  $(if $(CUDA_LIB),✓ GPU backend build/libcrescent_cuda.so for $(CUDA_ARCHS),✗ GPU backend: needs nvcc and cuDNN)"
 	@echo "  $(if $(HAVE_NCCL),✓,✗) NCCL"
 	@echo "  $(if $(HAVE_MPI),✓,✗) MPI (mpicc)"
 
 # Objects depend on the flags too, so a build that gains oneDNN (or loses it) recompiles.
 $(BUILD)/flags: FORCE
 	@mkdir -p $(BUILD)
-	@echo '$(CFLAGS) $(LDLIBS)' | cmp -s - $@ || echo '$(CFLAGS) $(LDLIBS)' > $@
+	@echo '$(CFLAGS) $(LDLIBS) $(NVCCFLAGS)' | cmp -s - $@ || echo '$(CFLAGS) $(LDLIBS) $(NVCCFLAGS)' > $@
 
 $(BUILD)/obj/%.o: csrc/%.c $(HDRS) $(BUILD)/flags
 	@mkdir -p $(dir $@)
@@ -86,21 +87,24 @@ $(BUILD)/libcrescent.so: $(OBJS) $(BUILD)/flags
 # ---- the CUDA backend: C glue (csrc/cuda/*.c) and kernels (csrc/cuda/kernels/*.cu) for
 # sm_80 (A100) and sm_90 (H100/H200), plus PTX for newer GPUs to compile at load time.
 # cudart is linked statically; cuBLAS comes from CUDA_HOME or LD_LIBRARY_PATH at run time.
-CUDA_ARCHS := sm_80 sm_90
+CUDA_ARCHS ?= sm_80 sm_90
 NVCC := $(CUDA_HOME)/bin/nvcc
-NVCCFLAGS := -O3 -std=c++17 -Xcompiler -fPIC -Icsrc/include -Icsrc/core -Icsrc/cuda/kernels \
-             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-             -gencode arch=compute_90,code=compute_90
+CUDNN_INC := $(dir $(HAVE_CUDNN))
+# machine code for each of CUDA_ARCHS, and PTX of the last one
+GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a:sm_%=%),code=$(a)) \
+           -gencode arch=compute_$(lastword $(CUDA_ARCHS:sm_%=%)),code=compute_$(lastword $(CUDA_ARCHS:sm_%=%))
+NVCCFLAGS := -O3 -std=c++17 -Xcompiler -fPIC -Icsrc/include -Icsrc/core -Icsrc/cuda/kernels $(GENCODE)
 CUDA_C_SRCS := $(wildcard csrc/cuda/*.c)
 CUDA_CU_SRCS := $(wildcard csrc/cuda/kernels/*.cu)
 CUDA_OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(CUDA_C_SRCS)) \
              $(patsubst csrc/%.cu,$(BUILD)/obj/%.o,$(CUDA_CU_SRCS))
-CUDA_HDRS := $(wildcard csrc/cuda/*.h csrc/cuda/kernels/*.h) csrc/core/gpu_chunks.h
+CUDA_HDRS := $(wildcard csrc/cuda/*.h csrc/cuda/kernels/*.h csrc/cuda/kernels/*.cuh) csrc/core/gpu_chunks.h \
+             csrc/core/half.h csrc/core/rng.h
 
 $(BUILD)/obj/cuda/%.o: csrc/cuda/%.c $(HDRS) $(CUDA_HDRS) $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	@echo "  CC $<"
-	@$(CC) $(CFLAGS) -Icsrc/cuda -c $< -o $@
+	@$(CC) $(CFLAGS) -Icsrc/cuda -I$(CUDNN_INC) -c $< -o $@
 
 $(BUILD)/obj/cuda/kernels/%.o: csrc/cuda/kernels/%.cu $(CUDA_HDRS) $(BUILD)/flags
 	@mkdir -p $(dir $@)
@@ -112,7 +116,7 @@ $(BUILD)/obj/cuda/kernels/random.o: NVCCFLAGS += -fmad=false
 
 $(BUILD)/libcrescent_cuda.so: $(CUDA_OBJS) $(BUILD)/libcrescent.so
 	@echo "  LD $@"
-	@$(CC) -shared -o $@.tmp $(CUDA_OBJS) -L$(BUILD) -lcrescent -L$(CUDA_HOME)/lib64 \
+	@$(CC) -shared -o $@.tmp $(CUDA_OBJS) -L$(BUILD) -lcrescent -L$(CUDA_HOME)/lib64 -L$(CUDNN_HOME)/lib64 \
 	  -lcudnn -lcublas -lcudart_static -lrt -ldl -lpthread -lstdc++ -lm \
 	  -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-z,defs && mv -f $@.tmp $@
 

@@ -12,7 +12,7 @@
 #include "gpu_chunks.h"
 #include "internal.h"
 
-enum { CR_CUDA_BACKEND_ABI = 1 };
+enum { CR_CUDA_BACKEND_ABI = 2 };
 
 typedef struct cr_cuda_backend {
     int abi; /* CR_CUDA_BACKEND_ABI of the backend's build; must equal the core's */
@@ -24,9 +24,9 @@ typedef struct cr_cuda_backend {
     cr_status (*alloc)(int device, size_t bytes, void **ptr);
     void (*release)(int device, void *ptr, size_t bytes);
     /* Page-locked host memory (the only source from which host-to-device copies can run
-     * asynchronously). */
+     * asynchronously), cached by size class; release takes the bytes that were asked. */
     cr_status (*host_alloc)(size_t bytes, void **ptr);
-    void (*host_release)(void *ptr);
+    void (*host_release)(void *ptr, size_t bytes);
     /* Copies bytes; a device of -1 means the host. Device-to-host copies wait for the
      * data. A host-to-device copy from pinned memory with non_blocking runs on the copy
      * stream, and the compute stream waits for it before its next kernel. */

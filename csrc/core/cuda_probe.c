@@ -6,7 +6,7 @@
 
 #include "internal.h"
 
-#ifdef CR_CUDA_HEADERS
+#ifdef CR_HAVE_CUDA
 #include <cuda.h> /* CUDA_VERSION: the toolkit this build was compiled against */
 #define CR_BUILT_CUDA_VERSION CUDA_VERSION
 #else

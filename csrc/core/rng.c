@@ -25,6 +25,10 @@ cr_philox_stream cr_rng_reserve(int64_t nwords) {
     return s;
 }
 
+void cr_rng_give_back(cr_philox_stream s) {
+    if (s.seed == rng_seed && s.counter <= rng_offset) rng_offset = s.counter;
+}
+
 uint32_t cr_philox_word(cr_philox_stream s, int64_t i) {
     uint32_t w[4];
     cr_philox_block(s.seed, s.counter + (uint64_t)(i / 4), w);

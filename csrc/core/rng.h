@@ -48,6 +48,10 @@ typedef struct {
 
 /* Reserves nwords 32-bit words (rounded up to whole counters) from the global stream. */
 cr_philox_stream cr_rng_reserve(int64_t nwords);
+/* Gives back the newest reservation, made by an op that then failed: the draws after a
+ * failed call are those of a run without it, whether the failure came before the
+ * reservation (a cpu check) or after (a GPU kernel's check, out of memory). */
+void cr_rng_give_back(cr_philox_stream s);
 /* Word i of a reservation. */
 uint32_t cr_philox_word(cr_philox_stream s, int64_t i);
 /* Words 4*b0 .. 4*(b0+nblocks)-1 of a reservation into out[4*nblocks]: out[4k+j] is word

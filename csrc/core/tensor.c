@@ -70,7 +70,7 @@ static cr_status storage_new_cuda(cr_storage **out, size_t alloc, cr_device dev,
     st = pinned ? be->host_alloc(alloc, &data) : be->alloc(dev.index, alloc, &data);
     if (st) return st;
     if ((st = storage_header(out, data, alloc, dev))) {
-        if (pinned) be->host_release(data);
+        if (pinned) be->host_release(data, alloc);
         else be->release(dev.index, data, alloc);
         return st;
     }
@@ -119,7 +119,7 @@ static void storage_release(cr_storage *s) {
     if (s->device != CR_DEV_CPU || s->pinned) {
         const cr_cuda_backend *be = cr_cuda_backend_get(); /* loaded: it made the storage */
         CR_ASSERT(be);
-        if (s->pinned) be->host_release(s->data);
+        if (s->pinned) be->host_release(s->data, s->nbytes);
         else be->release(s->device_index, s->data, s->nbytes);
         free(s);
         return;

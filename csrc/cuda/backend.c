@@ -166,13 +166,12 @@ static cr_status synchronize(int device) {
 }
 
 /* ---- pinned host memory ----
- * cudaHostAlloc page-locks and maps every page, which costs milliseconds for a batch, so
- * pinned blocks are cached: a request is rounded to its size class (cr_host_alloc_size:
- * eight classes per power of two) and a released block goes back to a free list for its
- * exact size. A block may still be the source of a copy in flight when its storage dies,
- * so it is reusable only once an event recorded on every copy stream at release has
- * passed. At most PINNED_CACHE_MAX bytes stay cached; a failed cudaHostAlloc empties the
- * cache and retries once. Everything below runs under pinned_lock. */
+ * cudaHostAlloc page-locks and maps every page, so pinned blocks are cached: a request is
+ * rounded to its size class (cr_host_alloc_size: eight classes per power of two) and a
+ * released block goes back to a free list for that size. A block may still be the source
+ * of a copy in flight when its storage dies, so it is reusable only once an event recorded
+ * on every copy stream at release has passed. At most PINNED_CACHE_MAX bytes stay cached;
+ * a failed cudaHostAlloc empties the cache and retries once. Lists under pinned_lock. */
 enum { PINNED_CACHE_MAX = 1 << 30 };
 typedef struct deferred {
     void *ptr;
@@ -181,48 +180,19 @@ typedef struct deferred {
     int n;
     struct deferred *next;
 } deferred;
-typedef struct pinned_block {
-    void *ptr;
-    size_t size;
-    struct pinned_block *next;
-} pinned_block;
-static deferred *pending;         /* released, maybe still read by a copy */
-static pinned_block *pinned_free; /* reusable, newest first */
-static size_t pinned_free_bytes;
-static pinned_block *pinned_live; /* handed out: their sizes, for release */
+static deferred *pending; /* released, maybe still read by a copy */
+static deferred *cached;  /* reusable (their events destroyed), newest first */
+static size_t cached_bytes;
 static pthread_mutex_t pinned_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Unlinks and returns the block of `list` holding ptr (or of size `size` when ptr is NULL). */
-static pinned_block *take_block(pinned_block **list, const void *ptr, size_t size) {
-    for (pinned_block **pp = list; *pp; pp = &(*pp)->next) {
-        pinned_block *b = *pp;
-        if (ptr ? b->ptr == ptr : b->size == size) {
-            *pp = b->next;
-            return b;
-        }
-    }
-    return NULL;
-}
-
-static void cache_block(pinned_block *b) {
-    if (pinned_free_bytes + b->size > PINNED_CACHE_MAX) {
-        cudaFreeHost(b->ptr);
-        free(b);
-        return;
-    }
-    b->next = pinned_free;
-    pinned_free = b;
-    pinned_free_bytes += b->size;
-}
-
 static void free_cached_pinned(void) {
-    while (pinned_free) {
-        pinned_block *b = pinned_free;
-        pinned_free = b->next;
-        cudaFreeHost(b->ptr);
-        free(b);
+    while (cached) {
+        deferred *p = cached;
+        cached = p->next;
+        cudaFreeHost(p->ptr);
+        free(p);
     }
-    pinned_free_bytes = 0;
+    cached_bytes = 0;
 }
 
 /* Released blocks whose copies have passed go to the cache (`wait`: wait for all). */
@@ -241,31 +211,32 @@ static void reap_pinned(bool wait) {
             continue;
         }
         for (int k = 0; k < p->n; k++) cudaEventDestroy(p->done[k]);
-        pinned_block *b = malloc(sizeof *b);
-        if (b) {
-            b->ptr = p->ptr;
-            b->size = p->size;
-            cache_block(b);
-        } else {
-            cudaFreeHost(p->ptr);
-        }
+        p->n = 0;
         *pp = p->next;
-        free(p);
+        if (cached_bytes + p->size > PINNED_CACHE_MAX) {
+            cudaFreeHost(p->ptr);
+            free(p);
+        } else {
+            p->next = cached;
+            cached = p;
+            cached_bytes += p->size;
+        }
     }
 }
 
 static cr_status host_alloc(size_t bytes, void **ptr) {
     size_t size = cr_host_alloc_size(bytes);
-    pinned_block *b = malloc(sizeof *b);
-    if (!b) return cr_fail(CR_ERR_OOM, "pin_memory: out of host memory for a block record");
+    cudaError_t err = cudaSuccess;
     pthread_mutex_lock(&pinned_lock);
     reap_pinned(false);
-    pinned_block *cached = take_block(&pinned_free, NULL, size);
-    cudaError_t err = cudaSuccess;
-    if (cached) {
-        pinned_free_bytes -= size;
-        *ptr = cached->ptr;
-        free(cached);
+    deferred **pp = &cached;
+    while (*pp && (*pp)->size != size) pp = &(*pp)->next;
+    if (*pp) {
+        deferred *hit = *pp;
+        *pp = hit->next;
+        cached_bytes -= size;
+        *ptr = hit->ptr;
+        free(hit);
     } else {
         err = cudaHostAlloc(ptr, size, cudaHostAllocPortable);
         if (err == cudaErrorMemoryAllocation) {
@@ -275,15 +246,7 @@ static cr_status host_alloc(size_t bytes, void **ptr) {
             err = cudaHostAlloc(ptr, size, cudaHostAllocPortable);
         }
     }
-    if (err == cudaSuccess) {
-        b->ptr = *ptr;
-        b->size = size;
-        b->next = pinned_live;
-        pinned_live = b;
-        b = NULL;
-    }
     pthread_mutex_unlock(&pinned_lock);
-    free(b);
     if (err == cudaErrorMemoryAllocation) {
         cudaGetLastError();
         return cr_fail(CR_ERR_OOM, "pin_memory: could not page-lock %zu bytes of host memory; "
@@ -292,11 +255,20 @@ static cr_status host_alloc(size_t bytes, void **ptr) {
     return cr_gpu_check(err, "pin_memory");
 }
 
-static void host_release(void *ptr) {
-    deferred *p = calloc(1, sizeof *p);
-    CR_ASSERT(p);
-    p->ptr = ptr;
+static void host_release(void *ptr, size_t bytes) {
     int saved = current_device;
+    deferred *p = calloc(1, sizeof *p);
+    if (!p) { /* no record to defer with: wait for the copies, then free */
+        for (int d = 0; d < device_count; d++)
+            if (__atomic_load_n(&devices[d].ready, __ATOMIC_ACQUIRE) && !cr_gpu_enter(d))
+                cudaStreamSynchronize(devices[d].copy);
+        if (saved >= 0) cr_gpu_enter(saved);
+        cudaFreeHost(ptr);
+        cudaGetLastError();
+        return;
+    }
+    p->ptr = ptr;
+    p->size = cr_host_alloc_size(bytes);
     for (int d = 0; d < device_count; d++) {
         if (!__atomic_load_n(&devices[d].ready, __ATOMIC_ACQUIRE) || cr_gpu_enter(d)) continue;
         if (cudaEventCreateWithFlags(&p->done[p->n], cudaEventDisableTiming) != cudaSuccess) break;
@@ -306,24 +278,25 @@ static void host_release(void *ptr) {
     if (saved >= 0) cr_gpu_enter(saved);
     cudaGetLastError();
     pthread_mutex_lock(&pinned_lock);
-    pinned_block *live = take_block(&pinned_live, ptr, 0);
-    CR_ASSERT(live);
-    p->size = live->size;
-    free(live);
     p->next = pending;
     pending = p;
     reap_pinned(false);
     pthread_mutex_unlock(&pinned_lock);
 }
 
-/* A host list copied into a block of the caching allocator, on the compute stream (the
- * driver stages pageable memory before cudaMemcpyAsync returns). */
+/* A host list copied into a block of the caching allocator. An asynchronous copy from
+ * pageable memory may return before the driver has read it, so the list goes through a
+ * cached pinned block on the copy stream (ordered both ways with the compute stream), and
+ * the block is reused only once that copy has passed. */
 static cr_status upload(int device, const void *host, size_t bytes, void **dev) {
-    cr_status st = cr_gpu_alloc(device, bytes, dev);
+    void *staging = NULL;
+    cr_status st = host_alloc(bytes, &staging);
     if (st) return st;
-    st = cr_gpu_check(cudaMemcpyAsync(*dev, host, bytes, cudaMemcpyHostToDevice,
-                                      devices[device].compute), "uploading a work list");
-    if (st) cr_gpu_release(device, *dev, bytes);
+    memcpy(staging, host, bytes);
+    if (!(st = cr_gpu_alloc(device, bytes, dev)) &&
+        (st = copy_async_h2d(*dev, device, staging, bytes)))
+        cr_gpu_release(device, *dev, bytes);
+    host_release(staging, bytes);
     return st;
 }
 

@@ -7,8 +7,9 @@
  * convolutions (CRESCENT_CUDA_TF32=0 turns that off); f64 runs in f64.
  *
  * The algorithms come from cuDNN's heuristics (cudnnGet*_v7) and are cached per problem
- * shape; with CRESCENT_CUDNN_BENCHMARK=1 they are timed instead (cudnnFind*Ex) on the
- * first call of each shape, and cr_cuda_set_deterministic keeps only algorithms that give
+ * shape; with CRESCENT_CUDNN_BENCHMARK=1 the forward algorithm is timed instead
+ * (cudnnFindConvolutionForwardAlgorithmEx) on the first call of each shape (the backward
+ * ones still come from the heuristics), and cr_cuda_set_deterministic keeps only algorithms that give
  * the same bits on every run. This uses cuDNN's legacy API, still shipped with cuDNN 9. */
 #include <cudnn.h>
 #include <pthread.h>
@@ -28,7 +29,7 @@ static cr_status check(cudnnStatus_t s, const char *what) {
                    "%d (%s)", what, (int)s, cudnnGetErrorString(s));
 }
 
-cr_status cr_gpu_cudnn(int device, cudnnHandle_t *out) {
+static cr_status cr_gpu_cudnn(int device, cudnnHandle_t *out) {
     cr_status st = CR_OK;
     pthread_mutex_lock(&lock);
     if (!handles[device]) {
@@ -40,7 +41,7 @@ cr_status cr_gpu_cudnn(int device, cudnnHandle_t *out) {
     return st;
 }
 
-cudnnDataType_t cr_gpu_cudnn_type(cr_dtype dt) {
+static cudnnDataType_t cr_gpu_cudnn_type(cr_dtype dt) {
     switch (dt) {
     case CR_DT_F64: return CUDNN_DATA_DOUBLE;
     case CR_DT_F16: return CUDNN_DATA_HALF;

@@ -71,7 +71,10 @@ static cr_status gpu_randperm(cr_call *c) {
     if (st) return st;
     cr_tensor *o = c->out[0];
     int64_t n = c->i[2];
-    if (n == 0) return CR_OK; /* n <= 2^31 - 1: the entry checked */
+    if (n > INT32_MAX)
+        return cr_fail(CR_ERR_ARG, "randperm: n = %lld is more than the GPU sort takes (2^31 - 1); "
+                       "draw it on the cpu and move it", (long long)n);
+    if (n == 0) return CR_OK;
     size_t bytes = crk_randperm_scratch(n);
     void *scratch;
     if ((st = cr_gpu_alloc(device, bytes, &scratch))) return st;

@@ -158,10 +158,10 @@ cr_status cr_tensor_detach(cr_tensor **out, cr_tensor *t);
 bool cr_grad_set_enabled(bool enabled);
 bool cr_grad_is_enabled(void);
 
-/* Autocast (mixed precision): while set to f16 or bf16, matrix products and convolutions
- * cast their f32 inputs to that dtype, and the precision-sensitive ops (softmax,
- * log_softmax, the losses, normalize, layer_norm, sum, mean, var, norm, logsumexp) cast
- * half inputs to f32. The casts are recorded, so grads reach f32 leaves in f32. CR_DT_F32
+/* Autocast (mixed precision): while set to f16 or bf16, matrix products (mm, bmm, addmm,
+ * linear) and convolutions cast their f32 inputs to that dtype, and the
+ * precision-sensitive ops (softmax, log_softmax, the losses, normalize, layer_norm, sum,
+ * mean) cast half inputs to f32. The casts are recorded, so grads reach f32 leaves in f32. CR_DT_F32
  * turns it off (the default). Returns the previous setting. Thread-local. */
 cr_dtype cr_autocast_set(cr_dtype dt);
 cr_dtype cr_autocast_get(void);

@@ -140,6 +140,7 @@ cr_status cr_op_dropout(cr_tensor **out, cr_tensor *x, double p, bool training) 
         st = cr_autograd_record(&c, 0, 2u);
     cr_tensor_free(xc);
     if (st) {
+        if (p < 1) cr_rng_give_back(s);
         cr_call_drop_outs(&c);
         return st;
     }

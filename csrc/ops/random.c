@@ -49,6 +49,7 @@ static void reserve_into(cr_call *c, int64_t nwords) {
 static cr_status random_finish(cr_tensor **out, cr_call *c) {
     cr_status st = cr_dispatch(c);
     if (st) {
+        cr_rng_give_back((cr_philox_stream){(uint64_t)c->i[0], (uint64_t)c->i[1]});
         cr_call_drop_outs(c);
         return st;
     }
@@ -333,9 +334,6 @@ cr_status cr_op_randperm(cr_tensor **out, int64_t n, cr_dtype dt, cr_devtype dev
     if (n > 0 && (double)(n - 1) > exact_int_max(dt))
         return cr_fail(CR_ERR_ARG, "randperm: n = %lld does not fit dtype %s (exact integers up "
                        "to %.0f); use i64", (long long)n, cr_dtype_name(dt), exact_int_max(dt));
-    if (dev == CR_DEV_CUDA && n > INT32_MAX) /* before the words are reserved */
-        return cr_fail(CR_ERR_ARG, "randperm: n = %lld is more than the GPU sort takes (2^31 - 1); "
-                       "draw it on the cpu and move it", (long long)n);
     cr_call c;
     if ((st = random_setup(&c, CR_OP_RANDPERM, 1, shape, dt, (cr_device){dev, dev_index}))) return st;
     c.i[2] = n;
@@ -404,14 +402,8 @@ cr_status cr_op_bernoulli(cr_tensor **out, cr_tensor *p) {
     }
     c.nin = 1;
     c.in[0] = pc;
-    /* a GPU finds a probability outside [0, 1] only in its kernel, after the reservation,
-     * where the cpu refused before reserving: a failed draw gives its words back, so the
-     * draws after it are the same on both devices */
-    uint64_t seed0, offset0;
-    cr_rng_get_state(&seed0, &offset0);
-    reserve_into(&c, c.out[0]->numel);
+    reserve_into(&c, c.out[0]->numel); /* on a GPU the kernel checks the range */
     st = random_finish(out, &c);
-    if (st) cr_rng_set_state(seed0, offset0);
     cr_tensor_free(pc);
     return st;
 }

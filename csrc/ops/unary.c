@@ -143,7 +143,8 @@ cr_status cr_copy_into(cr_tensor *dst, cr_tensor *src) {
     cr_call_init(&u, CR_OP_COPY_, 1, 1);
     u.in[0] = src;
     u.out[0] = dst;
-    return cr_tensor_on_cpu(dst) ? cr_cpu_copy_(&u) : cr_dispatch(&u);
+    /* both on the cpu: straight to the kernel; otherwise dispatch checks the devices */
+    return cr_tensor_on_cpu(dst) && cr_tensor_on_cpu(src) ? cr_cpu_copy_(&u) : cr_dispatch(&u);
 }
 
 static cr_status run_inplace(cr_op op, cr_tensor *dst, cr_tensor *src, double alpha) {

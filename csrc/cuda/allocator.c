@@ -23,14 +23,13 @@ typedef struct free_node {
 } free_node;
 
 typedef struct {
-    size_t bytes;
     free_node *head;
 } size_class;
 
 typedef struct {
     pthread_mutex_t lock;
-    size_class classes[MAX_CLASSES];
-    int nclasses;
+    size_class classes[MAX_CLASSES]; /* indexed by class_index */
+    bool used;                        /* an allocation was made: the device has a context */
     int64_t allocated, cached, peak, allocs, hits, mallocs, oom_retries;
 } pool;
 
@@ -48,26 +47,28 @@ static size_t class_bytes(size_t bytes) {
     return (bytes + step - 1) / step * step;
 }
 
-/* Under the pool's lock. */
-static size_class *class_for(pool *p, size_t bytes, bool create) {
-    for (int i = 0; i < p->nclasses; i++)
-        if (p->classes[i].bytes == bytes) return &p->classes[i];
-    if (!create || p->nclasses == MAX_CLASSES) return NULL;
-    size_class *c = &p->classes[p->nclasses++];
-    c->bytes = bytes;
-    c->head = NULL;
-    return c;
+/* The slot of a class size (a class_bytes result), computed rather than searched: 0..7
+ * for 512-byte steps up to 4 KiB, then eight per power of two (at most 423). */
+static int class_index(size_t cb) {
+    if (cb <= 4096) return (int)(cb / 512) - 1;
+    int top = 63 - __builtin_clzll(cb);
+    return 8 + (top - 12) * 8 + (int)((cb >> (top - 3)) & 7);
+}
+static size_t index_bytes(int i) {
+    if (i < 8) return (size_t)(i + 1) * 512;
+    int top = 12 + (i - 8) / 8;
+    return ((size_t)8 + (size_t)((i - 8) % 8)) << (top - 3);
 }
 
 /* Under the pool's lock, with `device` current: every cached block back to the driver. */
 static void release_cached(pool *p) {
-    for (int i = 0; i < p->nclasses; i++) {
+    for (int i = 0; i < MAX_CLASSES; i++) {
         size_class *c = &p->classes[i];
         while (c->head) {
             free_node *n = c->head;
             c->head = n->next;
             cudaFree(n->ptr);
-            p->cached -= (int64_t)c->bytes;
+            p->cached -= (int64_t)index_bytes(i);
             free(n);
         }
     }
@@ -87,9 +88,10 @@ cr_status cr_gpu_alloc(int device, size_t bytes, void **ptr) {
     size_t cb = class_bytes(bytes);
     pthread_mutex_lock(&p->lock);
     p->allocs++;
-    size_class *c = class_for(p, cb, true);
+    p->used = true;
+    size_class *c = &p->classes[class_index(cb)];
     void *got = NULL;
-    if (c && c->head) {
+    if (c->head) {
         free_node *n = c->head;
         c->head = n->next;
         got = n->ptr;
@@ -138,8 +140,8 @@ void cr_gpu_release(int device, void *ptr, size_t bytes) {
     free_node *n = malloc(sizeof *n);
     pthread_mutex_lock(&p->lock);
     p->allocated -= (int64_t)cb;
-    size_class *c = class_for(p, cb, true);
-    if (n && c) {
+    size_class *c = &p->classes[class_index(cb)];
+    if (n) {
         n->ptr = ptr;
         n->next = c->head;
         c->head = n;
@@ -147,7 +149,7 @@ void cr_gpu_release(int device, void *ptr, size_t bytes) {
         n = NULL;
     }
     pthread_mutex_unlock(&p->lock);
-    if (n || !c) { /* no room to cache it: give it back */
+    if (n) { /* no record to cache it with: give it back */
         free(n);
         if (!cr_gpu_enter(device)) cudaFree(ptr);
     }
@@ -182,7 +184,7 @@ void cr_gpu_reset_peak(int device) {
 void cr_gpu_empty_cache(void) {
     pthread_once(&pools_once, pools_init);
     for (int d = 0; d < cr_gpu_device_count(); d++) {
-        if (!pools[d].nclasses || cr_gpu_enter(d)) continue; /* never used: no context */
+        if (!pools[d].used || cr_gpu_enter(d)) continue; /* never used: no context */
         pthread_mutex_lock(&pools[d].lock);
         release_cached(&pools[d]);
         pthread_mutex_unlock(&pools[d].lock);

@@ -84,15 +84,10 @@ end
 local mem = cr.cuda.memory_stats(0)
 print(string.format('crescent %s: peak GPU memory %.2f GiB', cr.version, mem.peak_allocated_bytes / 2 ^ 30))
 
-local python = os.getenv('CRESCENT_TORCH_PYTHON') or 'python3'
-local p = io.popen(string.format('%s bench/gpu_swav_torch.py --batch %d --sup-batch %d --steps %d --warmup %d 2>&1',
-  python, args.batch, args.sup_batch, args.steps, args.warmup))
-local t = {}
-for line in p:lines() do
-  local ok, obj = pcall(cjson.decode, line)
-  if ok and type(obj) == 'table' and obj.value ~= nil then t[obj.bench] = obj.value else print('torch: ' .. line) end
-end
-p:close()
+-- the GPU machine's PyTorch (CRESCENT_TORCH_PYTHON), not Debian's CPU one
+local t = harness.run_twin('bench/gpu_swav_torch.py', cr.get_num_threads(),
+  string.format('--batch %d --sup-batch %d --steps %d --warmup %d', args.batch, args.sup_batch, args.steps, args.warmup),
+  os.getenv('CRESCENT_TORCH_PYTHON') or 'python3')
 
 local function ratio(a, b) return (a and b and b > 0) and a / b or nil end
 local function mfu(r, flops) return (r and flops and t.peak_bf16_flops) and r * flops / t.peak_bf16_flops or nil end

@@ -52,8 +52,6 @@ function H.threads()
   return n
 end
 
--- Runs /usr/bin/python3 <script> [args] on `threads`; returns {bench = value} from its
--- JSON lines (empty, with a printed reason, when the twin could not run).
 -- The script's key=N arguments over defaults given in order ({{'batch', 256}, ...}):
 -- returns {batch = 256, ...}; an unknown key or a non-integer is an error that prints the
 -- usage line.
@@ -103,8 +101,12 @@ function H.window_hook(warmup, steps, batch_size)
   end }, rates
 end
 
-function H.run_twin(script, threads, args)
-  local p = io.popen(string.format('CRESCENT_THREADS=%d /usr/bin/python3 %s %s 2>&1', threads, script, args or ''))
+-- Runs <python> <script> [args] on `threads` (python: /usr/bin/python3, Debian's CPU
+-- PyTorch, unless given); returns {bench = value} from its JSON lines (empty, with a
+-- printed reason, when the twin could not run).
+function H.run_twin(script, threads, args, python)
+  local p = io.popen(string.format('CRESCENT_THREADS=%d %s %s %s 2>&1', threads, python or '/usr/bin/python3', script,
+    args or ''))
   local figures, raw = {}, {}
   for line in p:lines() do
     raw[#raw + 1] = line

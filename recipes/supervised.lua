@@ -32,15 +32,10 @@ local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.r
   ['train.log_every'] = { type = 'integer', min = 1 },
 }) })
 
-local device_ok, device, device_line = pcall(cr.cuda.resolve, cfg.train.device)
-if not device_ok then error(device, 0) end
-if device_line then print(device_line) end
-if device ~= 'cpu' then cr.cuda.set_deterministic(cfg.train.deterministic) end
-if cfg.train.threads > 0 then cr.set_num_threads(cfg.train.threads) end
 if cfg.data.name ~= 'fashion_mnist' then
   error("data.name='" .. cfg.data.name .. "': this recipe trains on fashion_mnist only", 0)
 end
-cr.manual_seed(cfg.train.seed)
+local device = cr.engine.run.setup(cfg)
 
 -- data: normalised 28x28 grey images; data.limit keeps the first N of each split
 local limit = cfg.data.limit > 0 and cfg.data.limit or nil

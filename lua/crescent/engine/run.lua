@@ -13,6 +13,7 @@
 --   local defaults = cr.config.merge(cr.config.common(), cr.engine.run.defaults{best = 'test_top1'})
 --   local dir, env = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'supervised'))
 --   task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))   -- nil: checkpoint.save=false
+--   local device = cr.engine.run.setup(cfg)   -- first thing: device, threads, seed
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local ckpt = require 'crescent.engine.checkpoint'
@@ -41,6 +42,20 @@ function M.dir(cfg, default_name)
 end
 
 local exists = util.file_exists
+
+-- The run's device check (train.device, with one line about the choice, and
+-- train.deterministic on a GPU), thread count and seed: first thing a recipe does. Returns
+-- the device ('cpu' or 'cuda:N') the model goes to; an unusable device is an error that
+-- says why.
+function M.setup(cfg)
+  local ok, device, line = pcall(cr.cuda.resolve, cfg.train.device)
+  if not ok then error(device, 0) end
+  if line then print(line) end
+  if device ~= 'cpu' then cr.cuda.set_deterministic(cfg.train.deterministic) end
+  if cfg.train.threads > 0 then cr.set_num_threads(cfg.train.threads) end
+  cr.manual_seed(cfg.train.seed)
+  return device
+end
 
 -- Makes the run folder ready: with run.resume = false, an earlier run there (one with
 -- checkpoints) is moved aside first; then config.lua and env.txt (cr.env) are written.

@@ -68,17 +68,8 @@ function R.types(extra)
   }, cr.config.merge(cr.engine.run.types, extra or {}))
 end
 
--- The run's device check, thread count and seed: first thing a recipe does. Returns the
--- device ('cpu' or 'cuda:N') the model goes to.
-function R.setup(cfg)
-  local ok, device, line = pcall(cr.cuda.resolve, cfg.train.device)
-  if not ok then fail(device) end
-  if line then print(line) end
-  if device ~= 'cpu' then cr.cuda.set_deterministic(cfg.train.deterministic) end
-  if cfg.train.threads > 0 then cr.set_num_threads(cfg.train.threads) end
-  cr.manual_seed(cfg.train.seed)
-  return device
-end
+-- The run's device, thread count and seed (cr.engine.run.setup): first thing a recipe does.
+R.setup = cr.engine.run.setup
 
 -- ---- data ----------------------------------------------------------------------------
 -- The train and test data sets of cfg.data (test may be nil: no kNN monitor then).
@@ -283,8 +274,7 @@ end
 -- ---- the end of a run ----------------------------------------------------------------
 -- The run's folder: run.dir/<run.name or the method's name>.
 function R.run_dir(task)
-  local cfg = task.config
-  return cfg.run.dir .. '/' .. task.name
+  return cr.engine.run.dir(task.config, task.name)
 end
 
 -- After cr.train: the JSON last line (checkpoint: the newest one, where the checkpoint

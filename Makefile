@@ -5,6 +5,7 @@
 #   make run    the main recipe (recipes/swav.lua)
 #   make bench  benchmarks beside their PyTorch twins
 SHELL := /bin/bash
+, := ,
 BUILD := build
 CC ?= cc
 # ARCH: the build runs where it was built (CI, the GPU machine builds its own); override
@@ -22,7 +23,7 @@ LDLIBS := -lm -lz -lturbojpeg -lpng -lpthread -fopenmp -Wl,-z,defs -Wl,-z,nodele
 # Debian packages: what building and testing need, and what benchmarks add.
 # dataset-fashion-mnist: the data of recipes/supervised.lua (/usr/share/datasets/fashion-mnist).
 DEPS_TEST := luajit libluajit-5.1-dev lua-busted lua-check libdnnl-dev lua-cjson zlib1g-dev \
-             libturbojpeg0-dev libpng-dev dataset-fashion-mnist python3-venv
+             libturbojpeg0-dev libpng-dev dataset-fashion-mnist python3-venv libopenmpi-dev openmpi-bin
 # libopenblas0-openmp: Debian's torch calls the system BLAS, the slow netlib one unless
 # OpenBLAS is installed; a fair matmul comparison needs the fast one.
 DEPS_BENCH := python3-torch libopenblas0-openmp
@@ -35,7 +36,8 @@ CUDNN_HOME ?= $(CUDA_HOME)
 HAVE_CUDNN := $(shell ls $(CUDNN_HOME)/include/cudnn.h /usr/include/cudnn.h $(CUDA_HOME)/include/*/cudnn.h 2>/dev/null | head -1)
 NCCL_HOME ?= $(CUDA_HOME)
 HAVE_NCCL := $(shell ls $(NCCL_HOME)/include/nccl.h /usr/include/nccl.h 2>/dev/null | head -1)
-HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1)
+MPICC ?= mpicc
+HAVE_MPI := $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1)
 
 CFLAGS := $(CFLAGS_BASE)
 ifeq ($(HAVE_DNNL),1)
@@ -49,17 +51,21 @@ endif
 LDLIBS += -ldl
 
 SRCS := $(wildcard csrc/core/*.c csrc/ops/*.c csrc/autograd/*.c csrc/optim/*.c csrc/data/*.c \
-                  csrc/ssl/*.c csrc/io/*.c)
+                  csrc/ssl/*.c csrc/io/*.c csrc/dist/*.c)
 OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(SRCS))
 HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/ops/*.h csrc/optim/*.h \
-                  csrc/data/*.h csrc/loop/*.h csrc/ssl/*.h csrc/io/*.h)
+                  csrc/data/*.h csrc/loop/*.h csrc/ssl/*.h csrc/io/*.h csrc/dist/*.h)
 
 .PHONY: all deps pydeps test bench clean probes lint run FORCE
 LOOP_SRCS := $(wildcard csrc/loop/*.c)
 # The CUDA backend is a library of its own, opened at run time by core/cuda_loader.c: built
 # when nvcc and cuDNN are present, and libcrescent.so never needs a CUDA library to load.
 CUDA_LIB := $(if $(and $(HAVE_NVCC),$(HAVE_CUDNN)),$(BUILD)/libcrescent_cuda.so)
-all: probes $(BUILD)/libcrescent.so $(BUILD)/crescent_cdef.h $(if $(LOOP_SRCS),$(BUILD)/crescent_loop.so) $(CUDA_LIB)
+# The MPI transport of cpu collectives is a library of its own too (csrc/mpi/, built with
+# mpicc when it is present), opened by lua/crescent/dist/comm.lua only in an MPI run.
+MPI_LIB := $(if $(HAVE_MPI),$(BUILD)/libcrescent_mpi.so)
+all: probes $(BUILD)/libcrescent.so $(BUILD)/crescent_cdef.h $(if $(LOOP_SRCS),$(BUILD)/crescent_loop.so) $(CUDA_LIB) \
+     $(MPI_LIB)
 
 probes:
 	@echo "crescent features:"
@@ -67,8 +73,8 @@ probes:
 	@echo "  $(if $(HAVE_NVCC),✓,✗) CUDA (nvcc at $(CUDA_HOME))"
 	@echo "  $(if $(HAVE_CUDNN),✓,✗) cuDNN (CUDNN_HOME=$(CUDNN_HOME))"
 	@echo "  $(if $(CUDA_LIB),✓ GPU backend build/libcrescent_cuda.so for $(CUDA_ARCHS),✗ GPU backend: needs nvcc and cuDNN)"
-	@echo "  $(if $(HAVE_NCCL),✓,✗) NCCL"
-	@echo "  $(if $(HAVE_MPI),✓,✗) MPI (mpicc)"
+	@echo "  $(if $(and $(CUDA_LIB),$(HAVE_NCCL)),✓ NCCL in the GPU backend,✗ NCCL (needs the GPU backend and nccl.h))"
+	@echo "  $(if $(HAVE_MPI),✓ MPI build/libcrescent_mpi.so,✗ MPI: no $(MPICC) (libopenmpi-dev); cpu ranks need it)"
 
 # Objects depend on the flags too, so a build that gains oneDNN (or loses it) recompiles.
 $(BUILD)/flags: FORCE
@@ -94,6 +100,9 @@ CUDNN_INC := $(dir $(HAVE_CUDNN))
 GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a:sm_%=%),code=$(a)) \
            -gencode arch=compute_$(lastword $(CUDA_ARCHS:sm_%=%)),code=compute_$(lastword $(CUDA_ARCHS:sm_%=%))
 NVCCFLAGS := -O3 -std=c++17 -Xcompiler -fPIC -Icsrc/include -Icsrc/core -Icsrc/cuda/kernels $(GENCODE)
+# NCCL (GPU collectives) is part of the backend when its header is there
+CUDA_NCCL_CFLAGS := $(if $(HAVE_NCCL),-DCR_HAVE_NCCL -I$(dir $(HAVE_NCCL)))
+CUDA_NCCL_LIBS := $(if $(HAVE_NCCL),-L$(NCCL_HOME)/lib64 -lnccl -Wl$(,)-rpath$(,)$(NCCL_HOME)/lib64)
 CUDA_C_SRCS := $(wildcard csrc/cuda/*.c)
 CUDA_CU_SRCS := $(wildcard csrc/cuda/kernels/*.cu)
 CUDA_OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(CUDA_C_SRCS)) \
@@ -104,7 +113,7 @@ CUDA_HDRS := $(wildcard csrc/cuda/*.h csrc/cuda/kernels/*.h csrc/cuda/kernels/*.
 $(BUILD)/obj/cuda/%.o: csrc/cuda/%.c $(HDRS) $(CUDA_HDRS) $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	@echo "  CC $<"
-	@$(CC) $(CFLAGS) -Icsrc/cuda -I$(CUDNN_INC) -c $< -o $@
+	@$(CC) $(CFLAGS) -Icsrc/cuda -I$(CUDNN_INC) $(CUDA_NCCL_CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/cuda/kernels/%.o: csrc/cuda/kernels/%.cu $(CUDA_HDRS) $(BUILD)/flags
 	@mkdir -p $(dir $@)
@@ -117,8 +126,18 @@ $(BUILD)/obj/cuda/kernels/random.o: NVCCFLAGS += -fmad=false
 $(BUILD)/libcrescent_cuda.so: $(CUDA_OBJS) $(BUILD)/libcrescent.so
 	@echo "  LD $@"
 	@$(CC) -shared -o $@.tmp $(CUDA_OBJS) -L$(BUILD) -lcrescent -L$(CUDA_HOME)/lib64 -L$(CUDNN_HOME)/lib64 \
-	  -lcudnn -lcublas -lcudart_static -lrt -ldl -lpthread -lstdc++ -lm \
+	  -lcudnn -lcublas $(CUDA_NCCL_LIBS) -lcudart_static -lrt -ldl -lpthread -lstdc++ -lm \
 	  -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-z,defs && mv -f $@.tmp $@
+
+$(BUILD)/obj/mpi/%.o: csrc/mpi/%.c $(HDRS) $(BUILD)/flags
+	@mkdir -p $(dir $@)
+	@echo "  MPICC $<"
+	@$(MPICC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libcrescent_mpi.so: $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(wildcard csrc/mpi/*.c)) $(BUILD)/libcrescent.so
+	@echo "  LD $@"
+	@$(MPICC) -shared -o $@.tmp $(filter %.o,$^) -L$(BUILD) -lcrescent -Wl,-rpath,'$$ORIGIN' -Wl,-z,defs \
+	  -fopenmp -lm && mv -f $@.tmp $@
 
 # The step loop is a Lua C module (luaopen_crescent_loop), apart from libcrescent.so: it
 # uses the Lua C API, whose symbols come from the luajit executable (Debian links LuaJIT

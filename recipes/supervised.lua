@@ -43,13 +43,15 @@ local root_dir = cfg.data.root ~= '' and cfg.data.root or nil
 local train_set = cr.data.fashion_mnist { root = root_dir, split = 'train', limit = limit }
 local test_set = cr.data.fashion_mnist { root = root_dir, split = 'test', limit = limit }
 local train_loader = cr.data.Loader(train_set, { batch_size = cfg.data.batch_size, shuffle = true,
-                                                 drop_last = true, seed = cfg.train.seed, augment = cfg.data.augment })
+                                                 drop_last = true, seed = cfg.train.seed, augment = cfg.data.augment,
+                                                 shard = cr.dist.setup.shard() })
 local test_loader = cr.data.Loader(test_set, { batch_size = 500, shuffle = false, drop_last = false })
 
 -- model: 1 input channel, 10 classes; built on the cpu (the same weights for a seed on any
 -- device), then moved to the run's device before the optimizer takes its parameters
 local model = nn.models[cfg.model.arch] { stem = 'cifar', width = cfg.model.width, in_channels = 1, num_classes = 10 }
 model:to(device)
+local ddp = cr.dist.setup.model(cfg, model)   -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP
 
 -- optimizer: SGD, no weight decay on biases and BatchNorm weights; lr: linear warmup
 -- from 0 then cosine to 0, applied every step
@@ -75,10 +77,12 @@ task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
 task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
 local checkpoints = cr.engine.run.checkpoint_hook(cfg, dir, env)
 if checkpoints then task:add_hook(checkpoints) end
+cr.dist.setup.task(task)   -- k ranks: rank 0 logs, evaluates and checkpoints; the ranks stop together
 
 print(string.format('supervised: %s width %d (%.2fM params) on fashion_mnist (%d train, %d test), ' ..
-  '%d epochs, batch %d, lr %g, %d threads', cfg.model.arch, cfg.model.width, model:num_parameters() / 1e6,
-  #train_set, #test_set, cfg.train.epochs, cfg.data.batch_size, cfg.optim.lr, cr.get_num_threads()))
+  '%d epochs, batch %d, lr %g, %d threads%s', cfg.model.arch, cfg.model.width, model:num_parameters() / 1e6,
+  #train_set, #test_set, cfg.train.epochs, cfg.data.batch_size, cfg.optim.lr, cr.get_num_threads(),
+  cr.dist.setup.describe(ddp)))
 cr.train(task)
 
 -- the final figures; train_loss is the mean over the last epoch's steps

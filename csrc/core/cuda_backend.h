@@ -12,7 +12,17 @@
 #include "gpu_chunks.h"
 #include "internal.h"
 
-enum { CR_CUDA_BACKEND_ABI = 2 };
+enum { CR_CUDA_BACKEND_ABI = 3 };
+
+/* The collectives of the NCCL entry. `count` is what one rank contributes: numel of the
+ * tensor for all_reduce and broadcast, of `send` for all_gather, of `recv` for
+ * reduce_scatter. */
+typedef enum {
+    CR_COLL_ALL_REDUCE = 0,
+    CR_COLL_BROADCAST,
+    CR_COLL_ALL_GATHER,
+    CR_COLL_REDUCE_SCATTER
+} cr_collective;
 
 typedef struct cr_cuda_backend {
     int abi; /* CR_CUDA_BACKEND_ABI of the backend's build; must equal the core's */
@@ -42,6 +52,31 @@ typedef struct cr_cuda_backend {
     cr_status (*optim_update)(int device, const cr_gpu_optim_chunk *chunks, int64_t n);
     cr_status (*pow_sums)(int device, const cr_gpu_norm_chunk *chunks, int64_t n, double p,
                           double *out);
+    /* NCCL (csrc/cuda/nccl.c): one communicator per process, on one device, with a stream
+     * of its own. All NULL in a backend built without nccl.h. The core (core/nccl.c)
+     * checks the arguments; these check only what the core cannot see.
+     *   nccl_unique_id: CR_NCCL_ID_BYTES bytes of ncclGetUniqueId, made on rank 0.
+     *   nccl_init: the communicator of `rank` on `device`, waiting at most timeout_s for
+     *     the other ranks to join (then CR_ERR_DEVICE naming the wait); timeout_s is kept
+     *     as the limit of every later wait (a watchdog thread and nccl_synchronize).
+     *   nccl_collective: enqueues `kind` on the communicator's stream after the work
+     *     queued so far on the device's compute stream; *done receives an event recorded
+     *     after it (an opaque cudaEvent_t) that nccl_wait consumes. `recv` and `send` are
+     *     device pointers (the same for in-place); root only for broadcast.
+     *   nccl_wait: the compute stream waits for `done` (the host does not), which is then
+     *     destroyed; also on failure.
+     *   nccl_synchronize: the host waits for every collective enqueued so far, up to the
+     *     timeout; a timeout or an NCCL error prints one line, aborts the communicator and
+     *     ends the process (crescent_dist.h).
+     *   nccl_finalize: waits (as synchronize), then frees the communicator; a no-op
+     *     without one. */
+    cr_status (*nccl_unique_id)(uint8_t *id);
+    cr_status (*nccl_init)(int rank, int world, const uint8_t *id, int device, double timeout_s);
+    cr_status (*nccl_collective)(cr_collective kind, void *recv, const void *send, int64_t count,
+                                 cr_dtype dt, cr_reduce_op op, int root, void **done);
+    cr_status (*nccl_wait)(void *done);
+    cr_status (*nccl_synchronize)(void);
+    void (*nccl_finalize)(void);
 } cr_cuda_backend;
 
 /* Exported by libcrescent_cuda.so: fills *out (and the CUDA column of the dispatch table),

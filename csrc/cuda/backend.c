@@ -372,6 +372,7 @@ cr_status cr_cuda_backend_open(cr_cuda_backend *out, int core_abi, size_t table_
         .optim_update = optim_update,
         .pow_sums = pow_sums,
     };
+    cr_gpu_fill_nccl(out); /* NULL entries in a build without NCCL */
     cr_gpu_register_elementwise();
     cr_gpu_register_reduce();
     cr_gpu_register_blas();

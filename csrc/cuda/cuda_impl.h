@@ -54,5 +54,7 @@ void cr_gpu_register_loss(void);
 void cr_gpu_register_layer_norm(void);
 void cr_gpu_register_reduce_dim(void);
 void cr_gpu_set_deterministic(bool on);
+/* Fills the NCCL entries of the table (nccl.c); leaves them NULL without CR_HAVE_NCCL. */
+void cr_gpu_fill_nccl(cr_cuda_backend *be);
 
 #endif

@@ -228,6 +228,7 @@ int cr_autograd_reap_custom(int *ids, int cap);
 #include "crescent_optim.h"
 #include "crescent_ssl.h" /* SSL: Sinkhorn-Knopp, momentum (EMA) update */
 #include "crescent_io.h"  /* weights on disk: safetensors */
+#include "crescent_dist.h" /* collectives: MPI (cpu), NCCL (GPU), TCP rendezvous */
 
 #ifdef __cplusplus
 }

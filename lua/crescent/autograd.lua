@@ -119,6 +119,21 @@ local function run_custom(e, id)
   end
 end
 
+-- Callbacks queued while a backward runs (from its hooks) run when it is done, in order:
+-- DDP waits for its last gradient all-reduces there.
+local callback_stack = {}
+
+-- fn() after the backward now running has finished; an error outside a backward.
+function M.queue_callback(fn)
+  local top = callback_stack[#callback_stack]
+  if not top then error('queue_callback: no backward is running; call it from a gradient hook', 2) end
+  top[#top + 1] = fn
+end
+
+local function run_callbacks(list)
+  for i = 1, #list do list[i]() end
+end
+
 -- t:backward(grad?, {retain_graph = false})
 function Tensor.backward(t, grad, opts)
   if type(grad) == 'table' and not is_tensor(grad) then opts, grad = grad, nil end
@@ -126,6 +141,19 @@ function Tensor.backward(t, grad, opts)
   check(C.cr_engine_new(engine_box, t, grad, opts.retain_graph and true or false))
   local e = ffi.gc(engine_box[0], C.cr_engine_free)
   local ev = ffi.new(event_ct)
+  local callbacks = {}
+  callback_stack[#callback_stack + 1] = callbacks
+  local ok, err = pcall(M._drive, e, ev)
+  table.remove(callback_stack)
+  if not ok then error(err, 0) end
+  ffi.gc(e, nil)
+  C.cr_engine_free(e)
+  reap()
+  run_callbacks(callbacks)
+end
+
+-- Runs the engine to the end, answering its events.
+function M._drive(e, ev)
   while true do
     check(C.cr_engine_run(e, ev))
     local kind = ev[0]
@@ -143,9 +171,6 @@ function Tensor.backward(t, grad, opts)
       run_custom(e, id)
     end
   end
-  ffi.gc(e, nil)
-  C.cr_engine_free(e)
-  reap()
 end
 
 -- Computes the grads of outputs w.r.t. inputs without touching .grad: a convenience for

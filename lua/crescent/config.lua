@@ -30,6 +30,9 @@ function M.common()
     -- root '': the data set's own search order; limit 0: every sample
     optim = { name = 'sgd', lr = 0.1, weight_decay = 5e-4 },
     run = { name = '', dir = 'runs' },   -- name '': the recipe names the run
+    -- k ranks (crescent/dist/setup.lua): a collective's timeout in seconds, DDP's bucket
+    -- size, BatchNorm -> SyncBatchNorm, unused parameters' grads as zero, rank 0 alone on stdout
+    dist = { timeout = 1800, bucket_mb = 25, sync_bn = false, find_unused = false, quiet = true },
   }
 end
 
@@ -50,6 +53,11 @@ local COMMON_TYPES = {
   ['optim.weight_decay'] = { type = 'number', min = 0 },
   ['run.name'] = 'string',
   ['run.dir'] = 'string',
+  ['dist.timeout'] = { type = 'number', min = 0 },
+  ['dist.bucket_mb'] = { type = 'number', min = 0 },
+  ['dist.sync_bn'] = 'boolean',
+  ['dist.find_unused'] = 'boolean',
+  ['dist.quiet'] = 'boolean',
 }
 
 -- ---- helpers ----------------------------------------------------------------------------

@@ -8,7 +8,8 @@
 --                                      seed = 0, augment = false, transform = nil})
 --   for batch in loader:iter(epoch) do ... end   -- batch.input f32 [B, C, H, W] normalised,
 --                                                -- batch.target i64 [B], batch.index i64 [B]
---   loader:num_batches(); loader:state_dict() / load_state_dict{epoch =, batch =}
+--   loader:num_batches(); loader:size() (samples per epoch: the shard's with `shard`)
+--   loader:state_dict() / load_state_dict{epoch =, batch =}
 --
 -- views = an object with :apply(images, index, seed, epoch, {mean =, std =}) returning a
 -- list of f32 tensors (cr.data.transforms.multicrop / two_views): the batch then holds
@@ -25,16 +26,31 @@
 -- garbage (a `break`), at the next iter() on the same loader, at loader:close(), and on
 -- an error (a worker's error is raised by the iterator for its batch). Views need
 -- cr.data.transforms.multicrop / two_views with workers (the crops are built in C).
+--
+-- shard = {rank = r, world_size = w, pad = true}: distributed sampling as PyTorch's
+-- DistributedSampler (crescent.dist.sampler). Every rank computes the same epoch order
+-- (same seed), extends it to ceil(n / w) w samples by repeating its start (pad = true,
+-- the default) or cuts it to floor(n / w) w (pad = false), and takes the positions r,
+-- r + w, r + 2 w, ...: that shard is the rank's order, so num_batches, iter, the workers,
+-- views and drop_last all work on it, and every rank has the same number of batches.
+-- Batch k of rank r then holds the positions k w b + j w + r (j < b): interleaving the
+-- ranks' batch k (element j of rank r at j w + r) gives exactly batch k of a one-rank
+-- loader with batch_size w b and the same seed and shuffle (the padded tail aside), so a
+-- w-rank run sees per step what one rank with a w times larger batch would. state_dict()
+-- records rank and world_size; a mid-epoch position (batch > 0) only resumes with the
+-- same world_size, an epoch boundary (batch = 0) with any.
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
+local sampler = require 'crescent.dist.sampler'
 
 local Loader = {}
 Loader.__index = Loader
 
 local OPTS = { batch_size = 'number', shuffle = 'boolean', drop_last = 'boolean', seed = 'number',
                augment = 'boolean or table', transform = 'function', views = 'table',
-               workers = 'number', prefetch = 'number' }
+               workers = 'number', prefetch = 'number', shard = 'table' }
+local SHARD_OPTS = { rank = true, world_size = true, pad = true }
 local MAX_WORKERS, MAX_PREFETCH = 64, 1024   -- csrc/data/pipeline.c's limits
 -- augment = true: torchvision's RandomCrop(size, padding = 4) + RandomHorizontalFlip.
 local AUGMENT_DEFAULT = { pad = 4, flip = true }
@@ -52,14 +68,30 @@ local function aug_from(opt)
   local a = opt == true and AUGMENT_DEFAULT or opt
   for k in pairs(a) do
     if k ~= 'pad' and k ~= 'flip' then
-      error("Loader: unknown augment option '" .. tostring(k) .. "'; options are pad, flip", 4)
+      error("Loader: unknown augment option '" .. tostring(k) .. "'; options are pad, flip", 3)
     end
   end
   local pad = a.pad or 0
-  if not is_count(pad, 0) then error('Loader: augment.pad must be a non-negative integer, got ' .. tostring(pad), 4) end
+  if not is_count(pad, 0) then error('Loader: augment.pad must be a non-negative integer, got ' .. tostring(pad), 3) end
   local s = ffi.new('cr_data_augment')
   s.pad, s.hflip = pad, a.flip and 1 or 0
   return s
+end
+
+-- The shard option, checked: {rank =, world_size =, pad =} or nil.
+local function shard_from(opt)
+  if opt == nil then return nil end
+  for k in pairs(opt) do
+    if not SHARD_OPTS[k] then
+      error("Loader: unknown shard option '" .. tostring(k) .. "'; options are pad, rank, world_size", 3)
+    end
+  end
+  if opt.rank == nil or opt.world_size == nil then
+    error('Loader: shard needs rank and world_size, e.g. shard = {rank = 0, world_size = 4} ' ..
+      '(cr.dist.launcher.detect() gives both)', 3)
+  end
+  sampler.check(opt.rank, opt.world_size, opt.pad, 'Loader: shard', 3)
+  return { rank = opt.rank, world_size = opt.world_size, pad = opt.pad ~= false }
 end
 
 -- mean/std as one value per channel (C reads exactly nchan of each).
@@ -100,10 +132,16 @@ local function new(_, ds, opts)
   if not is_count(bs, 1) then error('Loader: batch_size must be a positive integer, got ' .. tostring(bs), 2) end
   local seed = opts.seed or 0
   if not is_count(seed, 0) then error('Loader: seed must be a non-negative integer, got ' .. tostring(seed), 2) end
-  local n = #ds
+  local shard = shard_from(opts.shard)
+  local n, what = #ds, ds.name or 'the data set'
+  if shard then
+    n = sampler._size(n, shard.world_size, shard.pad, 'Loader: shard of ' .. what, 2)
+    what = string.format('the shard of rank %d (%d samples of %s over world_size %d, pad = %s)', shard.rank,
+      #ds, what, shard.world_size, tostring(shard.pad))
+  end
   if opts.drop_last ~= false and n < bs and n > 0 then
     error(string.format('Loader: %s has %d samples, fewer than batch_size %d, and drop_last is on: ' ..
-      'no batch would come out; lower batch_size or pass drop_last = false', ds.name or 'the data set', n, bs), 2)
+      'no batch would come out; lower batch_size or pass drop_last = false', what, n, bs), 2)
   end
   local nchan = ds.images:dim() == 4 and ds.images:size(1) or 1
   local mean, std = per_channel(ds._mean or ds.mean, 0, 'mean', nchan), per_channel(ds._std or ds.std, 1, 'std', nchan)
@@ -126,7 +164,7 @@ local function new(_, ds, opts)
   end
   local self = setmetatable({
     views = opts.views, stats = { mean = mean, std = std },
-    ds = ds, batch_size = bs, seed = seed,
+    ds = ds, batch_size = bs, seed = seed, shard = shard,
     shuffle = opts.shuffle ~= false, drop_last = opts.drop_last ~= false,
     transform = opts.transform, aug = aug_from(opts.augment),
     mean = ffi.new('double[?]', #mean, mean), std = ffi.new('double[?]', #std, std),
@@ -138,17 +176,27 @@ local function new(_, ds, opts)
 end
 setmetatable(Loader, { __call = new })
 
+-- The number of samples per epoch: the data set's, or this rank's shard's.
+function Loader:size()
+  local n, s = #self.ds, self.shard
+  if s then return sampler.shard_size(n, s.world_size, s.pad) end
+  return n
+end
+
 function Loader:num_batches()
-  local n = #self.ds
+  local n = self:size()
   if self.drop_last then return math.floor(n / self.batch_size) end
   return math.ceil(n / self.batch_size)
 end
 
--- The epoch's sample order, i64 [N] (the identity when shuffle is off).
+-- The epoch's sample order, i64 [N] (the identity when shuffle is off); with shard,
+-- this rank's part of it, i64 [self:size()].
 function Loader:order(epoch)
   local box = util.box
   if C.cr_data_permutation(box, #self.ds, self.seed, epoch, self.shuffle) ~= 0 then util.raise() end
-  return util.own(box[0])
+  local order, s = util.own(box[0]), self.shard
+  if s then return sampler.shard(order, s.rank, s.world_size, s.pad) end
+  return order
 end
 
 -- The batch of the given dataset rows (i64 [B]), assembled (and augmented) in C.
@@ -186,7 +234,8 @@ function Loader:iter(epoch, start_batch)
     error(string.format('Loader:iter: start_batch must be an integer in [0, %d], got %s', nb, tostring(start_batch)), 2)
   end
   self:close()
-  local order, n, bs = self:order(epoch), #self.ds, self.batch_size
+  local order, bs = self:order(epoch), self.batch_size
+  local n = order:size(0)   -- the data set's size, or the shard's
   local b = start_batch
   self.epoch, self.batch = epoch, b
   if self.workers > 0 then return self:_iter_workers(order, epoch, b, nb) end
@@ -297,8 +346,11 @@ function Loader:close()
 end
 
 -- The sampler position for checkpoints: resume with load_state_dict, then iter().
+-- Sharded, it also holds rank and world_size.
 function Loader:state_dict()
-  return { epoch = self.epoch, batch = self.batch, seed = self.seed }
+  local s = { epoch = self.epoch, batch = self.batch, seed = self.seed }
+  if self.shard then s.rank, s.world_size = self.shard.rank, self.shard.world_size end
+  return s
 end
 
 function Loader:load_state_dict(s)
@@ -308,6 +360,18 @@ function Loader:load_state_dict(s)
   if s.seed ~= nil and s.seed ~= self.seed then
     error(string.format('Loader:load_state_dict: the state was saved with seed %s, this loader has seed %s; ' ..
       'resuming would visit a different order', tostring(s.seed), tostring(self.seed)), 2)
+  end
+  -- a state without shard info, and an unsharded loader, are world_size 1
+  local saved_w, w = s.world_size or 1, self.shard and self.shard.world_size or 1
+  if not is_count(saved_w, 1) then
+    error('Loader:load_state_dict: world_size must be a positive integer, got ' .. tostring(s.world_size), 2)
+  end
+  if saved_w ~= w and (s.batch or 0) > 0 then
+    error(string.format('Loader:load_state_dict: the state was saved at batch %d of epoch %d with world_size %d, ' ..
+      'this loader has world_size %d; a position within an epoch means other samples with another world size ' ..
+      '(each rank takes every world_size-th sample of the epoch\'s order), so resuming here would skip or repeat ' ..
+      'samples. Resume at an epoch boundary ({epoch = %d, batch = 0} redoes this epoch, {epoch = %d, batch = 0} ' ..
+      'starts the next) or with world_size %d', s.batch, s.epoch, saved_w, w, s.epoch, s.epoch + 1, saved_w), 2)
   end
   self.epoch, self.batch = s.epoch, s.batch or 0
 end

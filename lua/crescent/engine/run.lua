@@ -44,12 +44,17 @@ end
 local exists = util.file_exists
 
 -- The run's device check (train.device, with one line about the choice, and
--- train.deterministic on a GPU), thread count and seed: first thing a recipe does. Returns
+-- train.deterministic on a GPU), the distributed group when a launcher started k ranks
+-- (crescent/dist/setup.lua), thread count and seed: first thing a recipe does. Returns
 -- the device ('cpu' or 'cuda:N') the model goes to; an unusable device is an error that
 -- says why.
 function M.setup(cfg)
   local ok, device, line = pcall(cr.cuda.resolve, cfg.train.device)
   if not ok then error(device, 0) end
+  -- under a launcher with k ranks: join them; the GPU is the local rank's (dist/setup.lua)
+  local kind = device
+  device = require('crescent.dist.setup').init(cfg, device)
+  if line and device ~= kind then line = line:gsub(kind, device .. ' (this rank\'s GPU)') end
   if line then print(line) end
   if device ~= 'cpu' then cr.cuda.set_deterministic(cfg.train.deterministic) end
   if cfg.train.threads > 0 then cr.set_num_threads(cfg.train.threads) end
@@ -59,8 +64,20 @@ end
 
 -- Makes the run folder ready: with run.resume = false, an earlier run there (one with
 -- checkpoints) is moved aside first; then config.lua and env.txt (cr.env) are written.
--- Returns the folder and the environment report.
+-- Returns the folder and the environment report. In a distributed run rank 0 does this and
+-- the other ranks wait for it (they get no report: they write no checkpoints).
 function M.prepare(cfg, dir, out)
+  local dist = require 'crescent.dist.comm'
+  if not dist.is_main() then
+    dist.barrier()
+    return dir, nil
+  end
+  local dir_ready, env = M._prepare(cfg, dir, out)
+  dist.barrier()
+  return dir_ready, env
+end
+
+function M._prepare(cfg, dir, out)
   out = out or io.stdout
   if not cfg.run.resume and #ckpt.list(dir .. '/checkpoints') > 0 then
     local aside = dir .. '.old-' .. os.date('!%Y%m%d-%H%M%S')

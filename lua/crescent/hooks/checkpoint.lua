@@ -42,6 +42,7 @@ function Checkpoint:improves(value)
 end
 
 function Checkpoint:save(task, why)
+  if self.read_only then return end -- a distributed run's ranks other than 0 resume only
   util.mkdir_p(self.dir)
   local name = ckpt.file_name(task)
   local value = self.best_metric and task.metrics[self.best_metric]

@@ -72,9 +72,10 @@ end
 -- ssl.sinkhorn(scores [B, K], {epsilon = 0.05, iterations = 3}) -> codes [B, K], in the
 -- scores' dtype, each row summing to 1 and each column to B/K (SwAV returns Q * B, whose
 -- rows are the soft assignments). No gradient: the result never requires grad.
--- Distributed (issue 7): opts.reduce = {max = f, sum = f, world_batch = Bglobal}, where
--- f(ptr, n) all-reduces n doubles in place (MAX / SUM over ranks); the steps of
--- crescent_ssl.h then run here in Lua, calling them between the steps.
+-- Distributed: opts.reduce = {max = f, sum = f, world = k} (or world_batch = Bglobal), where
+-- f(ptr, n) all-reduces n doubles in place (MAX / SUM over ranks) and every one of the k
+-- ranks has as many rows; the steps of crescent_ssl.h then run here in Lua, with the
+-- reductions between them (cr.dist.double_reducer makes f).
 function M.sinkhorn(scores, opts)
   W.check_tensor(scores, 'sinkhorn', 'scores')
   opts = opts_table('sinkhorn', opts)
@@ -88,7 +89,7 @@ function M.sinkhorn(scores, opts)
   end
   if scores.ndim ~= 2 then util.check(C.cr_ssl_sinkhorn_colmax(scores, nil)) end -- the C message
   local K = scores.shape[2]
-  local bglob = red.world_batch or scores.shape[1]
+  local bglob = red.world_batch or scores.shape[1] * (red.world or 1)
   local buf, total = ffi.new(double_vla_ct, K), ffi.new(double1_ct)
   util.check(C.cr_ssl_sinkhorn_colmax(scores, buf))
   red.max(buf, K)

@@ -15,7 +15,10 @@
 -- does. Shuffle-BN: the keys' batch is permuted and run through the key encoder in
 -- `shuffle_bn_splits` chunks (BatchNorm statistics per chunk, as per GPU in MoCo), then
 -- put back in order; this stops the query and its key from sharing batch statistics.
--- With ranks (issue 7) the chunks become the ranks' sub-batches. The queue starts as
+-- On k ranks the shuffle is global, as MoCo's: the key crops of every rank are gathered,
+-- permuted by rank 0's permutation, each rank encodes its slice (in shuffle_bn_splits
+-- chunks), and the keys are gathered and put back in order; the queue takes the keys of
+-- every rank (k * B per step, as MoCo's concat_all_gather). The queue starts as
 -- random unit vectors, as MoCo's. Parameter names: trunk.*, head.*, key_trunk.*, key_head.*.
 local cr = require 'crescent'
 local util = require 'crescent.util'
@@ -88,19 +91,30 @@ function MoCo:key_parameters() return pairs_of(self.key_trunk, self.key_head) en
 -- The trunk's features of a batch of images (what kNN and linear probes use).
 function MoCo:features(x) return self.trunk(x) end
 
+-- The key encoder on x, in shuffle_bn_splits chunks of a random permutation (put back).
+function MoCo:_encode_shuffled(x)
+  local S = self.shuffle_bn_splits
+  local function enc(t) return self.key_head(self.key_trunk(t)) end
+  if S == 1 then return enc(x) end
+  local B = x.shape[1]
+  local perm = cr.randperm(B, { device = x.device })
+  local xs = x:index_select(0, perm)
+  local parts, n = {}, B / S
+  for s = 0, S - 1 do parts[s + 1] = enc(xs:narrow(0, s * n, n)) end
+  return cr.cat(parts, 0):index_select(0, perm:argsort())
+end
+
 -- Keys [B, out_dim], L2-normalised, from the key encoder with shuffle-BN; no graph.
 function MoCo:keys(x)
   return cr.no_grad(function()
-    local S = self.shuffle_bn_splits
-    local function enc(t) return self.key_head(self.key_trunk(t)) end
-    if S == 1 then return enc(x):normalize({ dim = 1 }) end
-    local B = x.shape[1]
-    local perm = cr.randperm(B, { device = x.device })
-    local xs = x:index_select(0, perm)
-    local parts, n = {}, B / S
-    for s = 0, S - 1 do parts[s + 1] = enc(xs:narrow(0, s * n, n)) end
-    local k = cr.cat(parts, 0):normalize({ dim = 1 })
-    return k:index_select(0, perm:argsort())
+    local dist = cr.dist
+    if not dist.is_distributed() then return self:_encode_shuffled(x):normalize({ dim = 1 }) end
+    local B, r = x.shape[1], dist.rank()
+    local all = dist.all_gather(x)
+    local perm = dist.broadcast(cr.randperm(all.shape[1], { device = x.device }), 0)
+    local mine = self:_encode_shuffled(all:index_select(0, perm:narrow(0, r * B, B)))
+    local k = dist.all_gather(mine):index_select(0, perm:argsort())
+    return k:narrow(0, r * B, B):normalize({ dim = 1 })
   end)
 end
 
@@ -121,7 +135,7 @@ function MoCo:loss(out)
   local negatives = self.queue:buffer():clone()
   local loss, logits = losses.infonce(out.q, out.k, negatives, { temperature = self.temperature })
   out.logits = logits
-  self.queue:enqueue(out.k)
+  self.queue:enqueue(cr.dist.is_distributed() and cr.dist.all_gather(out.k) or out.k)
   return loss
 end
 

@@ -23,6 +23,7 @@ local function fail(msg) error(msg, 0) end
 function R.defaults()
   return cr.config.merge(cr.config.common(), {
     train = { epochs = 3, log_every = 50 },
+    dist = { sync_bn = true },   -- global-batch BatchNorm statistics on k ranks, as VISSL's SwAV
     data = { batch_size = 256, size = 32, skip_bad = false },
     -- VISSL's multi-crop: num[i] crops of size[i] px with RandomResizedCrop scale
     -- {min_scale[i], max_scale[i]}; global crops first
@@ -172,8 +173,11 @@ function R.task(name, cfg)
   local make_trunk, feat_dim = R.trunk_factory(cfg, nchan, train_set.images.shape[train_set.images.ndim])
   -- built on the cpu (the same initial weights for a seed on any device), then moved
   local method = mod.build(cfg, { trunk = make_trunk, feat_dim = feat_dim, nchan = nchan, views = views }):to(device)
+  -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP, before the optimizer takes the parameters
+  local ddp = cr.dist.setup.model(cfg, method)
   local loader = cr.data.Loader(train_set, { batch_size = cfg.data.batch_size, shuffle = true, drop_last = true,
-                                             seed = cfg.train.seed, views = views, workers = cfg.data.workers })
+                                             seed = cfg.train.seed, views = views, workers = cfg.data.workers,
+                                             shard = cr.dist.setup.shard() })
   local o = cfg.optim
   local optimizer = cr.optim.SGD(trainable(method), {
     lr = o.lr, momentum = o.momentum, nesterov = o.nesterov, weight_decay = o.weight_decay,
@@ -186,7 +190,7 @@ function R.task(name, cfg)
     loss = function(out) return method:loss(out) end, train_loader = loader,
     name = cfg.run.name ~= '' and cfg.run.name or name,
   }
-  task.method, task.method_name = method, name
+  task.method, task.method_name, task.ddp = method, name, ddp
   task.train_set, task.test_set = train_set, test_set
   task:add_hook(cr.hooks.schedule())
   task:add_hook(cr.hooks.timer())
@@ -203,7 +207,7 @@ function R.task(name, cfg)
   task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
   local ck = cr.engine.run.checkpoint_hook(cfg, dir, env)
   if ck then task:add_hook(ck) end
-  return task
+  return cr.dist.setup.task(task)
 end
 
 -- One line describing the run, printed before training.
@@ -212,9 +216,9 @@ function R.banner(task)
   local crops = {}
   for i, s in ipairs(cfg.crops.size) do crops[i] = cfg.crops.num[i] .. 'x' .. s end
   return string.format('%s: %s width %d (%.2fM params) on %s (%d train%s), crops %s, %d epochs, batch %d, ' ..
-    'lr %g, %d threads', task.method_name, cfg.model.arch, cfg.model.width, m:num_parameters() / 1e6, cfg.data.name,
+    'lr %g, %d threads%s', task.method_name, cfg.model.arch, cfg.model.width, m:num_parameters() / 1e6, cfg.data.name,
     #task.train_set, task.test_set and (', ' .. #task.test_set .. ' test') or '', table.concat(crops, ' + '),
-    cfg.train.epochs, cfg.data.batch_size, cfg.optim.lr, cr.get_num_threads())
+    cfg.train.epochs, cfg.data.batch_size, cfg.optim.lr, cr.get_num_threads(), cr.dist.setup.describe(task.ddp))
 end
 
 -- ---- frozen trunks (linear_eval.lua, extract.lua) -------------------------------------

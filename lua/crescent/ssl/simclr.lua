@@ -6,8 +6,9 @@
 --                                  temperature = 0.5}
 --   local loss = m:loss(m(views))      -- views = {crops [B, C, h, w], crops [B, C, h, w]}
 --
--- Gathering the projections across ranks (with gradient) is issue 7's all_gather hook:
--- `gather = fn(z) -> z of every rank` when given. Parameter names: trunk.*, head.*.
+-- On k ranks the projections of every rank are gathered with their gradient
+-- (cr.dist.all_gather_with_grad), so NT-Xent's negatives are the global batch's; `gather =
+-- fn(z) -> z of every rank` replaces that. Parameter names: trunk.*, head.*.
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local ssl_core = require 'crescent.ssl'
@@ -46,7 +47,8 @@ end
 
 function SimCLR:loss(out)
   local z1, z2 = out.z1, out.z2
-  if self.gather then z1, z2 = self.gather(z1), self.gather(z2) end
+  local gather = self.gather or (cr.dist.is_distributed() and cr.dist.all_gather_with_grad)
+  if gather then z1, z2 = gather(z1), gather(z2) end
   return losses.nt_xent(z1, z2, { temperature = self.temperature })
 end
 

@@ -50,7 +50,9 @@ function SwAV:init(o)
   self.temperature = positive('temperature', o.temperature, 0.1)
   self.epsilon = positive('epsilon', o.epsilon, 0.05)
   self.sinkhorn_iterations = int('sinkhorn_iterations', o.sinkhorn_iterations or 3, 0)
-  self.sinkhorn_reduce = o.sinkhorn_reduce   -- issue 7: the all-reduce of Sinkhorn's sums
+  -- Sinkhorn's sums over the ranks of a distributed run: nil or true (over every rank when
+  -- there are several), false (each rank alone), or a table for ssl.sinkhorn's reduce
+  self.sinkhorn_reduce = o.sinkhorn_reduce
   self.crops_for_assign = o.crops_for_assign or { 0, 1 }
   local cfa = self.crops_for_assign
   if type(cfa) ~= 'table' or #cfa == 0 then fail('SwAV: crops_for_assign must be a non-empty list of crop ids (0-based)') end
@@ -142,6 +144,19 @@ function SwAV:queue_active()
   return self.queues ~= nil and self.epoch >= self.queue_start_epoch and self.iteration >= self.queue_start_iteration
 end
 
+-- ssl.sinkhorn's reduce for this run (nil: this rank's batch alone).
+function SwAV:_sinkhorn_reduce()
+  local r = self.sinkhorn_reduce
+  if type(r) == 'table' then return r end
+  if r == false then return nil end
+  local dist = cr.dist
+  if not dist.is_distributed() then return nil end
+  if not self._reduce then
+    self._reduce = { max = dist.double_reducer('max'), sum = dist.double_reducer('sum'), world = dist.world_size() }
+  end
+  return self._reduce
+end
+
 function SwAV:loss(out)
   local B, qs = out.batch, nil
   local queues = self.queues
@@ -156,7 +171,7 @@ function SwAV:loss(out)
   end
   local loss, codes = losses.swav_loss(out.scores, {
     crops_for_assign = self.crops_for_assign, temperature = self.temperature, epsilon = self.epsilon,
-    iterations = self.sinkhorn_iterations, queue_scores = qs, reduce = self.sinkhorn_reduce })
+    iterations = self.sinkhorn_iterations, queue_scores = qs, reduce = self:_sinkhorn_reduce() })
   out.codes = codes
   if active then
     for j, c in ipairs(self.crops_for_assign) do queues[j]:enqueue(out.embedding:narrow(0, c * B, B)) end

@@ -1,0 +1,134 @@
+-- crescent.dist.setup — what a recipe does to run on k ranks: the same script runs under
+-- mpirun / srun / torchrun-style variables and alone, and these calls are no-ops alone.
+--
+--   local device = cr.engine.run.setup(cfg)          -- calls dist.setup.init(cfg, device)
+--   local ddp = cr.dist.setup.model(cfg, model)      -- SyncBN (dist.sync_bn), then DDP
+--   cr.data.Loader(ds, {..., shard = cr.dist.setup.shard()})
+--   cr.dist.setup.task(task)                         -- before cr.train: the hooks below
+--
+-- The config keys (cr.config.common(); a config without them gets these values):
+--   dist.timeout = 1800       seconds a collective may wait before every rank exits
+--   dist.bucket_mb = 25       DDP's gradient buckets
+--   dist.sync_bn = false      BatchNorm -> SyncBatchNorm (the SSL recipes turn it on)
+--   dist.find_unused = false  parameters without a gradient count as zero instead of an error
+--   dist.quiet = true         ranks other than 0 write nothing to stdout
+--
+-- data.batch_size is per rank: k ranks train on a global batch of k * data.batch_size.
+-- Rank 0 alone logs (console, TensorBoard, metrics.jsonl), evaluates (eval, kNN) and writes
+-- checkpoints; every rank resumes from the same checkpoint. The ranks agree each step on
+-- stopping (a signal or a hook's request_stop on any rank stops all after the same step),
+-- and an error on one rank ends every rank at once instead of after the timeout.
+local ffi = require 'ffi'
+local cr = require 'crescent'
+local comm = require 'crescent.dist.comm'
+local launcher = require 'crescent.dist.launcher'
+
+local M = {}
+
+local function dist_cfg(cfg)
+  local d = cfg.dist or {}
+  local out = {}
+  for k, v in pairs(require('crescent.config').common().dist) do
+    if d[k] == nil then out[k] = v else out[k] = d[k] end
+  end
+  return out
+end
+
+pcall(ffi.cdef, 'int open(const char *path, int flags, ...); int dup2(int oldfd, int newfd); int close(int fd);')
+
+-- stdout of this process to /dev/null (print and io.stdout both write to fd 1).
+local function silence_stdout()
+  io.stdout:flush()
+  local fd = ffi.C.open('/dev/null', 1) -- O_WRONLY
+  if fd >= 0 then
+    ffi.C.dup2(fd, 1)
+    ffi.C.close(fd)
+  end
+end
+
+-- In a process a launcher started with more than one rank: joins the group, and returns
+-- the device of this rank (its local rank's GPU when `device` is a GPU). Threads default
+-- to the cores shared out among the ranks of the machine. Alone: returns device.
+function M.init(cfg, device)
+  local info = launcher.detect()
+  if info.world_size == 1 and not comm.is_initialized() then return device end
+  local d = dist_cfg(cfg)
+  if device ~= 'cpu' then device = 'cuda:' .. info.local_rank end
+  comm.init { timeout = d.timeout, device = device }
+  if cfg.train and cfg.train.threads == 0 then
+    cr.set_num_threads(math.max(1, math.floor(cr.get_num_threads() / comm.local_world_size())))
+  end
+  if d.quiet and not comm.is_main() then silence_stdout() end
+  return device
+end
+
+-- SyncBatchNorm (dist.sync_bn) and DDP for the model of a distributed run; nil alone.
+-- Call it after the model is on its device and before the optimizer takes its parameters.
+function M.model(cfg, model)
+  if not comm.is_distributed() then return nil end
+  local d = dist_cfg(cfg)
+  if d.sync_bn then require('crescent.dist.sync_bn').convert(model) end
+  return require('crescent.dist.ddp')(model, { bucket_mb = d.bucket_mb, find_unused = d.find_unused })
+end
+
+-- The Loader option that shards a training set over the ranks (nil alone).
+function M.shard()
+  if not comm.is_distributed() then return nil end
+  return { rank = comm.rank(), world_size = comm.world_size() }
+end
+
+-- For a banner: '' alone, else ', rank r of k, DDP with n buckets (... MB)'.
+function M.describe(ddp)
+  if not comm.is_distributed() then return '' end
+  return string.format(', rank %d of %d (%s)%s', comm.rank(), comm.world_size(), comm.group().launcher,
+    ddp and (', DDP ' .. ddp:describe()) or '')
+end
+
+local MAIN_ONLY = { console = true, tensorboard = true, jsonl = true, eval = true, knn = true }
+
+-- The ranks stop together: any rank's stop request (or signal) after a step stops all.
+local function agree_hook(priority, what)
+  local flag = cr.zeros({ 1 })
+  return {
+    name = 'dist_agree_' .. what, priority = priority,
+    after_step = function(_, task)
+      if task.phase ~= 'train' then return end
+      flag:fill_((task.stop_requested or task.signal) and 1 or 0)
+      local t = flag
+      if comm.group().device ~= 'cpu' then t = flag:to(comm.group().device) end
+      comm.all_reduce(t, 'max')
+      if t:item() > 0 and not task.stop_requested then
+        task:request_stop('another rank stopped (' .. what .. ')')
+        task.signal = task.signal or 'another rank'
+      end
+    end,
+  }
+end
+
+-- Prepares a task for a distributed run (a no-op alone): rank 0 alone keeps the logging
+-- and evaluation hooks and writes checkpoints, the ranks agree on stopping, and an error
+-- in the loop on one rank ends the job.
+function M.task(task)
+  if not comm.is_distributed() then return task end
+  if not comm.is_main() then
+    local kept = {}
+    for _, h in ipairs(task.hooks) do
+      if not MAIN_ONLY[h.name] then kept[#kept + 1] = h end
+      if h.name == 'checkpoint' then h.read_only = true end
+    end
+    task.hooks = kept
+    task.test_loader = nil   -- the test phase is rank 0's (its eval hook reports it)
+  end
+  -- before the checkpoint hook (98) sees a signal, and after every hook that may ask to stop
+  task:add_hook(agree_hook(1, 'signal'))
+  task:add_hook(agree_hook(99, 'request'))
+  task:add_hook {
+    name = 'dist_abort', priority = 100,
+    on_exception = function(_, t)
+      comm.abort('the training loop raised an error, so every rank ends: ' .. tostring(t.exception))
+    end,
+  }
+  return task
+end
+
+return M

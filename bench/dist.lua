@@ -15,7 +15,9 @@
 -- memory bandwidth, not a different thread count. B is per rank (the global batch of 2
 -- ranks is 2B); a window's time is its slowest rank's; figures are the medians of timed
 -- windows after warm-up steps. The 1-rank runs have no process group and no DDP (as
--- a recipe alone). Run it on an otherwise idle machine with at least 2 cores.
+-- a recipe alone). mpirun binds each rank to a core of its own (its default for 2 ranks),
+-- and the twin binds its 2 ranks the same way. Run it on an otherwise idle machine with at
+-- least 2 cores.
 -- Still to write, when a GPU is lent: NCCL all_reduce bandwidth (and DDP scaling) on GPUs.
 --
 --   luajit bench/dist.lua [width=16] [batch=64] [windows=5] [steps=5] [warmup=3]

@@ -5,13 +5,15 @@ cycled) on `nproc` cpu ranks of one thread each. nproc=1: one process, no proces
 and no DDP (as crescent alone). nproc>1: the ranks are started by
 torch.multiprocessing.spawn, join a gloo group at MASTER_ADDR=127.0.0.1 and a free port,
 and train through torch.nn.parallel.DistributedDataParallel (25 MB buckets, buffers
-broadcast, as crescent's DDP); B is per rank, so the global batch is nproc * B.
+broadcast, as crescent's DDP), each rank bound to a core of its own (as mpirun binds
+crescent's ranks); B is per rank, so the global batch is nproc * B.
 Each window's time is the slowest rank's; the figure is nproc * B * steps / time,
 medians over the windows after warm-up steps.
   python3 bench/dist_torch.py [nproc=1] [width=16] [batch=64] [windows=5] [steps=5] [warmup=3]
 Last line: {"bench": "dist_torch", "nproc": n, "value": img/s, "windows": [...]}, or
 {"bench": "dist_torch", "skipped": why} (with one line saying why) where torch.distributed
 or its gloo backend is unavailable. Run by /usr/bin/python3 (Debian's torch)."""
+import datetime
 import json
 import os
 import socket
@@ -57,10 +59,14 @@ def run(rank, nproc, args, port):
     torch.set_num_threads(1)
     distributed = nproc > 1
     if distributed:
+        # each rank on a core of its own, as mpirun's default binding (--bind-to core) puts
+        # crescent's ranks
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[rank % len(cores)]})
         import torch.distributed as dist
         os.environ['MASTER_ADDR'] = '127.0.0.1'
         os.environ['MASTER_PORT'] = str(port)
-        dist.init_process_group('gloo', rank=rank, world_size=nproc)
+        dist.init_process_group('gloo', rank=rank, world_size=nproc, timeout=datetime.timedelta(seconds=300))
     torch.manual_seed(0)
     width, batch = args['width'], args['batch']
     model = ResNet18(width)
@@ -94,7 +100,6 @@ def run(rank, nproc, args, port):
     t = torch.tensor(times, dtype=torch.float64)
     if distributed:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's window
-        dist.destroy_process_group()
     if rank == 0:
         rates = [nproc * batch * args['steps'] / x for x in t.tolist()]
         value = statistics.median(rates)
@@ -102,6 +107,13 @@ def run(rank, nproc, args, port):
               f'windows {[round(r) for r in rates]}', flush=True)
         print(json.dumps({'bench': 'dist_torch', 'nproc': nproc, 'value': value,
                           'windows': [round(r, 1) for r in rates]}), flush=True)
+    if distributed:
+        # Ends without destroy_process_group: with torch 1.13's gloo a rank sometimes spins
+        # forever in the teardown after rank 0 (the store's host) has left. The barrier
+        # keeps every rank until all are done; os._exit skips the teardown.
+        dist.barrier()
+        sys.stdout.flush()
+        os._exit(0)
 
 
 def main():

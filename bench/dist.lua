@@ -48,23 +48,10 @@ local function worker()
   cr.set_num_threads(1)
   cr.dist.setup.init(cfg, 'cpu')
   local W, B = cr.dist.world_size(), args.batch
-  cr.manual_seed(0)
-  local model = cr.nn.models.resnet18 { stem = 'cifar', width = args.width, in_channels = 1, num_classes = 10 }
-  local ddp = cr.dist.setup.model(cfg, model)   -- nil alone
-  local opt = cr.optim.SGD(model:named_parameters(), { lr = 0.1, momentum = 0.9, nesterov = true, weight_decay = 5e-4 })
-  cr.manual_seed(1 + cr.dist.rank())             -- each rank its own data
-  local data = {}
-  for i = 1, 8 do data[i] = { input = cr.randn(B, 1, 28, 28), target = cr.randint(0, 10, { B }) } end
-  local loader = harness.cycled_loader(data, args.warmup + args.windows * args.steps)
-  local task = cr.engine.Task {
-    model = model, optimizer = opt, epochs = 1, test_every = 0, train_loader = loader,
-    loss = function(out, batch) return cr.cross_entropy(out, batch.target) end,
-    schedules = { lr = cr.schedule.cosine { from = 0.1, to = 0 } },
-  }
-  task:add_hook(cr.hooks.schedule())
-  task:add_hook(cr.hooks.timer())
-  local window, rates = harness.window_hook(args.warmup, args.steps, B)
-  task:add_hook(window)
+  local ddp
+  local task, rates = harness.supervised_task { width = args.width, batch = B, warmup = args.warmup,
+    windows = args.windows, steps = args.steps, data_seed = 1 + cr.dist.rank(),   -- each rank its own data
+    wrap = function(model) ddp = cr.dist.setup.model(cfg, model) end }          -- DDP; nil alone
   cr.dist.setup.task(task)
   cr.train(task)
   -- the slowest rank's time per window

@@ -19,13 +19,11 @@ import os
 import socket
 import statistics
 import sys
-import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_supervised_torch import ResNet18  # noqa: E402  (the same model as the other twin)
+from train_supervised_torch import ResNet18, window_seconds  # noqa: E402  (the same model and steps)
 
 
 def parse_args():
@@ -75,28 +73,7 @@ def run(rank, nproc, args, port):
         model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
     torch.manual_seed(1 + rank)  # each rank its own data
-    nb = 8
-    xs = [torch.randn(batch, 1, 28, 28) for _ in range(nb)]
-    ys = [torch.randint(0, 10, (batch,)) for _ in range(nb)]
-    i = 0
-
-    def step():
-        nonlocal i
-        x, y = xs[i % nb], ys[i % nb]
-        i += 1
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-
-    for _ in range(args['warmup']):
-        step()
-    times = []
-    for _ in range(args['windows']):
-        t0 = time.perf_counter()
-        for _ in range(args['steps']):
-            step()
-        times.append(time.perf_counter() - t0)
+    times = window_seconds(model, opt, batch, args['warmup'], args['windows'], args['steps'])
     t = torch.tensor(times, dtype=torch.float64)
     if distributed:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's window

@@ -101,6 +101,34 @@ function H.window_hook(warmup, steps, batch_size)
   end }, rates
 end
 
+-- The supervised training task the training benchmarks time: ResNet-18 (CIFAR stem, base
+-- width `width`, 1 input channel, 10 classes), SGD momentum 0.9 nesterov, weight decay
+-- 5e-4, a cosine lr, 8 synthetic [batch, 1, 28, 28] batches cycled, the schedule and
+-- timer hooks and a window hook. `wrap(model)` (optional) runs before the optimizer takes
+-- the parameters (DDP), and `data_seed` seeds the batches (default: the model's seed 0
+-- stream goes on). Returns the task and the list the window hook fills with samples/s.
+function H.supervised_task(o)
+  cr.manual_seed(0)
+  local B = o.batch
+  local model = cr.nn.models.resnet18 { stem = 'cifar', width = o.width, in_channels = 1, num_classes = 10 }
+  if o.wrap then o.wrap(model) end
+  local opt = cr.optim.SGD(model:named_parameters(), { lr = 0.1, momentum = 0.9, nesterov = true, weight_decay = 5e-4 })
+  if o.data_seed then cr.manual_seed(o.data_seed) end
+  local data = {}
+  for i = 1, 8 do data[i] = { input = cr.randn(B, 1, 28, 28), target = cr.randint(0, 10, { B }) } end
+  local task = cr.engine.Task {
+    model = model, optimizer = opt, epochs = 1, test_every = 0,
+    train_loader = H.cycled_loader(data, o.warmup + o.windows * o.steps),
+    loss = function(out, batch) return cr.cross_entropy(out, batch.target) end,
+    schedules = { lr = cr.schedule.cosine { from = 0.1, to = 0 } },
+  }
+  task:add_hook(cr.hooks.schedule())
+  task:add_hook(cr.hooks.timer())
+  local window, rates = H.window_hook(o.warmup, o.steps, B)
+  task:add_hook(window)
+  return task, rates
+end
+
 -- Runs <python> <script> [args] on `threads` (python: /usr/bin/python3, Debian's CPU
 -- PyTorch, unless given); returns {bench = value} from its JSON lines (empty, with a
 -- printed reason, when the twin could not run).

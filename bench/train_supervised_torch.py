@@ -50,17 +50,10 @@ class ResNet18(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def main():
-    args = dict(a.split('=', 1) for a in sys.argv[1:])
-    width, batch = int(args.get('width', 16)), int(args.get('batch', 128))
-    warmup, windows, steps = int(args.get('warmup', 3)), int(args.get('windows', 5)), int(args.get('steps', 5))
-    threads = default_threads()
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    model = ResNet18(width)
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
-    nb = 8  # a few distinct batches, cycled, as the crescent side does
+def window_seconds(model, opt, batch, warmup, windows, steps):
+    """Trains on 8 synthetic batches, cycled (as the crescent side does); returns the
+    seconds of each window of `steps` steps after `warmup` steps."""
+    nb = 8
     xs = [torch.randn(batch, 1, 28, 28) for _ in range(nb)]
     ys = [torch.randint(0, 10, (batch,)) for _ in range(nb)]
     i = 0
@@ -76,12 +69,27 @@ def main():
 
     for _ in range(warmup):
         step()
-    rates = []
+    seconds = []
     for _ in range(windows):
         t0 = time.perf_counter()
         for _ in range(steps):
             step()
-        rates.append(steps * batch / (time.perf_counter() - t0))
+        seconds.append(time.perf_counter() - t0)
+    return seconds
+
+
+def main():
+    args = dict(a.split('=', 1) for a in sys.argv[1:])
+    width, batch = int(args.get('width', 16)), int(args.get('batch', 128))
+    warmup, windows, steps = int(args.get('warmup', 3)), int(args.get('windows', 5)), int(args.get('steps', 5))
+    threads = default_threads()
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = ResNet18(width)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    seconds = window_seconds(model, opt, batch, warmup, windows, steps)
+    rates = [steps * batch / t for t in seconds]
     print(f'torch {torch.__version__} threads {threads} width {width} batch {batch}: '
           f'windows {[round(r) for r in rates]}')
     print(f'torch_img_per_s {statistics.median(rates):.1f}')

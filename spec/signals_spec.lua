@@ -107,6 +107,23 @@ describe('preemption signals in the step loop', function()
     end)
   end)
 
+  it('a signal a hook reports (another rank got it) stops the run as one received here', function()
+    local task = task_with_log { epochs = 2, steps = 5, test_steps = 2 }
+    task:add_hook { name = 'other_rank', priority = 99, after_step = function(_, t)
+      if t.phase == 'train' and t.iteration == 2 then
+        t:request_stop('signal')
+        t.signal = 'SIGTERM'
+      end
+    end }
+    cr.train(task)
+    local log = task.log
+    assert.same({ 'train:0:1', 'train:0:2' }, log.steps)
+    assert.same({ 'train:0' }, log.phases) -- no test phase after it, as after a signal here
+    assert.equal('SIGTERM', log.after_train)
+    assert.equal(0, task.epoch)
+    assert.equal('SIGTERM', task.signal)
+  end)
+
   it('puts back whatever handlers were there, and installs its own only during the run', function()
     local before = {}
     for name, n in pairs(SIG) do before[name] = handler_of(n) end

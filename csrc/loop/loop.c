@@ -21,7 +21,9 @@
  * then: the after_step hooks run as usual (a checkpoint hook sees task.signal and saves),
  * no further step runs, the test phase that follows an early stop is skipped, after_train
  * hooks run, and task.epoch stays at the interrupted epoch unless its train phase had
- * consumed all its batches (a resume redoes the rest of that epoch). A second SIGINT
+ * consumed all its batches (a resume redoes the rest of that epoch). A hook may also set
+ * task.signal (with stop_requested) for a signal another process received: a distributed
+ * run's ranks stop together (dist/setup.lua), and the loop stops as for its own. A second SIGINT
  * while the first is being handled exits at once with status 130, without a checkpoint.
  *
  * Resume: the first epoch is task.epoch as left by the before_train hooks (one may
@@ -262,7 +264,14 @@ static int cr_loop_check_signal(lua_State *L, cr_loop_ctx *c) {
     if (!c->handle_signals) return 0;
     if (c->signal_stop) return 1;
     int sig = cr_loop_signal_pending();
-    if (!sig) return 0;
+    if (!sig) {
+        /* a hook reported a signal received elsewhere (a distributed run's other rank):
+         * the same stop as one received here */
+        lua_getfield(L, RUN_TASK, "signal");
+        c->signal_stop = lua_isstring(L, -1);
+        lua_pop(L, 1);
+        return c->signal_stop;
+    }
     c->signal_stop = 1;
     const char *name = cr_loop_signal_name(sig);
     lua_pushboolean(L, 1);

@@ -216,13 +216,15 @@ static cr_dist_work *new_work(const char *what, cr_tensor *a, cr_tensor *b) {
     return w;
 }
 
-#define BEGIN(what)                                                                  \
-    if (work) *work = NULL;                                                          \
-    cr_status st_ = need_init(what);                                                 \
-    if (st_) return st_
+/* Every entry starts here: no handle until the collective has started, and MPI ready. */
+static cr_status begin(const char *what, cr_dist_work **work) {
+    if (work) *work = NULL;
+    return need_init(what);
+}
 
 cr_status cr_mpi_all_reduce(cr_tensor *t, cr_reduce_op op, cr_dist_work **work) {
-    BEGIN("all_reduce");
+    cr_status st0 = begin("all_reduce", work);
+    if (st0) return st0;
     cr_status st = check_tensor(t, "all_reduce", "the tensor");
     MPI_Op mop = MPI_SUM;
     if (!st) st = mpi_op(op, cr_tensor_dtype(t), "all_reduce", &mop);
@@ -237,7 +239,8 @@ cr_status cr_mpi_all_reduce(cr_tensor *t, cr_reduce_op op, cr_dist_work **work) 
 }
 
 cr_status cr_mpi_broadcast(cr_tensor *t, int root, cr_dist_work **work) {
-    BEGIN("broadcast");
+    cr_status st0 = begin("broadcast", work);
+    if (st0) return st0;
     cr_status st = check_tensor(t, "broadcast", "the tensor");
     if (st) return st;
     if (root < 0 || root >= g_world)
@@ -265,7 +268,8 @@ static cr_status check_pair(cr_tensor *out, cr_tensor *in, const char *what, int
 }
 
 cr_status cr_mpi_all_gather(cr_tensor *out, cr_tensor *in, cr_dist_work **work) {
-    BEGIN("all_gather");
+    cr_status st0 = begin("all_gather", work);
+    if (st0) return st0;
     cr_status st = check_pair(out, in, "all_gather", out ? cr_tensor_numel(out) : 0, in ? cr_tensor_numel(in) : 0);
     if (st) return st;
     cr_dist_work *w = new_work("all_gather", out, in);
@@ -277,7 +281,8 @@ cr_status cr_mpi_all_gather(cr_tensor *out, cr_tensor *in, cr_dist_work **work) 
 }
 
 cr_status cr_mpi_reduce_scatter(cr_tensor *out, cr_tensor *in, cr_reduce_op op, cr_dist_work **work) {
-    BEGIN("reduce_scatter");
+    cr_status st0 = begin("reduce_scatter", work);
+    if (st0) return st0;
     cr_status st = check_pair(out, in, "reduce_scatter", in ? cr_tensor_numel(in) : 0,
                               out ? cr_tensor_numel(out) : 0);
     MPI_Op mop = MPI_SUM;
@@ -292,8 +297,8 @@ cr_status cr_mpi_reduce_scatter(cr_tensor *out, cr_tensor *in, cr_reduce_op op, 
 }
 
 cr_status cr_mpi_barrier(void) {
-    cr_dist_work **work = NULL;
-    BEGIN("barrier");
+    cr_status st0 = begin("barrier", NULL);
+    if (st0) return st0;
     MPI_Request req;
     int rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "barrier");
@@ -301,8 +306,8 @@ cr_status cr_mpi_barrier(void) {
 }
 
 cr_status cr_mpi_broadcast_bytes(void *buf, int64_t n, int root) {
-    cr_dist_work **work = NULL;
-    BEGIN("broadcast_bytes");
+    cr_status st0 = begin("broadcast_bytes", NULL);
+    if (st0) return st0;
     if (!buf || n < 0 || n > 0x7fffffff) return cr_fail(CR_ERR_ARG, "broadcast_bytes: bad buffer or size %lld", (long long)n);
     if (root < 0 || root >= g_world)
         return cr_fail(CR_ERR_ARG, "broadcast_bytes: root %d is not a rank (0 .. %d)", root, g_world - 1);
@@ -313,8 +318,8 @@ cr_status cr_mpi_broadcast_bytes(void *buf, int64_t n, int root) {
 }
 
 cr_status cr_mpi_all_reduce_f64(double *buf, int64_t n, cr_reduce_op op) {
-    cr_dist_work **work = NULL;
-    BEGIN("all_reduce");
+    cr_status st0 = begin("all_reduce", NULL);
+    if (st0) return st0;
     MPI_Op mop = MPI_SUM;
     cr_status st = mpi_op(op, CR_DT_F64, "all_reduce", &mop);
     if (st) return st;

@@ -60,6 +60,33 @@ local function make_buckets(named, cap_bytes)
   return buckets
 end
 
+-- Broadcasts rank 0's tensors into `tensors`, one collective per dtype and device (their
+-- flattened concatenation) instead of one per tensor. Groups go in sorted order: every
+-- rank must issue the same collectives in the same order.
+local function broadcast_flat(tensors)
+  if comm.world_size() == 1 then return end
+  local groups, keys = {}, {}
+  for _, t in ipairs(tensors) do
+    local key = t.dtype .. '@' .. t.device
+    if not groups[key] then groups[key] = {}; keys[#keys + 1] = key end
+    table.insert(groups[key], t)
+  end
+  table.sort(keys)
+  cr.no_grad(function()
+    for _, key in ipairs(keys) do
+      local list, flat = groups[key], {}
+      for i, t in ipairs(list) do flat[i] = t:reshape({ t:numel() }) end
+      local all = comm.broadcast(cr.cat(flat, 0), 0)
+      local off = 0
+      for _, t in ipairs(list) do
+        local n = t:numel()
+        t:copy_(all:narrow(0, off, n):view(t.shape))
+        off = off + n
+      end
+    end
+  end)
+end
+
 local function new(_, model, opts)
   opts = opts or {}
   if type(model) ~= 'table' or type(model.named_parameters) ~= 'function' then
@@ -75,10 +102,9 @@ local function new(_, model, opts)
                               broadcast_buffers = opts.broadcast_buffers ~= false, sync = true,
                               handles = {}, pending = nil }, DDP)
   -- the same start everywhere: rank 0's parameters and buffers
-  cr.no_grad(function()
-    for _, np in ipairs(model:named_parameters()) do comm.broadcast(np[2], 0) end
-    for _, nb in ipairs(model:named_buffers()) do comm.broadcast(nb[2], 0) end
-  end)
+  local start = model:parameters()
+  for _, b in ipairs(model:buffers()) do start[#start + 1] = b end
+  broadcast_flat(start)
   local named = {}
   for _, np in ipairs(model:named_parameters()) do
     if np[2].requires_grad then named[#named + 1] = np end
@@ -162,9 +188,7 @@ function DDP:_finish()
       if p.grad then p.grad:copy_(avg) else p.grad = avg:clone() end
     end
   end
-  if self.broadcast_buffers then
-    for _, nb in ipairs(self.model:named_buffers()) do comm.broadcast(nb[2], 0) end
-  end
+  if self.broadcast_buffers then broadcast_flat(self.model:buffers()) end
 end
 
 -- Runs f(...) with the gradient all-reduce off: grads accumulate on each rank, and the

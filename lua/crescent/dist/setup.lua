@@ -16,7 +16,8 @@
 -- data.batch_size is per rank: k ranks train on a global batch of k * data.batch_size.
 -- Rank 0 alone logs (console, TensorBoard, metrics.jsonl), evaluates (eval, kNN) and writes
 -- checkpoints; every rank resumes from the same checkpoint. The ranks agree each step on
--- stopping (a signal or a hook's request_stop on any rank stops all after the same step),
+-- stopping (a signal or a hook's request_stop on any rank stops all after the same step,
+-- one small all-reduce per step),
 -- and an error on one rank ends every rank at once instead of after the timeout.
 local ffi = require 'ffi'
 local cr = require 'crescent'
@@ -53,7 +54,7 @@ function M.init(cfg, device)
   local info = launcher.detect()
   if info.world_size == 1 and not comm.is_initialized() then return device end
   local d = dist_cfg(cfg)
-  if device ~= 'cpu' then device = 'cuda:' .. info.local_rank end
+  if device ~= 'cpu' then device = launcher.device(info, cr.cuda.device_count()) end
   comm.init { timeout = d.timeout, device = device }
   if cfg.train and cfg.train.threads == 0 then
     cr.set_num_threads(math.max(1, math.floor(cr.get_num_threads() / comm.local_world_size())))
@@ -86,20 +87,28 @@ end
 
 local MAIN_ONLY = { console = true, tensorboard = true, jsonl = true, eval = true, knn = true }
 
--- The ranks stop together: any rank's stop request (or signal) after a step stops all.
-local function agree_hook(priority, what)
-  local flag = cr.zeros({ 1 })
+-- The ranks stop together: after each train step one all-reduce (MAX) of a code, 0 go on,
+-- 1 a stop request (a hook's), 2.. a signal. A signal another rank received becomes this
+-- rank's task.signal, which the loop treats as its own (no test phase, the checkpoint at
+-- the end); a request becomes a request. The checkpoint hook (98) runs before this one.
+local SIGNALS = { 'SIGTERM', 'SIGINT', 'SIGUSR1' }
+local SIGNAL_CODE = { SIGTERM = 2, SIGINT = 3, SIGUSR1 = 4 }
+
+local function agree_hook()
+  local flag = cr.zeros({ 1 }, { device = comm.group().device })
   return {
-    name = 'dist_agree_' .. what, priority = priority,
+    name = 'dist_agree', priority = 99,
     after_step = function(_, task)
       if task.phase ~= 'train' then return end
-      flag:fill_((task.stop_requested or task.signal) and 1 or 0)
-      local t = flag
-      if comm.group().device ~= 'cpu' then t = flag:to(comm.group().device) end
-      comm.all_reduce(t, 'max')
-      if t:item() > 0 and not task.stop_requested then
-        task:request_stop('another rank stopped (' .. what .. ')')
-        task.signal = task.signal or 'another rank'
+      flag:fill_(task.signal and (SIGNAL_CODE[task.signal] or 2) or task.stop_requested and 1 or 0)
+      local code = comm.all_reduce(flag, 'max'):item()
+      if code >= 2 and not task.signal then
+        task:request_stop('signal')
+        task.signal = SIGNALS[code - 1]
+        io.stderr:write(string.format('crescent.dist: rank %d stops after iteration %d: another rank got %s\n',
+          comm.rank(), task.iteration, task.signal))
+      elseif code == 1 and not task.stop_requested then
+        task:request_stop('another rank asked to stop')
       end
     end,
   }
@@ -119,9 +128,7 @@ function M.task(task)
     task.hooks = kept
     task.test_loader = nil   -- the test phase is rank 0's (its eval hook reports it)
   end
-  -- before the checkpoint hook (98) sees a signal, and after every hook that may ask to stop
-  task:add_hook(agree_hook(1, 'signal'))
-  task:add_hook(agree_hook(99, 'request'))
+  task:add_hook(agree_hook())
   task:add_hook {
     name = 'dist_abort', priority = 100,
     on_exception = function(_, t)

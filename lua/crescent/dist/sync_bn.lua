@@ -72,17 +72,7 @@ local batch_norm_forward = nn.BatchNorm2d.forward
 
 function SyncBatchNorm:forward(x, relu)
   if not self.training or comm.world_size() == 1 then return batch_norm_forward(self, x, relu) end
-  local nd = x.ndim
-  if nd ~= 2 and nd ~= 4 then
-    nn._error(string.format('SyncBatchNorm: expected a %s input, got %d dims', self._expect, nd))
-  end
-  local factor = nil
-  if self.track_running_stats then
-    cr.no_grad(function() self.num_batches_tracked:add_(1) end)
-    factor = self.momentum
-    if factor == false then factor = 1 / self.num_batches_tracked:item() end
-  end
-  local y = SyncBN(x, self.weight, self.bias, self, factor)
+  local y = SyncBN(x, self.weight, self.bias, self, self:_begin(x))
   if relu then y = y:relu() end
   return y
 end

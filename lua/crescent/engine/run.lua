@@ -52,9 +52,12 @@ function M.setup(cfg)
   local ok, device, line = pcall(cr.cuda.resolve, cfg.train.device)
   if not ok then error(device, 0) end
   -- under a launcher with k ranks: join them; the GPU is the local rank's (dist/setup.lua)
-  local kind = device
-  device = require('crescent.dist.setup').init(cfg, device)
-  if line and device ~= kind then line = line:gsub(kind, device .. ' (this rank\'s GPU)') end
+  local rank_device = require('crescent.dist.setup').init(cfg, device)
+  if rank_device ~= device then
+    line = string.format('train.device=%s: %s, the GPU of local rank %d', cfg.train.device, rank_device,
+      cr.dist.local_rank())
+    device = rank_device
+  end
   if line then print(line) end
   if device ~= 'cpu' then cr.cuda.set_deterministic(cfg.train.deterministic) end
   if cfg.train.threads > 0 then cr.set_num_threads(cfg.train.threads) end

@@ -56,24 +56,28 @@ return function(cr, nn)
     return self
   end
 
-  -- forward(x, relu): relu = true fuses relu(bn(x)) into one pass (ResNet blocks use it).
-  function BatchNorm:forward(x, relu)
+  -- Checks the input and, in training with running stats, counts the batch; returns the
+  -- running stats' update factor (nil when they are not updated). SyncBatchNorm shares it.
+  function BatchNorm:_begin(x)
     check_input(self, x)
     local nd = ndim(x)
     if nd ~= self._ndim_a and nd ~= self._ndim_b then
       nn._error(string.format('%s: expected a %s input, got %d dims [%s]', self.__name, self._expect, nd,
         table.concat(x.shape, ', ')))
     end
-    local training = self.training
-    local factor = self.momentum
-    if training and self.track_running_stats then
-      local nbt = self.num_batches_tracked
-      check(add_op(nbt, one, 1))
-      if factor == false then factor = 1 / nbt:item() end
-    end
+    if not (self.training and self.track_running_stats) then return nil end
+    local nbt = self.num_batches_tracked
+    check(add_op(nbt, one, 1))
+    if self.momentum == false then return 1 / nbt:item() end
+    return self.momentum
+  end
+
+  -- forward(x, relu): relu = true fuses relu(bn(x)) into one pass (ResNet blocks use it).
+  function BatchNorm:forward(x, relu)
+    local factor = self:_begin(x)
     -- running stats are nil when not tracked: the op then normalises with batch stats
     return call(relu and bn_relu_op or bn_op, x, self.weight, self.bias, self.running_mean,
-      self.running_var, training, factor or 0, self.eps)
+      self.running_var, self.training, factor or 0, self.eps)
   end
 
   function BatchNorm:extra_repr()

@@ -37,14 +37,14 @@ local is_worker = arg and arg[1] == 'worker'
 if is_worker then table.remove(arg, 1) end
 
 local args = harness.args('bench/dist.lua',
-  { { 'width', 16 }, { 'batch', 64 }, { 'windows', 5 }, { 'steps', 5 }, { 'warmup', 3 } })
-local arg_line = string.format('width=%d batch=%d windows=%d steps=%d warmup=%d', args.width, args.batch,
-  args.windows, args.steps, args.warmup)
+  { { 'width', 16 }, { 'batch', 64 }, { 'windows', 5 }, { 'steps', 5 }, { 'warmup', 3 }, { 'bucket_mb', 25, 'fraction' } })
+local arg_line = string.format('width=%d batch=%d windows=%d steps=%d warmup=%d bucket_mb=%g', args.width,
+  args.batch, args.windows, args.steps, args.warmup, args.bucket_mb)
 
 -- One rank's training (alone or under mpirun); rank 0 prints a JSON line
 -- {"bench": "dist_worker", "ranks": k, "value": global img/s, "windows": [...], ...}.
 local function worker()
-  local cfg = { train = { threads = 1 }, dist = { sync_bn = false, timeout = 300 } }
+  local cfg = { train = { threads = 1 }, dist = { sync_bn = false, timeout = 300, bucket_mb = args.bucket_mb } }
   cr.set_num_threads(1)
   cr.dist.setup.init(cfg, 'cpu')
   local W, B = cr.dist.world_size(), args.batch

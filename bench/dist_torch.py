@@ -4,12 +4,12 @@ momentum 0.9, nesterov, weight decay 5e-4; 8 synthetic [B, 1, 28, 28] batches pe
 cycled) on `nproc` cpu ranks of one thread each. nproc=1: one process, no process group
 and no DDP (as crescent alone). nproc>1: the ranks are started by
 torch.multiprocessing.spawn, join a gloo group at MASTER_ADDR=127.0.0.1 and a free port,
-and train through torch.nn.parallel.DistributedDataParallel (25 MB buckets, buffers
+and train through torch.nn.parallel.DistributedDataParallel (bucket_mb MB buckets, buffers
 broadcast, as crescent's DDP), each rank bound to a core of its own (as mpirun binds
 crescent's ranks); B is per rank, so the global batch is nproc * B.
 Each window's time is the slowest rank's; the figure is nproc * B * steps / time,
 medians over the windows after warm-up steps.
-  python3 bench/dist_torch.py [nproc=1] [width=16] [batch=64] [windows=5] [steps=5] [warmup=3]
+  python3 bench/dist_torch.py [nproc=1] [width=16] [batch=64] [windows=5] [steps=5] [warmup=3] [bucket_mb=25]
 Last line: {"bench": "dist_torch", "nproc": n, "value": img/s, "windows": [...]}, or
 {"bench": "dist_torch", "skipped": why} (with one line saying why) where torch.distributed
 or its gloo backend is unavailable. Run by /usr/bin/python3 (Debian's torch)."""
@@ -27,12 +27,13 @@ from train_supervised_torch import ResNet18, window_seconds  # noqa: E402  (the 
 
 
 def parse_args():
-    args = {'nproc': 1, 'width': 16, 'batch': 64, 'windows': 5, 'steps': 5, 'warmup': 3}
+    args = {'nproc': 1, 'width': 16, 'batch': 64, 'windows': 5, 'steps': 5, 'warmup': 3, 'bucket_mb': 25.0}
     for a in sys.argv[1:]:
         k, _, v = a.partition('=')
-        if k not in args or not v.isdigit():
+        try:
+            args[k] = type(args[k])(v)   # KeyError: an unknown name
+        except (KeyError, ValueError):
             sys.exit('usage: python3 bench/dist_torch.py ' + ' '.join(f'[{k}={v}]' for k, v in args.items()))
-        args[k] = int(v)
     return args
 
 
@@ -70,7 +71,7 @@ def run(rank, nproc, args, port):
     model = ResNet18(width)
     model.train()
     if distributed:
-        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
+        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args['bucket_mb'])
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
     torch.manual_seed(1 + rank)  # each rank its own data
     times = window_seconds(model, opt, batch, args['warmup'], args['windows'], args['steps'])

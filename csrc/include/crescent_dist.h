@@ -39,6 +39,10 @@ cr_status cr_mpi_broadcast_bytes(void *buf, int64_t n, int root);
 cr_status cr_mpi_all_reduce_f64(double *buf, int64_t n, cr_reduce_op op);
 /* Waits for an asynchronous collective and frees the handle (also when it fails). */
 cr_status cr_mpi_wait(cr_dist_work *work);
+/* Drives MPI's progress engine through one test of the work's request, without waiting:
+ * a cpu rank has no progress thread, so a started collective advances only inside MPI
+ * calls. Sets *done when the request has completed (the handle still needs its wait). */
+cr_status cr_mpi_test(cr_dist_work *work, int *done);
 /* Prints `why` (with this rank) and ends every rank of the job; does not return. */
 void cr_mpi_abort(const char *why);
 void cr_mpi_finalize(void);

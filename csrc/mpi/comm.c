@@ -191,6 +191,13 @@ cr_status cr_mpi_wait(cr_dist_work *w) {
     return st;
 }
 
+cr_status cr_mpi_test(cr_dist_work *w, int *done) {
+    if (!w || !done) return cr_fail(CR_ERR_ARG, "dist.test: the work handle is nil");
+    *done = 0;
+    int rc = MPI_Test(&w->req, done, MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? CR_OK : mpi_fail(rc, w->what);
+}
+
 /* Hands the started request to the caller (work != NULL) or waits for it. */
 static cr_status finish(int rc, cr_dist_work *w, cr_dist_work **work) {
     if (rc != MPI_SUCCESS) {

@@ -42,6 +42,15 @@ local a, b = cr.ones({ 5 }), cr.full({ 7 }, r + 1)
 local wa, wb = dist.all_reduce(a, 'sum', { async = true }), dist.all_reduce(b, 'max', { async = true })
 check('async all_reduce (2 in flight)', wb:wait(), cr.full({ 7 }, W))
 check('async all_reduce (first)', wa:wait(), cr.full({ 5 }, W))
+
+-- poke: advances a started collective without waiting, and reports when it has completed
+local pc = cr.full({ 1000 }, r + 1)
+local wp, t0 = dist.all_reduce(pc, 'sum', { async = true }), os.clock()
+while not wp:poke() do
+  assert(os.clock() - t0 < 30, 'poke never reported completion')
+end
+assert(wp:poke() == true, 'poke after completion must stay true')
+check('poked all_reduce', wp:wait(), cr.full({ 1000 }, W * (W + 1) / 2))
 -- broadcast from each root, i64 and f16 bits
 for root_rank = 0, W - 1 do
   check('broadcast from ' .. root_rank, dist.broadcast(cr.tensor({ r * 10, r * 10 + 1 }), root_rank),

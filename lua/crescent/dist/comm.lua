@@ -154,7 +154,18 @@ function Work:wait()
   util.check(self.wait_fn(p))
   return self.tensor
 end
-local done_mt = { __index = { wait = function(self) return self.tensor end } }
+-- Lets a started cpu collective advance without waiting for it (MPI has no progress
+-- thread here); true once it has completed. A GPU collective advances on its own stream.
+local done_box = ffi.new('int[1]')
+function Work:poke()
+  local p = self.ptr
+  if p == nil or self.done then return true end
+  if not self.test_fn then return false end
+  util.check(self.test_fn(p, done_box))
+  self.done = done_box[0] ~= 0
+  return self.done
+end
+local done_mt = { __index = { wait = function(self) return self.tensor end, poke = function() return true end } }
 
 local function check_tensor(t, what)
   if not cr.is_tensor(t) then fail(what .. ': expected a tensor, got ' .. type(t), 3) end
@@ -172,7 +183,7 @@ local function is_gpu(t) return t.device ~= 'cpu' end
 -- work box; returns t, or a Work when opts.async.
 local function run(name, result, opts, ...)
   local gpu = is_gpu(result)
-  local lib, prefix, wait_fn
+  local lib, prefix, wait_fn, test_fn
   if gpu then
     if not G.nccl then
       fail(name .. ': a GPU tensor, but this group has no NCCL communicator; dist.init{device = ' ..
@@ -183,12 +194,12 @@ local function run(name, result, opts, ...)
     if not G.mpi then
       fail(name .. ': a cpu tensor, but this group has no MPI (a GPU run over NCCL); move it to the GPU', 3)
     end
-    lib, prefix, wait_fn = mpi, 'cr_mpi_', mpi.cr_mpi_wait
+    lib, prefix, wait_fn, test_fn = mpi, 'cr_mpi_', mpi.cr_mpi_wait, mpi.cr_mpi_test
   end
   local async = opts and opts.async
   local st = lib[prefix .. name](...)
   if st ~= 0 then util.raise() end
-  if async then return setmetatable({ ptr = work_box[0], wait_fn = wait_fn, tensor = result }, Work) end
+  if async then return setmetatable({ ptr = work_box[0], wait_fn = wait_fn, test_fn = test_fn, tensor = result }, Work) end
   return result
 end
 

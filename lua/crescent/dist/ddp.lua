@@ -87,6 +87,15 @@ local function broadcast_flat(tensors)
   end)
 end
 
+-- Lets the started buckets' all-reduces advance while backward goes on: over MPI they
+-- move only inside MPI calls, so without this they would mostly run at the final wait.
+local function poke_started(st)
+  for i = st.poked or 1, st.next - 1 do
+    if not st.works[i]:poke() then return end
+    st.poked = i + 1
+  end
+end
+
 local function new(_, model, opts)
   opts = opts or {}
   if type(model) ~= 'table' or type(model.named_parameters) ~= 'function' then
@@ -141,6 +150,7 @@ function DDP:_ready(b, k)
   st.ready[b.index][k] = true
   st.left[b.index] = st.left[b.index] - 1
   self:_launch(st)
+  poke_started(st)
 end
 
 -- Starts the full buckets that are next in index order.

@@ -37,7 +37,7 @@ describe('cuda training runs', function()
     assert.are.equal(device == 'cuda' and 'cuda:0' or device, task.device)
     local losses = {}
     task:add_hook { name = 'record', after_step = function(_, t)
-      if t.phase == 'train' then losses[#losses + 1] = t.loss_value end
+      if t.phase_name == 'train' then losses[#losses + 1] = t.loss_value end
       if #losses >= steps then t:request_stop('spec') end
     end }
     cr.train(task)

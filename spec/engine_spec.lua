@@ -45,7 +45,7 @@ describe('the step loop', function()
       h[e] = function(_, t)
         counts[e] = (counts[e] or 0) + 1
         if e ~= 'before_step' and e ~= 'after_step' and e ~= 'after_forward' and e ~= 'after_backward' then
-          seq[#seq + 1] = e .. (t.phase and (':' .. t.phase) or '')
+          seq[#seq + 1] = e .. (t.phase_name and (':' .. t.phase_name) or '')
         end
       end
     end
@@ -65,7 +65,7 @@ describe('the step loop', function()
   it('tests every N epochs and after the last one', function()
     local task = fake_task { epochs = 5, test_every = 2, steps = 1 }
     local tested = {}
-    task:add_hook { before_phase = function(_, t) if t.phase == 'test' then tested[#tested + 1] = t.epoch end end }
+    task:add_hook { before_phase = function(_, t) if t.phase_name == 'test' then tested[#tested + 1] = t.epoch end end }
     cr.train(task)
     assert.same({ 1, 3, 4 }, tested)
   end)

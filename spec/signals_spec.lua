@@ -57,7 +57,7 @@ local function task_with_log(args)
   local log = { steps = {}, seen = {}, phases = {} }
   local function step(t)
     -- the loop counts phase_iteration once the step has returned
-    if args.send_at == t.phase .. ':' .. t.epoch .. ':' .. (t.phase_iteration + 1) then
+    if args.send_at == t.phase_name .. ':' .. t.epoch .. ':' .. (t.phase_iteration + 1) then
       send(args.signal)
       log.pending = loop.pending_signal()
     end
@@ -70,9 +70,9 @@ local function task_with_log(args)
   task.log = log
   task:add_hook {
     name = 'log',
-    before_phase = function(_, t) log.phases[#log.phases + 1] = t.phase .. ':' .. t.epoch end,
+    before_phase = function(_, t) log.phases[#log.phases + 1] = t.phase_name .. ':' .. t.epoch end,
     after_step = function(_, t)
-      local key = t.phase .. ':' .. t.epoch .. ':' .. t.phase_iteration
+      local key = t.phase_name .. ':' .. t.epoch .. ':' .. t.phase_iteration
       log.steps[#log.steps + 1] = key
       if t.signal then log.seen[#log.seen + 1] = key .. '=' .. t.signal end
     end,
@@ -110,7 +110,7 @@ describe('preemption signals in the step loop', function()
   it('a signal a hook reports (another rank got it) stops the run as one received here', function()
     local task = task_with_log { epochs = 2, steps = 5, test_steps = 2 }
     task:add_hook { name = 'other_rank', priority = 99, after_step = function(_, t)
-      if t.phase == 'train' and t.iteration == 2 then
+      if t.phase_name == 'train' and t.iteration == 2 then
         t:request_stop('signal')
         t.signal = 'SIGTERM'
       end
@@ -192,7 +192,7 @@ describe('preemption signals in the step loop', function()
   it('a signal during an after_phase hook stops the run at the end of that phase', function()
     with_signals_ignored(function()
       local task = task_with_log { epochs = 3, steps = 2, test_steps = 2 }
-      task:add_hook { after_phase = function(_, t) if t.phase == 'train' and t.epoch == 1 then send('SIGTERM') end end }
+      task:add_hook { after_phase = function(_, t) if t.phase_name == 'train' and t.epoch == 1 then send('SIGTERM') end end }
       cr.train(task)
       assert.same({ 'train:0', 'test:0', 'train:1' }, task.log.phases)
       assert.equal(4, task.iteration)

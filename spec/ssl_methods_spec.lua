@@ -51,7 +51,7 @@ describe('ssl.swav.SwAV', function()
     cr.no_grad(function() m.prototypes.weight:mul_(3) end)
     local hooks = m:hooks()
     assert.are.equal(2, #hooks)
-    hooks[1]:after_step { phase = 'train' }
+    hooks[1]:after_step { phase_name = 'train' }
     H.assert_close(m.prototypes.weight:pow(2):sum(1), cr.ones(5), 1e-5)
     assert.are.equal('freeze', hooks[2].name)
     assert.are.equal(3, hooks[2].iterations)
@@ -151,7 +151,7 @@ describe('ssl.moco.MoCo', function()
   it('follows the cosine momentum schedule through its hook', function()
     local m = make { cosine_momentum = true }
     local stored = {}
-    local task = { phase = 'train', iteration = 50, max_iterations = 100,
+    local task = { phase_name = 'train', iteration = 50, max_iterations = 100,
                    storage = { put_scalar = function(_, k, v) stored[k] = v end } }
     m:hooks()[1]:before_step(task)
     assert.is_true(math.abs(m.momentum - cr.ssl.cosine_momentum(0.9, 0.5)) < 1e-12)

@@ -30,16 +30,28 @@
  * restore a checkpoint), and a phase's step counter starts at task.phase_iteration as
  * left by task:_begin_phase (the resumed batch index of a resumed train phase).
  *
+ * Stepping by hand (issue 8): the run's stage (before_train, an epoch's train phase, its
+ * test phase, after_train), epoch and a paused phase's iterator live in the ctx, so
+ * loop.step can run n train steps or one phase and return, and the next loop.step or
+ * loop.run goes on from there with the same hooks in the same order. While a run is
+ * driven by hand a SIGINT pauses it at the next step boundary instead of stopping it.
+ * Attaching: with opts.attach, a SIGUSR2 calls task:_attach() after the current step's
+ * after_step hooks (the REPL on the terminal); the run goes on when it returns.
+ *
  * Lua API (see trainer.lua):
  *   ctx = loop.new(task, events)   events[name] = array of {hook, fn, label}, in call order
  *   loop.run(ctx, opts)            opts: epochs, test_every, has_test, gc_step_kb, malloc_keep_mb,
- *                                  handle_signals, train_batches (batches per train epoch, if known)
+ *                                  handle_signals, attach, train_batches (batches per train
+ *                                  epoch, if known); goes on with a paused run
+ *   loop.step(ctx, opts, 'steps', n) -> train steps run; loop.step(ctx, opts, 'phase') -> 0|1
+ *   loop.state(ctx)                'idle' | 'paused' | 'running'
  *   loop.fire(ctx, event_id)       from a train step: after_forward / after_backward
  *   loop.hook_times(ctx)           array of {label=, event=, seconds=, calls=}
  *   loop.pending_signal()          'SIGTERM' | 'SIGINT' | 'SIGUSR1' received during a run, or nil
  *   loop.now()                     monotonic seconds
  *   loop.events                    event names, index = id + 1 */
 #include <errno.h>
+#include <signal.h>
 #include <lauxlib.h>
 #include <lua.h>
 #include <malloc.h>
@@ -83,9 +95,22 @@ typedef struct {
     int saw_fwd, saw_bwd, in_step;
     double step_hooks; /* hook seconds of the whole step (before/after_step + inner) */
     int handle_signals, signal_stop; /* this run watches signals; one has stopped it */
-    long phase_steps;                /* the last phase: its step counter at the end */
+    long phase_steps;                /* the phase in progress (or the last): its step counter */
     int phase_exhausted;             /* the last phase: its batches ran out */
+    /* the run in progress, kept between loop.step calls: its stage, epoch and phase, the
+     * options it started with, and a paused phase's iterator triple and step function */
+    int stage, epoch, train, stop_after_test;
+    int epochs, test_every, has_test;
+    double gc_kb, train_batches;
+    int paused_ref[4];
+    /* the phase's counters, loaded from the task when it begins or goes on */
+    double iteration, samples, tot_data, tot_fb, tot_opt, tot_hooks, steps;
+    int running, by_hand, interrupted; /* inside loop.run/step; driven by loop.step; paused by SIGINT */
 } cr_loop_ctx;
+
+enum { STAGE_IDLE = 0, STAGE_START, STAGE_NEXT_EPOCH, STAGE_IN_PHASE, STAGE_AFTER_TRAIN,
+       STAGE_AFTER_TEST, STAGE_FINISH };
+enum { DRIVE_RUN, DRIVE_STEPS, DRIVE_PHASE };
 
 static const char *const CR_LOOP_MT = "crescent.loop.ctx";
 static const char *const CR_LOOP_TB_KEY = "crescent.loop.traceback";
@@ -111,6 +136,7 @@ static void cr_loop_release(lua_State *L, cr_loop_ctx *c) {
         c->slots[e] = NULL;
         c->nslots[e] = 0;
     }
+    for (int i = 0; i < 4; i++) luaL_unref(L, LUA_REGISTRYINDEX, c->paused_ref[i]);
     luaL_unref(L, LUA_REGISTRYINDEX, c->task_ref);
     luaL_unref(L, LUA_REGISTRYINDEX, c->timing_ref);
     c->task_ref = c->timing_ref = LUA_NOREF;
@@ -128,6 +154,7 @@ static int cr_loop_new(lua_State *L) {
     cr_loop_ctx *c = (cr_loop_ctx *)lua_newuserdata(L, sizeof *c);
     memset(c, 0, sizeof *c);
     c->task_ref = c->timing_ref = LUA_NOREF;
+    for (int i = 0; i < 4; i++) c->paused_ref[i] = LUA_NOREF;
     luaL_getmetatable(L, CR_LOOP_MT);
     lua_setmetatable(L, -2);
     int ud = lua_gettop(L);
@@ -240,13 +267,12 @@ static double cr_loop_get_num(lua_State *L, int tbl, const char *key, double dfl
     return v;
 }
 
-/* Stack slots of loop.run, fixed so that every pcall uses the same handler. */
+/* Stack slots of loop.run and loop.step, fixed so that every pcall uses the same handler. */
 enum { RUN_CTX = 1, RUN_OPTS, RUN_MSGH, RUN_TASK, RUN_TIMING, RUN_ITER_F, RUN_ITER_S,
        RUN_ITER_C, RUN_STEP_FN, RUN_SIZE_FN, RUN_TOP = RUN_SIZE_FN };
 
-/* Calls task:method(args...) already pushed after the function and self; pcall. */
-static int cr_loop_call_method(lua_State *L, const char *method, int nargs, int nres) {
-    (void)method;
+/* Calls the function and self already pushed, with nargs arguments after them; pcall. */
+static int cr_loop_call_method(lua_State *L, int nargs, int nres) {
     return lua_pcall(L, nargs + 1, nres, RUN_MSGH);
 }
 
@@ -259,11 +285,16 @@ static int cr_loop_stop_requested(lua_State *L) {
 
 /* At a step or phase boundary: when this run watches signals and one was received, asks
  * the task to stop (once per run: task.stop_requested, stop_reason, signal, one line on
- * stderr). Returns whether a signal has stopped the run. */
+ * stderr). Returns whether a signal has stopped the run. A SIGINT while the run is driven
+ * by hand (loop.step) only pauses it: c->interrupted. */
 static int cr_loop_check_signal(lua_State *L, cr_loop_ctx *c) {
     if (!c->handle_signals) return 0;
     if (c->signal_stop) return 1;
     int sig = cr_loop_signal_pending();
+    if (sig == SIGINT && c->by_hand) {
+        c->interrupted = 1;
+        return 0;
+    }
     if (!sig) {
         /* a hook reported a signal received elsewhere (a distributed run's other rank):
          * the same stop as one received here */
@@ -286,27 +317,42 @@ static int cr_loop_check_signal(lua_State *L, cr_loop_ctx *c) {
     return 1;
 }
 
-/* One phase: returns a pcall status (error object on top) or 0. */
-static int cr_loop_phase(lua_State *L, cr_loop_ctx *c, int train, int epoch, double gc_kb) {
+/* The phase's counters, from the task (a phase begins, or a paused one goes on: the user
+ * may have changed them in between). */
+static void cr_loop_load_counters(lua_State *L, cr_loop_ctx *c) {
+    c->iteration = cr_loop_get_num(L, RUN_TASK, "iteration", 0);
+    c->samples = cr_loop_get_num(L, RUN_TASK, "samples_seen", 0);
+    c->tot_data = cr_loop_get_num(L, RUN_TIMING, "data_total", 0);
+    c->tot_fb = cr_loop_get_num(L, RUN_TIMING, "forward_backward_total", 0);
+    c->tot_opt = cr_loop_get_num(L, RUN_TIMING, "optimizer_total", 0);
+    c->tot_hooks = cr_loop_get_num(L, RUN_TIMING, "hooks_total", 0);
+    c->steps = cr_loop_get_num(L, RUN_TIMING, "steps", 0);
+    c->phase_steps = (long)cr_loop_get_num(L, RUN_TASK, "phase_iteration", 0);
+}
+
+/* Begins a phase: task.phase and task.epoch, task:_begin_phase, before_phase, and the
+ * batches (RUN_ITER_*) and step function (RUN_STEP_FN). Returns a pcall status or 0. */
+static int cr_loop_phase_begin(lua_State *L, cr_loop_ctx *c, int train) {
     const char *phase = train ? "train" : "test";
     int st;
+    c->train = train;
     lua_pushstring(L, phase);
-    lua_setfield(L, RUN_TASK, "phase");
-    lua_pushinteger(L, epoch);
+    lua_setfield(L, RUN_TASK, "phase_name");
+    lua_pushinteger(L, c->epoch);
     lua_setfield(L, RUN_TASK, "epoch");
 
     lua_getfield(L, RUN_TASK, "_begin_phase");
     lua_pushvalue(L, RUN_TASK);
     lua_pushstring(L, phase);
-    if ((st = cr_loop_call_method(L, "_begin_phase", 1, 0))) return st;
+    if ((st = cr_loop_call_method(L, 1, 0))) return st;
     if ((st = cr_loop_fire_hooks(L, c, CR_LOOP_BEFORE_PHASE, RUN_TASK, RUN_MSGH, NULL))) return st;
 
     /* the batches: a generic-for triple from task:_batches(phase, epoch) */
     lua_getfield(L, RUN_TASK, "_batches");
     lua_pushvalue(L, RUN_TASK);
     lua_pushstring(L, phase);
-    lua_pushinteger(L, epoch);
-    if ((st = cr_loop_call_method(L, "_batches", 2, 3))) return st;
+    lua_pushinteger(L, c->epoch);
+    if ((st = cr_loop_call_method(L, 2, 3))) return st;
     lua_replace(L, RUN_ITER_C);
     lua_replace(L, RUN_ITER_S);
     lua_replace(L, RUN_ITER_F);
@@ -317,102 +363,113 @@ static int cr_loop_phase(lua_State *L, cr_loop_ctx *c, int train, int epoch, dou
         return LUA_ERRRUN;
     }
     lua_replace(L, RUN_STEP_FN);
-
-    double iteration = cr_loop_get_num(L, RUN_TASK, "iteration", 0);
-    double samples = cr_loop_get_num(L, RUN_TASK, "samples_seen", 0);
-    double tot_data = cr_loop_get_num(L, RUN_TIMING, "data_total", 0);
-    double tot_fb = cr_loop_get_num(L, RUN_TIMING, "forward_backward_total", 0);
-    double tot_opt = cr_loop_get_num(L, RUN_TIMING, "optimizer_total", 0);
-    double tot_hooks = cr_loop_get_num(L, RUN_TIMING, "hooks_total", 0);
-    double steps = cr_loop_get_num(L, RUN_TIMING, "steps", 0);
-    /* 0, or the resumed batch index that task:_begin_phase left */
-    long phase_iter = (long)cr_loop_get_num(L, RUN_TASK, "phase_iteration", 0);
-    c->phase_steps = phase_iter;
+    /* phase_iteration: 0, or the resumed batch index that task:_begin_phase left */
+    cr_loop_load_counters(L, c);
     c->phase_exhausted = 0;
+    return 0;
+}
 
-    for (;;) {
-        double t0 = cr_loop_now();
-        lua_pushvalue(L, RUN_ITER_F);
-        lua_pushvalue(L, RUN_ITER_S);
+enum { STEP_RAN, STEP_RAN_THEN_STOP, STEP_NONE_LEFT };
+
+/* One step of the phase in progress: the next batch, before_step, the step function,
+ * counters and timings, after_step. *outcome: STEP_RAN, STEP_RAN_THEN_STOP (a stop was
+ * requested or a signal came) or STEP_NONE_LEFT (the batches ran out; no step ran).
+ * Returns a pcall status (error object on top) or 0. */
+static int cr_loop_phase_step(lua_State *L, cr_loop_ctx *c, int *outcome) {
+    int st, train = c->train;
+    double t0 = cr_loop_now();
+    lua_pushvalue(L, RUN_ITER_F);
+    lua_pushvalue(L, RUN_ITER_S);
+    lua_pushvalue(L, RUN_ITER_C);
+    if ((st = lua_pcall(L, 2, 1, RUN_MSGH))) return st;
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        c->phase_exhausted = 1;
+        *outcome = STEP_NONE_LEFT;
+        return 0;
+    }
+    double data_s = cr_loop_now() - t0;
+    lua_pushvalue(L, -1);
+    lua_replace(L, RUN_ITER_C);
+    lua_setfield(L, RUN_TASK, "batch");
+
+    c->step_hooks = 0;
+    if ((st = cr_loop_fire_hooks(L, c, CR_LOOP_BEFORE_STEP, RUN_TASK, RUN_MSGH, &c->step_hooks))) return st;
+
+    c->saw_fwd = c->saw_bwd = 0;
+    c->inner_hooks = 0;
+    c->in_step = 1;
+    double t1 = c->step_t0 = cr_loop_now();
+    lua_pushvalue(L, RUN_STEP_FN);
+    lua_pushvalue(L, RUN_TASK);
+    lua_getfield(L, RUN_TASK, "batch");
+    st = lua_pcall(L, 2, 0, RUN_MSGH);
+    c->in_step = 0;
+    if (st) return st;
+    double t2 = cr_loop_now();
+    double fb, opt;
+    if (c->saw_bwd) {
+        fb = c->bwd_t_end - t1 - c->inner_hooks;
+        opt = t2 - c->bwd_t_end;
+    } else {
+        fb = t2 - t1 - c->inner_hooks;
+        opt = 0;
+    }
+    c->step_hooks += c->inner_hooks;
+
+    c->phase_steps++;
+    lua_pushinteger(L, c->phase_steps);
+    lua_setfield(L, RUN_TASK, "phase_iteration");
+    if (train) {
+        /* samples: task:batch_size(batch), a Lua method (the loop cannot see inside a batch) */
+        lua_pushvalue(L, RUN_SIZE_FN);
+        lua_pushvalue(L, RUN_TASK);
         lua_pushvalue(L, RUN_ITER_C);
         if ((st = lua_pcall(L, 2, 1, RUN_MSGH))) return st;
-        if (lua_isnil(L, -1)) { lua_pop(L, 1); c->phase_exhausted = 1; break; }
-        double data_s = cr_loop_now() - t0;
-        lua_pushvalue(L, -1);
-        lua_replace(L, RUN_ITER_C);
-        lua_setfield(L, RUN_TASK, "batch");
-
-        c->step_hooks = 0;
-        if ((st = cr_loop_fire_hooks(L, c, CR_LOOP_BEFORE_STEP, RUN_TASK, RUN_MSGH,
-                                     &c->step_hooks)))
-            return st;
-
-        c->saw_fwd = c->saw_bwd = 0;
-        c->inner_hooks = 0;
-        c->in_step = 1;
-        double t1 = c->step_t0 = cr_loop_now();
-        lua_pushvalue(L, RUN_STEP_FN);
-        lua_pushvalue(L, RUN_TASK);
-        lua_getfield(L, RUN_TASK, "batch");
-        st = lua_pcall(L, 2, 0, RUN_MSGH);
-        c->in_step = 0;
-        if (st) return st;
-        double t2 = cr_loop_now();
-        double fb, opt;
-        if (c->saw_bwd) {
-            fb = c->bwd_t_end - t1 - c->inner_hooks;
-            opt = t2 - c->bwd_t_end;
-        } else {
-            fb = t2 - t1 - c->inner_hooks;
-            opt = 0;
-        }
-        c->step_hooks += c->inner_hooks;
-
-        phase_iter++;
-        c->phase_steps = phase_iter;
-        lua_pushinteger(L, phase_iter);
-        lua_setfield(L, RUN_TASK, "phase_iteration");
-        if (train) {
-            /* samples: task:batch_size(batch), a Lua method (the loop cannot see inside a batch) */
-            lua_pushvalue(L, RUN_SIZE_FN);
-            lua_pushvalue(L, RUN_TASK);
-            lua_pushvalue(L, RUN_ITER_C);
-            if ((st = lua_pcall(L, 2, 1, RUN_MSGH))) return st;
-            samples += lua_tonumber(L, -1);
-            lua_pop(L, 1);
-            iteration += 1;
-            lua_pushnumber(L, iteration);
-            lua_setfield(L, RUN_TASK, "iteration");
-            lua_pushnumber(L, samples);
-            lua_setfield(L, RUN_TASK, "samples_seen");
-            tot_data += data_s;
-            tot_fb += fb;
-            tot_opt += opt;
-            steps += 1;
-        }
-        cr_loop_set_num(L, RUN_TIMING, "data", data_s);
-        cr_loop_set_num(L, RUN_TIMING, "forward_backward", fb);
-        cr_loop_set_num(L, RUN_TIMING, "optimizer", opt);
-        cr_loop_set_num(L, RUN_TIMING, "step", t2 - t1 - c->inner_hooks);
-
-        /* a signal: the after_step hooks (a checkpoint) still run for this step */
-        cr_loop_check_signal(L, c);
-        if ((st = cr_loop_fire_hooks(L, c, CR_LOOP_AFTER_STEP, RUN_TASK, RUN_MSGH,
-                                     &c->step_hooks)))
-            return st;
-        cr_loop_set_num(L, RUN_TIMING, "hooks", c->step_hooks);
-        if (train) {
-            tot_hooks += c->step_hooks;
-            cr_loop_set_num(L, RUN_TIMING, "data_total", tot_data);
-            cr_loop_set_num(L, RUN_TIMING, "forward_backward_total", tot_fb);
-            cr_loop_set_num(L, RUN_TIMING, "optimizer_total", tot_opt);
-            cr_loop_set_num(L, RUN_TIMING, "hooks_total", tot_hooks);
-            cr_loop_set_num(L, RUN_TIMING, "steps", steps);
-        }
-        /* the step's tensor handles are garbage now: finalise some every iteration */
-        if (gc_kb > 0) lua_gc(L, LUA_GCSTEP, (int)gc_kb);
-        if (c->signal_stop || cr_loop_stop_requested(L)) break;
+        c->samples += lua_tonumber(L, -1);
+        lua_pop(L, 1);
+        c->iteration += 1;
+        lua_pushnumber(L, c->iteration);
+        lua_setfield(L, RUN_TASK, "iteration");
+        lua_pushnumber(L, c->samples);
+        lua_setfield(L, RUN_TASK, "samples_seen");
+        c->tot_data += data_s;
+        c->tot_fb += fb;
+        c->tot_opt += opt;
+        c->steps += 1;
     }
+    cr_loop_set_num(L, RUN_TIMING, "data", data_s);
+    cr_loop_set_num(L, RUN_TIMING, "forward_backward", fb);
+    cr_loop_set_num(L, RUN_TIMING, "optimizer", opt);
+    cr_loop_set_num(L, RUN_TIMING, "step", t2 - t1 - c->inner_hooks);
+
+    /* a signal: the after_step hooks (a checkpoint) still run for this step */
+    cr_loop_check_signal(L, c);
+    if ((st = cr_loop_fire_hooks(L, c, CR_LOOP_AFTER_STEP, RUN_TASK, RUN_MSGH, &c->step_hooks))) return st;
+    cr_loop_set_num(L, RUN_TIMING, "hooks", c->step_hooks);
+    if (train) {
+        c->tot_hooks += c->step_hooks;
+        cr_loop_set_num(L, RUN_TIMING, "data_total", c->tot_data);
+        cr_loop_set_num(L, RUN_TIMING, "forward_backward_total", c->tot_fb);
+        cr_loop_set_num(L, RUN_TIMING, "optimizer_total", c->tot_opt);
+        cr_loop_set_num(L, RUN_TIMING, "hooks_total", c->tot_hooks);
+        cr_loop_set_num(L, RUN_TIMING, "steps", c->steps);
+    }
+    /* the step's tensor handles are garbage now: finalise some every iteration */
+    if (c->gc_kb > 0) lua_gc(L, LUA_GCSTEP, (int)c->gc_kb);
+    /* attaching (train.repl_on_signal): a SIGUSR2 opens task:_attach() here, between
+     * steps; leaving it resumes the run */
+    if (cr_loop_attach_take()) {
+        lua_getfield(L, RUN_TASK, "_attach");
+        lua_pushvalue(L, RUN_TASK);
+        if ((st = cr_loop_call_method(L, 0, 0))) return st;
+    }
+    *outcome = (c->signal_stop || cr_loop_stop_requested(L)) ? STEP_RAN_THEN_STOP : STEP_RAN;
+    return 0;
+}
+
+/* Ends the phase in progress: no batch, after_phase. */
+static int cr_loop_phase_end(lua_State *L, cr_loop_ctx *c) {
     lua_pushnil(L);
     lua_setfield(L, RUN_TASK, "batch");
     lua_pushnil(L);
@@ -441,11 +498,21 @@ static void cr_loop_fire_after_failure(lua_State *L, cr_loop_ctx *c, int e) {
     }
 }
 
+/* Forgets a paused phase's iterator and step function. */
+static void cr_loop_drop_paused(lua_State *L, cr_loop_ctx *c) {
+    for (int i = 0; i < 4; i++) {
+        luaL_unref(L, LUA_REGISTRYINDEX, c->paused_ref[i]);
+        c->paused_ref[i] = LUA_NOREF;
+    }
+}
+
 /* The error object on top of the stack ends the run: task.exception and task.traceback
  * are set, on_exception fires (and after_train too when it has not run yet), then the
  * original error propagates with its message. */
 static int cr_loop_fail(lua_State *L, cr_loop_ctx *c, int then_after_train) {
     int err = lua_gettop(L);
+    c->stage = STAGE_IDLE;
+    cr_loop_drop_paused(L, c);
     lua_pushvalue(L, err);
     lua_setfield(L, RUN_TASK, "exception");
     lua_getfield(L, LUA_REGISTRYINDEX, CR_LOOP_TB_KEY);
@@ -473,96 +540,216 @@ static void cr_loop_keep_heap(double mb) {
 
 /* Whether the train phase just run consumed every batch of its epoch: its batches ran
  * out, or its step counter reached the known count (a stop at the last batch). */
-static int cr_loop_train_complete(const cr_loop_ctx *c, double train_batches) {
-    return c->phase_exhausted || (train_batches > 0 && (double)c->phase_steps >= train_batches);
+static int cr_loop_train_complete(const cr_loop_ctx *c) {
+    return c->phase_exhausted || (c->train_batches > 0 && (double)c->phase_steps >= c->train_batches);
 }
 
-/* The body of loop.run(ctx, opts), run under loop.run's pcall so that the signal
- * handlers come off on every way out. */
-static int cr_loop_run_body(lua_State *L) {
+static void cr_loop_set_epoch(lua_State *L, cr_loop_ctx *c, int epoch) {
+    c->epoch = epoch;
+    lua_pushinteger(L, epoch);
+    lua_setfield(L, RUN_TASK, "epoch");
+}
+
+/* Drives the run through its stages (state in c, so loop.step can pause and go on):
+ * before_train; per epoch the train phase, then the test phase when due; after_train.
+ * DRIVE_RUN goes to the end; DRIVE_STEPS pauses before train step number `budget` + 1 of
+ * this call (test phases on the way run whole); DRIVE_PHASE returns when a phase has
+ * ended. *done counts train steps (DRIVE_STEPS) or phases (DRIVE_PHASE). Also returns,
+ * paused, when a SIGINT interrupts a run driven by hand. Returns a pcall status (error
+ * object on top) or 0. */
+static int cr_loop_drive(lua_State *L, cr_loop_ctx *c, int mode, long budget, long *done) {
+    int st;
+    for (;;) {
+        switch (c->stage) {
+        case STAGE_START:
+            c->signal_stop = 0;
+            lua_pushnil(L);
+            lua_setfield(L, RUN_TASK, "signal");
+            if ((st = cr_loop_fire_hooks(L, c, CR_LOOP_BEFORE_TRAIN, RUN_TASK, RUN_MSGH, NULL))) return st;
+            /* after before_train: a hook there may have restored a checkpoint */
+            c->epoch = (int)cr_loop_get_num(L, RUN_TASK, "epoch", 0);
+            cr_loop_check_signal(L, c);
+            c->stage = STAGE_NEXT_EPOCH;
+            break;
+        case STAGE_NEXT_EPOCH:
+            if (c->signal_stop || c->epoch >= c->epochs) {
+                c->stage = STAGE_FINISH;
+                break;
+            }
+            if ((st = cr_loop_phase_begin(L, c, 1))) return st;
+            c->stage = STAGE_IN_PHASE;
+            break;
+        case STAGE_IN_PHASE: {
+            if (c->interrupted) return 0;
+            if (mode == DRIVE_STEPS && c->train && *done >= budget) return 0;
+            int outcome;
+            if ((st = cr_loop_phase_step(L, c, &outcome))) return st;
+            if (outcome != STEP_NONE_LEFT && c->train && mode == DRIVE_STEPS) (*done)++;
+            if (outcome == STEP_RAN) break;
+            if ((st = cr_loop_phase_end(L, c))) return st;
+            c->stage = c->train ? STAGE_AFTER_TRAIN : STAGE_AFTER_TEST;
+            if (mode == DRIVE_PHASE) {
+                (*done)++;
+                return 0;
+            }
+            break;
+        }
+        case STAGE_AFTER_TRAIN: {
+            int complete = cr_loop_train_complete(c);
+            if (cr_loop_check_signal(L, c)) {
+                /* no test after a signal; an epoch cut short is not counted as done */
+                if (complete) cr_loop_set_epoch(L, c, c->epoch + 1);
+                c->stage = STAGE_FINISH;
+                break;
+            }
+            int stop = cr_loop_stop_requested(L);
+            int e = c->epoch;
+            int test = c->has_test && c->test_every > 0 &&
+                       ((e + 1) % c->test_every == 0 || e == c->epochs - 1 || stop);
+            if (test) {
+                c->stop_after_test = stop;
+                if ((st = cr_loop_phase_begin(L, c, 0))) return st;
+                c->stage = STAGE_IN_PHASE;
+            } else {
+                cr_loop_set_epoch(L, c, e + 1);
+                c->stage = stop ? STAGE_FINISH : STAGE_NEXT_EPOCH;
+            }
+            break;
+        }
+        case STAGE_AFTER_TEST:
+            cr_loop_check_signal(L, c);
+            cr_loop_set_epoch(L, c, c->epoch + 1);
+            c->stage = (c->stop_after_test || c->signal_stop) ? STAGE_FINISH : STAGE_NEXT_EPOCH;
+            break;
+        case STAGE_FINISH:
+            lua_pushnil(L);
+            lua_setfield(L, RUN_TASK, "phase_name");
+            c->stage = STAGE_IDLE;
+            cr_loop_drop_paused(L, c);
+            st = cr_loop_fire_hooks(L, c, CR_LOOP_AFTER_TRAIN, RUN_TASK, RUN_MSGH, NULL);
+            if (!st) return 0;
+            /* after_train itself failed: on_exception still hears of it */
+            return cr_loop_fail(L, c, 0);
+        default: /* STAGE_IDLE: nothing to drive */
+            return 0;
+        }
+    }
+}
+
+/* The body of loop.run / loop.step (ctx, opts, mode, budget), under their pcall so that
+ * the signal handlers come off on every way out. A run that is not in progress starts
+ * from opts; a paused one goes on with its own. Pushes the count of train steps or
+ * phases done (loop.step's result). */
+static int cr_loop_body(lua_State *L) {
     cr_loop_ctx *c = cr_loop_check_ctx(L, RUN_CTX);
     luaL_checktype(L, RUN_OPTS, LUA_TTABLE);
+    int mode = (int)luaL_checkinteger(L, 3);
+    long budget = (long)luaL_checknumber(L, 4);
     lua_settop(L, RUN_OPTS);
     lua_pushcfunction(L, cr_loop_msgh);                    /* RUN_MSGH */
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->task_ref);        /* RUN_TASK */
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->timing_ref);      /* RUN_TIMING */
-    lua_pushnil(L);
-    lua_pushnil(L);
-    lua_pushnil(L);                                        /* RUN_ITER_F/S/C */
-    lua_pushnil(L);                                        /* RUN_STEP_FN */
+    for (int i = 0; i < 4; i++)                            /* RUN_ITER_F/S/C, RUN_STEP_FN */
+        lua_rawgeti(L, LUA_REGISTRYINDEX, c->paused_ref[i]);
+    cr_loop_drop_paused(L, c);
     lua_getfield(L, RUN_TASK, "batch_size");               /* RUN_SIZE_FN */
     if (!lua_isfunction(L, RUN_SIZE_FN)) return luaL_error(L, "loop.run: task.batch_size must be a method");
 
-    int epochs = (int)cr_loop_get_num(L, RUN_OPTS, "epochs", 1);
-    int test_every = (int)cr_loop_get_num(L, RUN_OPTS, "test_every", 0);
-    double gc_kb = cr_loop_get_num(L, RUN_OPTS, "gc_step_kb", 0);
-    double train_batches = cr_loop_get_num(L, RUN_OPTS, "train_batches", 0);
+    /* read on every call: between two loop.step calls the user may change task.epochs */
+    c->epochs = (int)cr_loop_get_num(L, RUN_OPTS, "epochs", 1);
+    c->test_every = (int)cr_loop_get_num(L, RUN_OPTS, "test_every", 0);
+    c->gc_kb = cr_loop_get_num(L, RUN_OPTS, "gc_step_kb", 0);
+    c->train_batches = cr_loop_get_num(L, RUN_OPTS, "train_batches", 0);
     lua_getfield(L, RUN_OPTS, "has_test");
-    int has_test = lua_toboolean(L, -1);
+    c->has_test = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    cr_loop_keep_heap(cr_loop_get_num(L, RUN_OPTS, "malloc_keep_mb", 0));
-    c->signal_stop = 0;
-    lua_pushnil(L);
-    lua_setfield(L, RUN_TASK, "signal");
-
-    int st = cr_loop_fire_hooks(L, c, CR_LOOP_BEFORE_TRAIN, RUN_TASK, RUN_MSGH, NULL);
-    /* after before_train: a hook there may have restored a checkpoint */
-    int start_epoch = (int)cr_loop_get_num(L, RUN_TASK, "epoch", 0);
-    if (!st) cr_loop_check_signal(L, c);
-    for (int epoch = start_epoch; !st && !c->signal_stop && epoch < epochs; epoch++) {
-        if ((st = cr_loop_phase(L, c, 1, epoch, gc_kb))) break;
-        int train_complete = cr_loop_train_complete(c, train_batches);
-        if (cr_loop_check_signal(L, c)) {
-            /* no test after a signal; an epoch cut short is not counted as done */
-            if (train_complete) {
-                lua_pushinteger(L, epoch + 1);
-                lua_setfield(L, RUN_TASK, "epoch");
-            }
-            break;
+    if (c->stage == STAGE_IDLE) {
+        cr_loop_keep_heap(cr_loop_get_num(L, RUN_OPTS, "malloc_keep_mb", 0));
+        c->stage = STAGE_START;
+    } else if (c->stage == STAGE_IN_PHASE) {
+        cr_loop_load_counters(L, c);
+    }
+    long done = 0;
+    int st = cr_loop_drive(L, c, mode, budget, &done);
+    if (st) return cr_loop_fail(L, c, 1); /* on_exception, then after_train (it always runs) */
+    if (c->stage == STAGE_IN_PHASE) {
+        /* paused inside a phase: keep its iterator and step function for the next call */
+        for (int i = 3; i >= 0; i--) {
+            lua_pushvalue(L, RUN_ITER_F + i);
+            c->paused_ref[i] = luaL_ref(L, LUA_REGISTRYINDEX);
         }
-        int stop = cr_loop_stop_requested(L);
-        int test = has_test && test_every > 0 &&
-                   ((epoch + 1) % test_every == 0 || epoch == epochs - 1 || stop);
-        if (test && (st = cr_loop_phase(L, c, 0, epoch, gc_kb))) break;
-        if (test) cr_loop_check_signal(L, c);
-        lua_pushinteger(L, epoch + 1);
-        lua_setfield(L, RUN_TASK, "epoch");
-        if (stop || c->signal_stop) break;
     }
-    if (!st) {
-        lua_pushnil(L);
-        lua_setfield(L, RUN_TASK, "phase");
-        st = cr_loop_fire_hooks(L, c, CR_LOOP_AFTER_TRAIN, RUN_TASK, RUN_MSGH, NULL);
-        if (!st) return 0;
-        /* after_train itself failed: on_exception still hears of it */
-        return cr_loop_fail(L, c, 0);
-    }
-    /* a failure: on_exception, then after_train (it always runs) */
-    return cr_loop_fail(L, c, 1);
+    lua_pushnumber(L, (double)done);
+    return 1;
 }
 
-/* loop.run(ctx, opts): the body under a pcall, between installing the signal handlers
- * (opts.handle_signals) and putting the previous ones back; an error propagates
- * unchanged afterwards. */
-static int cr_loop_run(lua_State *L) {
+/* loop.run(ctx, opts) / loop.step(ctx, opts, 'steps' | 'phase', n): the body under a
+ * pcall, between installing the signal handlers (opts.handle_signals; opts.attach adds
+ * SIGUSR2) and putting the previous ones back; an error propagates unchanged afterwards. */
+static int cr_loop_enter(lua_State *L, int mode, long budget) {
     cr_loop_ctx *c = cr_loop_check_ctx(L, RUN_CTX);
     luaL_checktype(L, RUN_OPTS, LUA_TTABLE);
     lua_settop(L, RUN_OPTS);
+    if (c->running)
+        return luaL_error(L, "this task's loop is already running (you are inside one of its steps, hooks "
+                             "or an attached REPL); leave it and the run goes on");
     lua_getfield(L, RUN_OPTS, "handle_signals");
     int handle = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    if (handle && cr_loop_signals_install() != 0)
-        return luaL_error(L, "loop.run: cannot install the SIGTERM/SIGINT/SIGUSR1 handlers (%s); "
-                             "set train.handle_signals=false to run without them", strerror(errno));
+    lua_getfield(L, RUN_OPTS, "attach");
+    int attach = lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    if ((handle || attach) && cr_loop_signals_install(handle, attach) != 0)
+        return luaL_error(L, "loop.run: cannot install the signal handlers (%s); set "
+                             "train.handle_signals=false to run without them", strerror(errno));
     int outer = c->handle_signals;
     c->handle_signals = handle;
-    lua_pushcfunction(L, cr_loop_run_body);
+    c->by_hand = mode != DRIVE_RUN;
+    c->interrupted = 0;
+    c->running = 1;
+    lua_pushcfunction(L, cr_loop_body);
     lua_insert(L, RUN_CTX);
-    int st = lua_pcall(L, 2, 0, 0);
+    lua_pushinteger(L, mode);
+    lua_pushnumber(L, (double)budget);
+    int st = lua_pcall(L, 4, 1, 0);
+    c->running = 0;
     c->handle_signals = outer;
-    if (handle) cr_loop_signals_restore();
+    if (c->interrupted && c->stage != STAGE_IDLE)
+        fprintf(stderr, "crescent: SIGINT: paused after iteration %.0f; task:step() goes on\n", c->iteration);
+    if (handle || attach) cr_loop_signals_restore();
     if (st) return lua_error(L);
+    return 1;
+}
+
+static int cr_loop_run(lua_State *L) {
+    lua_settop(L, RUN_OPTS);
+    cr_loop_enter(L, DRIVE_RUN, 0);
     return 0;
+}
+
+/* loop.step(ctx, opts, 'steps', n) -> train steps run; loop.step(ctx, opts, 'phase')
+ * -> phases ended (0 or 1) */
+static int cr_loop_step(lua_State *L) {
+    const char *what = luaL_checkstring(L, 3);
+    int mode;
+    long n = 1;
+    if (strcmp(what, "steps") == 0) {
+        mode = DRIVE_STEPS;
+        n = (long)luaL_checknumber(L, 4);
+    } else if (strcmp(what, "phase") == 0) {
+        mode = DRIVE_PHASE;
+    } else {
+        return luaL_error(L, "loop.step: 'steps' or 'phase', got '%s'", what);
+    }
+    lua_settop(L, RUN_OPTS);
+    return cr_loop_enter(L, mode, n);
+}
+
+/* loop.state(ctx) -> 'idle' (no run in progress), 'paused' (a run driven by loop.step
+ * waits for the next call) or 'running' */
+static int cr_loop_state(lua_State *L) {
+    cr_loop_ctx *c = cr_loop_check_ctx(L, 1);
+    lua_pushstring(L, c->running ? "running" : c->stage == STAGE_IDLE ? "idle" : "paused");
+    return 1;
 }
 
 /* loop.hook_times(ctx) -> array of {label, event, seconds, calls} in firing order */
@@ -610,6 +797,7 @@ int luaopen_crescent_loop(lua_State *L) {
     }
     lua_pop(L, 1);
     static const luaL_Reg fns[] = {{"new", cr_loop_new},           {"run", cr_loop_run},
+                                   {"step", cr_loop_step},         {"state", cr_loop_state},
                                    {"fire", cr_loop_fire},         {"hook_times", cr_loop_hook_times},
                                    {"pending_signal", cr_loop_pending_signal_l},
                                    {"now", cr_loop_now_l},         {NULL, NULL}};

@@ -1,6 +1,6 @@
 /* signals.c — the preemption signal handlers of the step loop (signals.h).
  *
- * The handler is async-signal-safe: it reads and writes two volatile sig_atomic_t flags,
+ * The handler is async-signal-safe: it reads and writes volatile sig_atomic_t flags,
  * saves and restores errno, and on a second SIGINT calls only write(2) and _exit(2).
  * Everything else (setting task.signal, the message, the checkpoint) happens in the loop
  * at the next step boundary, in ordinary code. */
@@ -11,16 +11,24 @@
 #include <string.h>
 #include <unistd.h>
 
-static const int cr_loop_handled[] = {SIGTERM, SIGINT, SIGUSR1};
+/* the stop signals, then SIGUSR2 (attach) */
+static const int cr_loop_handled[] = {SIGTERM, SIGINT, SIGUSR1, SIGUSR2};
 enum { CR_LOOP_NHANDLED = (int)(sizeof cr_loop_handled / sizeof cr_loop_handled[0]) };
 
-static volatile sig_atomic_t cr_loop_pending;     /* first signal number recorded, or 0 */
+static volatile sig_atomic_t cr_loop_pending;     /* first stop signal recorded, or 0 */
 static volatile sig_atomic_t cr_loop_sigint_seen; /* a SIGINT arrived: the next one exits */
+static volatile sig_atomic_t cr_loop_attach;      /* a SIGUSR2 arrived, not yet taken */
 static struct sigaction cr_loop_previous[CR_LOOP_NHANDLED];
+static int cr_loop_installed[CR_LOOP_NHANDLED];
 static int cr_loop_depth; /* nested loop.run calls (Lua runs them on one thread) */
 
 static void cr_loop_on_signal(int sig) {
     int saved_errno = errno;
+    if (sig == SIGUSR2) {
+        cr_loop_attach = 1;
+        errno = saved_errno;
+        return;
+    }
     if (sig == SIGINT) {
         if (cr_loop_sigint_seen) {
             static const char msg[] = "crescent: second SIGINT, exiting now without a checkpoint\n";
@@ -34,10 +42,11 @@ static void cr_loop_on_signal(int sig) {
     errno = saved_errno;
 }
 
-int cr_loop_signals_install(void) {
+int cr_loop_signals_install(int stops, int attach) {
     if (cr_loop_depth++ > 0) return 0;
     cr_loop_pending = 0;
     cr_loop_sigint_seen = 0;
+    cr_loop_attach = 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = cr_loop_on_signal;
@@ -46,22 +55,35 @@ int cr_loop_signals_install(void) {
     sigemptyset(&sa.sa_mask);
     for (int i = 0; i < CR_LOOP_NHANDLED; i++) sigaddset(&sa.sa_mask, cr_loop_handled[i]);
     for (int i = 0; i < CR_LOOP_NHANDLED; i++) {
+        int wanted = cr_loop_handled[i] == SIGUSR2 ? attach : stops;
+        cr_loop_installed[i] = 0;
+        if (!wanted) continue;
         if (sigaction(cr_loop_handled[i], &sa, &cr_loop_previous[i]) != 0) {
             int e = errno;
-            while (i-- > 0) sigaction(cr_loop_handled[i], &cr_loop_previous[i], NULL);
+            while (i-- > 0)
+                if (cr_loop_installed[i]) sigaction(cr_loop_handled[i], &cr_loop_previous[i], NULL);
             cr_loop_depth = 0;
             errno = e;
             return -1;
         }
+        cr_loop_installed[i] = 1;
     }
     return 0;
 }
 
 void cr_loop_signals_restore(void) {
     if (cr_loop_depth <= 0 || --cr_loop_depth > 0) return;
-    for (int i = 0; i < CR_LOOP_NHANDLED; i++) sigaction(cr_loop_handled[i], &cr_loop_previous[i], NULL);
+    for (int i = 0; i < CR_LOOP_NHANDLED; i++)
+        if (cr_loop_installed[i]) sigaction(cr_loop_handled[i], &cr_loop_previous[i], NULL);
     cr_loop_pending = 0;
     cr_loop_sigint_seen = 0;
+    cr_loop_attach = 0;
+}
+
+int cr_loop_attach_take(void) {
+    if (!cr_loop_attach) return 0;
+    cr_loop_attach = 0;
+    return 1;
 }
 
 int cr_loop_signal_pending(void) { return cr_loop_depth > 0 ? (int)cr_loop_pending : 0; }

@@ -24,8 +24,10 @@ local M = {}
 -- ---- the keys every recipe accepts ----------------------------------------------------
 function M.common()
   return {
-    -- threads 0: all cores; deterministic: GPU algorithms that give the same bits every run
-    train = { epochs = 10, device = 'auto', amp = 'off', seed = 0, threads = 0, deterministic = false },
+    -- threads 0: all cores; deterministic: GPU algorithms that give the same bits every run;
+    -- repl_on_signal: `kill -USR2 <pid>` opens the REPL at the next step boundary
+    train = { epochs = 10, device = 'auto', amp = 'off', seed = 0, threads = 0, deterministic = false,
+              repl_on_signal = false },
     data = { name = 'fashion_mnist', root = '', batch_size = 256, workers = 0, limit = 0 },
     -- root '': the data set's own search order; limit 0: every sample
     optim = { name = 'sgd', lr = 0.1, weight_decay = 5e-4 },
@@ -43,6 +45,7 @@ local COMMON_TYPES = {
   ['train.deterministic'] = 'boolean',
   ['train.seed'] = { type = 'integer', min = 0 },
   ['train.threads'] = { type = 'integer', min = 0 },
+  ['train.repl_on_signal'] = 'boolean',
   ['data.name'] = 'string',
   ['data.root'] = 'string',
   ['data.batch_size'] = { type = 'integer', min = 1 },

@@ -99,7 +99,7 @@ local function agree_hook()
   return {
     name = 'dist_agree', priority = 99,
     after_step = function(_, task)
-      if task.phase ~= 'train' then return end
+      if task.phase_name ~= 'train' then return end
       flag:fill_(task.signal and (SIGNAL_CODE[task.signal] or 2) or task.stop_requested and 1 or 0)
       local code = comm.all_reduce(flag, 'max'):item()
       if code >= 2 and not task.signal then

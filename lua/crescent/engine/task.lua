@@ -1,5 +1,5 @@
 -- crescent.engine.Task — everything a training run holds: config, model, loss, optimizer,
--- schedules, loaders, meters, hooks, counters (iteration, epoch, phase, samples_seen),
+-- schedules, loaders, meters, hooks, counters (iteration, epoch, phase_name, samples_seen),
 -- the event storage and the loop's timings. cr.train(task) runs it (trainer.lua).
 --
 --   local task = cr.engine.Task{config = cfg, model = m, loss = fn(output, batch) -> loss,
@@ -28,6 +28,7 @@ local KNOWN = {
   train_loader = true, test_loader = true, meters = true, hooks = true, train_step = true,
   eval_step = true, epochs = true, test_every = true, accum_steps = true, clip_norm = true,
   clip_value = true, gc_step_kb = true, malloc_keep_mb = true, name = true, handle_signals = true,
+  repl_on_signal = true,
   amp = true, scaler = true, device = true,
 }
 local AMP = { off = true, bf16 = true, f16 = true }
@@ -111,8 +112,11 @@ local function new(_, args)
   self.handle_signals = args.handle_signals
   if self.handle_signals == nil then self.handle_signals = cfg_get(cfg, 'train', 'handle_signals') end
   if self.handle_signals == nil then self.handle_signals = true end
+  -- SIGUSR2 opens the REPL on the terminal at the next step boundary (train.repl_on_signal)
+  self.repl_on_signal = args.repl_on_signal
+  if self.repl_on_signal == nil then self.repl_on_signal = cfg_get(cfg, 'train', 'repl_on_signal') == true end
   -- counters (the C loop writes them)
-  self.iteration, self.epoch, self.phase, self.phase_iteration, self.samples_seen = 0, 0, nil, 0, 0
+  self.iteration, self.epoch, self.phase_name, self.phase_iteration, self.samples_seen = 0, 0, nil, 0, 0
   self.max_iterations = 0
   self.timing = { data = 0, forward_backward = 0, optimizer = 0, step = 0, hooks = 0,
                   data_total = 0, forward_backward_total = 0, optimizer_total = 0,
@@ -185,7 +189,7 @@ function Task:lr()
   return nil
 end
 
--- Called by the loop at the start of each phase: model mode.
+-- Called by the loop at the start of each phase (task.phase_name is set): model mode.
 function Task:_begin_phase(phase)
   -- a train phase resumed mid-epoch from a checkpoint (engine/checkpoint.lua) goes on
   -- at the saved batch
@@ -208,6 +212,44 @@ function Task:_batches(phase, epoch)
   local device = self.device
   if device == 'cpu' then return f, state, control end
   return function(s, c) return batch_to(f(s, c), device) end, state, control
+end
+
+-- The trainer (engine/trainer.lua, which requires this file) sets Task._drive to its
+-- step function when it loads; loading it here would be a require cycle.
+local function load_trainer_then_drive(self, what, n)
+  require 'crescent.engine.trainer'
+  if Task._drive == load_trainer_then_drive then
+    error('crescent.engine.task: another copy of the trainer is loaded; use cr.engine.Task', 3)
+  end
+  return Task._drive(self, what, n)
+end
+Task._drive = load_trainer_then_drive
+
+-- Runs n train steps (default 1) by hand, firing the same hooks in the same order as
+-- cr.train: the first call starts the run (before_train), a test phase that falls due on
+-- the way runs whole, and the run's end fires after_train. cr.train(task) or further
+-- steps go on from here. A SIGINT pauses it after the current step. Returns the number
+-- of train steps run (fewer than n when the run ended or was paused).
+function Task:step(n)
+  n = n or 1
+  if type(n) ~= 'number' or n < 1 or n ~= math.floor(n) then
+    error('task:step(n): n must be a positive integer, got ' .. tostring(n), 2)
+  end
+  return self:_drive('steps', n)
+end
+
+-- Runs the rest of the current phase (or the next phase, between two) by hand, through
+-- its after_phase hooks. Returns the phase's name ('train' or 'test'), or nil when the
+-- run ended without one.
+function Task:phase()
+  local ran = self:_drive('phase')
+  return ran > 0 and self.phase_name or nil
+end
+
+-- Called by the loop between two steps after a SIGUSR2 (train.repl_on_signal): the REPL
+-- on the terminal that started the run, with `task` bound; the run goes on when it ends.
+function Task:_attach()
+  require('crescent.repl').attach(self)
 end
 
 -- Fires an event's hooks from inside a custom train step (after_forward, after_backward).

@@ -153,35 +153,72 @@ function M.events(task)
   return events
 end
 
--- cr.train(task): check, then run the C loop. Errors propagate with their message after
--- on_exception and after_train hooks ran. Returns the task. A SIGTERM, SIGINT or SIGUSR1
--- during the run (unless task.handle_signals is false) stops it after the current step
--- with task.stop_reason = 'signal' and task.signal = its name; cr.train returns normally.
-function M.train(task)
-  local nb = M.check(task)
-  task.max_iterations = nb and nb * task.epochs or 0
-  task.iterations_per_epoch = nb
+-- The loop's options for a run of task; nb: train batches per epoch (or nil).
+local function loop_options(task, nb)
+  return {
+    epochs = task.epochs, test_every = task.test_every, has_test = task.test_loader ~= nil,
+    gc_step_kb = task.gc_step_kb, malloc_keep_mb = task.malloc_keep_mb,
+    -- SIGTERM/SIGINT/SIGUSR1: finish the step, let the hooks checkpoint, stop (loop.c)
+    handle_signals = task.handle_signals ~= false, train_batches = nb,
+    -- SIGUSR2: the REPL at the next step boundary (train.repl_on_signal)
+    attach = task.repl_on_signal == true,
+  }
+end
+
+-- A run that starts: check, the hooks' setup, a fresh loop context.
+local function start(task)
+  task.iterations_per_epoch = M.check(task)
   -- hooks' setup(task): once, before the loop and every before_train (the checkpoint
   -- hook restores a run there, so the other hooks start from the resumed counters)
   for _, h in ipairs(task.hooks) do
     if type(h.setup) == 'function' then h:setup(task) end
   end
-  local ctx = loop.new(task, M.events(task))
-  task._loop = ctx
-  local grad_mode = cr.is_grad_enabled()
+  task._loop = loop.new(task, M.events(task))
   if task.optimizer and task.optimizer.zero_grad and task.train_step == steps.standard then
     task.optimizer:zero_grad()
   end
   task.stop_requested, task.stop_reason = false, nil
-  local ok, err = pcall(loop.run, ctx, {
-    epochs = task.epochs, test_every = task.test_every, has_test = task.test_loader ~= nil,
-    gc_step_kb = task.gc_step_kb, malloc_keep_mb = task.malloc_keep_mb,
-    -- SIGTERM/SIGINT/SIGUSR1: finish the step, let the hooks checkpoint, stop (loop.c)
-    handle_signals = task.handle_signals ~= false, train_batches = nb,
-  })
+end
+
+local function in_progress(task)
+  return task._loop ~= nil and loop.state(task._loop) ~= 'idle'
+end
+
+-- Drives the loop with f(ctx, opts, ...) (loop.run or loop.step); restores grad mode.
+-- The options are the task's as they are now: a run stepped by hand may have changed them.
+local function drive(task, f, ...)
+  local nb = task.iterations_per_epoch
+  task.max_iterations = nb and nb * task.epochs or 0
+  local grad_mode = cr.is_grad_enabled()
+  local ok, res = pcall(f, task._loop, loop_options(task, nb), ...)
   cr.set_grad_enabled(grad_mode)
-  if not ok then error(err, 0) end
+  if not ok then error(res, 0) end
+  return res
+end
+
+-- cr.train(task): check, then run the C loop. Errors propagate with their message after
+-- on_exception and after_train hooks ran. Returns the task. A SIGTERM, SIGINT or SIGUSR1
+-- during the run (unless task.handle_signals is false) stops it after the current step
+-- with task.stop_reason = 'signal' and task.signal = its name; cr.train returns normally.
+-- A run stepped by hand (task:step, task:phase) goes on from where it paused.
+function M.train(task)
+  if not in_progress(task) then start(task) end
+  drive(task, loop.run)
   return task
 end
 
+-- task:step(n) and task:phase() (engine/task.lua): the same loop, driven by hand. A run
+-- that is not in progress starts (before_train); one that ends fires after_train.
+function M.step(task, what, n)
+  if not in_progress(task) then
+    if task.epoch >= task.epochs then
+      fail(string.format('the training is finished (epoch %d of train.epochs = %d); raise task.epochs ' ..
+        'to train on', task.epoch, task.epochs))
+    end
+    start(task)
+  end
+  return drive(task, loop.step, what, n)
+end
+
+Task._drive = M.step
 return M

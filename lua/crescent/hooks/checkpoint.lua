@@ -66,7 +66,7 @@ end
 -- them (test top-1, kNN) are in it: at the start of the next train phase, or at the end
 -- of training (after_train).
 function Checkpoint:before_phase(task)
-  if task.phase ~= 'train' or task.signal or self.every_epochs == 0 then return end
+  if task.phase_name ~= 'train' or task.signal or self.every_epochs == 0 then return end
   local done = task.epoch   -- epochs finished
   if done > 0 and done % self.every_epochs == 0 and self.last_saved ~= task.iteration then
     self:save(task, 'epoch ' .. done)
@@ -74,7 +74,7 @@ function Checkpoint:before_phase(task)
 end
 
 function Checkpoint:after_step(task)
-  if task.phase ~= 'train' then return end
+  if task.phase_name ~= 'train' then return end
   if task.signal then
     self:save(task, task.signal)
   elseif self.every_iters > 0 and task.iteration % self.every_iters == 0 then

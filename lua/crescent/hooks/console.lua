@@ -46,7 +46,7 @@ function Console:line(task)
 end
 
 function Console:after_step(task)
-  if task.phase ~= 'train' then return end
+  if task.phase_name ~= 'train' then return end
   if self.tty then
     local t = loop.now()
     local last = task.phase_iteration == task.iterations_per_epoch
@@ -73,7 +73,7 @@ end
 
 function Console:after_phase(task)
   self:end_line()
-  if task.phase ~= 'test' then return end
+  if task.phase_name ~= 'test' then return end
   local st = task.storage
   local parts = { string.format('epoch %d/%d test', task.epoch + 1, task.epochs) }
   for _, name in ipairs { 'top1', 'top5' } do

@@ -12,20 +12,20 @@ function Eval:before_train(task)
 end
 
 function Eval:before_phase(task)
-  if task.phase ~= 'test' then return end
+  if task.phase_name ~= 'test' then return end
   self.accuracy:reset()
   self.loss:reset()
 end
 
 function Eval:after_step(task)
-  if task.phase ~= 'test' then return end
+  if task.phase_name ~= 'test' then return end
   local target = task.batch.target
   self.accuracy:update(task.output, target)
   if task.loss_value then self.loss:update(task.loss_value, #target) end
 end
 
 function Eval:after_phase(task)
-  if task.phase ~= 'test' then return end
+  if task.phase_name ~= 'test' then return end
   local acc = self.accuracy:value()
   if not acc then return end
   local opts = { smoothing_hint = false }

@@ -18,7 +18,7 @@ function Freeze:before_train(task)
 end
 
 function Freeze:after_backward(task)
-  if task.phase ~= 'train' or task.iteration >= self.iterations then return end
+  if task.phase_name ~= 'train' or task.iteration >= self.iterations then return end
   for _, p in ipairs(self.params) do p.grad = nil end
 end
 

@@ -42,7 +42,7 @@ function Jsonl:write(task, unsmoothed_only)
   end)
   if #parts == 0 then return end
   local line = string.format('{"iteration":%d,"epoch":%d,"phase":%s,%s}\n', task.iteration, task.epoch,
-    json(task.phase or 'train'), table.concat(parts, ','))
+    json(task.phase_name or 'train'), table.concat(parts, ','))
   local ok, err = f:write(line)
   if ok then ok, err = f:flush() end
   if not ok then error("jsonl: writing '" .. self.path .. "' failed: " .. tostring(err), 0) end

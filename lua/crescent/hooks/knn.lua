@@ -50,7 +50,7 @@ function Knn:record(task, label)
 end
 
 function Knn:after_phase(task)
-  if task.phase ~= 'train' or self.every == 0 then return end
+  if task.phase_name ~= 'train' or self.every == 0 then return end
   local done = task.epoch + 1  -- epochs finished, this one included
   if done % self.every == 0 and done < task.epochs then
     self:record(task, string.format('epoch %d/%d', done, task.epochs))

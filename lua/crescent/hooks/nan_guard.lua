@@ -34,7 +34,7 @@ function NanGuard:fail(task, what, detail, step)
 end
 
 function NanGuard:after_forward(task)
-  if task.phase ~= 'train' then return end
+  if task.phase_name ~= 'train' then return end
   local l = task.loss_tensor
   if l == nil then return end
   local v = l:item()
@@ -45,13 +45,13 @@ function NanGuard:after_forward(task)
 end
 
 function NanGuard:after_backward(task)
-  if task.phase ~= 'train' or (task.iteration + 1) % self.every ~= 0 then return end
+  if task.phase_name ~= 'train' or (task.iteration + 1) % self.every ~= 0 then return end
   local bad = first_bad(self.named, 'grad')
   if bad then self:fail(task, 'grads', ", first in '" .. bad .. "'", task.iteration + 1) end
 end
 
 function NanGuard:after_step(task)
-  if task.phase ~= 'train' or task.iteration % self.every ~= 0 then return end
+  if task.phase_name ~= 'train' or task.iteration % self.every ~= 0 then return end
   local bad = first_bad(self.named, nil)
   -- the loop counted the step that just ran: it is step task.iteration
   if bad then self:fail(task, 'params', ", first in '" .. bad .. "'", task.iteration) end

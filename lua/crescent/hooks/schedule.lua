@@ -44,14 +44,14 @@ function Schedule:before_train(task)
 end
 
 function Schedule:before_phase(task)
-  if task.phase ~= 'train' then return end
+  if task.phase_name ~= 'train' then return end
   for _, b in ipairs(self.bindings) do
     if b.per == 'epoch' then apply(b, task) end
   end
 end
 
 function Schedule:before_step(task)
-  if task.phase ~= 'train' then return end
+  if task.phase_name ~= 'train' then return end
   for _, b in ipairs(self.bindings) do
     if b.per == 'step' then apply(b, task) end
   end

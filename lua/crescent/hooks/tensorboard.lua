@@ -79,7 +79,7 @@ end
 
 -- A train step that writers log: every `every` iterations and the last of each epoch.
 local function is_log_step(task, every)
-  return task.phase == 'train' and
+  return task.phase_name == 'train' and
     (task.iteration % every == 0 or task.phase_iteration == task.iterations_per_epoch)
 end
 

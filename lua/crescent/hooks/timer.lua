@@ -15,11 +15,11 @@ function Timer:before_train(task)
 end
 
 function Timer:before_phase(task)
-  if task.phase == 'train' then self.t_last = now() end
+  if task.phase_name == 'train' then self.t_last = now() end
 end
 
 function Timer:after_step(task)
-  if task.phase ~= 'train' then return end
+  if task.phase_name ~= 'train' then return end
   local t = now()
   local dt = t - self.t_last
   self.t_last = t

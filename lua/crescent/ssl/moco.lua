@@ -149,7 +149,7 @@ function MoCo:hooks()
   return {
     { name = 'moco', priority = 45,
       before_step = function(_, task)
-        if task.phase ~= 'train' then return end
+        if task.phase_name ~= 'train' then return end
         if method.cosine_momentum and task.max_iterations > 0 then
           method.momentum = ssl_core.cosine_momentum(method.base_momentum, task.iteration / task.max_iterations)
         end

@@ -205,7 +205,7 @@ function SwAV:hooks()
     { name = 'swav', priority = 45,
       before_phase = function(_, task) method.epoch = task.epoch end,
       before_step = function(_, task) method.iteration = task.iteration end,
-      after_step = function(_, task) if task.phase == 'train' then method:normalize_prototypes() end end },
+      after_step = function(_, task) if task.phase_name == 'train' then method:normalize_prototypes() end end },
   }
   if self.freeze_prototypes_iterations > 0 then
     hs[#hs + 1] = cr.hooks.freeze { pattern = '^prototypes%.', iterations = self.freeze_prototypes_iterations }

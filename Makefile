@@ -4,6 +4,8 @@
 #   make test   deps, build, every spec; last line "N passed, N failed"
 #   make run    the main recipe (recipes/swav.lua)
 #   make bench  benchmarks beside their PyTorch twins
+#   make install PREFIX=~/.local   the Lua modules, the native files and bin/crescent, laid out as
+#               LuaRocks does (PREFIX/share/lua/5.1, PREFIX/lib/lua/5.1/crescent, PREFIX/bin)
 SHELL := /bin/bash
 , := ,
 BUILD := build
@@ -22,8 +24,9 @@ LDLIBS := -lm -lz -lturbojpeg -lpng -lpthread -fopenmp -Wl,-z,defs -Wl,-z,nodele
 
 # Debian packages: what building and testing need, and what benchmarks add.
 # dataset-fashion-mnist: the data of recipes/supervised.lua (/usr/share/datasets/fashion-mnist).
-DEPS_TEST := luajit libluajit-5.1-dev lua-busted lua-check libdnnl-dev lua-cjson zlib1g-dev \
-             libturbojpeg0-dev libpng-dev dataset-fashion-mnist python3-venv libopenmpi-dev openmpi-bin
+DEPS_TEST := luajit libluajit-5.1-dev lua-busted lua-check tmux libdnnl-dev lua-cjson zlib1g-dev \
+             libturbojpeg0-dev libpng-dev dataset-fashion-mnist python3-venv libopenmpi-dev openmpi-bin \
+             luarocks libreadline8
 # libopenblas0-openmp: Debian's torch calls the system BLAS, the slow netlib one unless
 # OpenBLAS is installed; a fair matmul comparison needs the fast one.
 DEPS_BENCH := python3-torch libopenblas0-openmp
@@ -56,7 +59,7 @@ OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(SRCS))
 HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/ops/*.h csrc/optim/*.h \
                   csrc/data/*.h csrc/loop/*.h csrc/ssl/*.h csrc/io/*.h csrc/dist/*.h)
 
-.PHONY: all deps pydeps test bench clean probes lint run FORCE
+.PHONY: all deps pydeps test bench clean probes lint run install FORCE
 LOOP_SRCS := $(wildcard csrc/loop/*.c)
 # The CUDA backend is a library of its own, opened at run time by core/cuda_loader.c: built
 # when nvcc and cuDNN are present, and libcrescent.so never needs a CUDA library to load.
@@ -152,6 +155,28 @@ $(BUILD)/crescent_loop.so: $(LOOP_SRCS) $(HDRS) $(BUILD)/libcrescent.so $(BUILD)
 $(BUILD)/crescent_cdef.h: $(HDRS)
 	@mkdir -p $(BUILD)
 	@$(CC) -E -P -DCR_CDEF -Icsrc/include csrc/include/crescent.h | grep -v '^\s*$$' > $@.tmp && mv -f $@.tmp $@
+
+# ---- install: what `require 'crescent'` loads, in the layout of LuaRocks (whose `luarocks make
+# rocks/crescent-scm-1.rockspec` runs this target with its own directories). The native files of
+# the build go together into LIBDIR/crescent/, where lua/crescent/native_files.lua finds them
+# (beside PREFIX/share/lua/5.1, or through LUA_CPATH). The crescent folders are replaced whole,
+# so no file of an older install (a CUDA backend this build lacks) stays beside the new ones.
+# crescent.lua at the root is not installed: it only serves `require` from the checkout.
+PREFIX ?= /usr/local
+LUADIR ?= $(PREFIX)/share/lua/5.1
+LIBDIR ?= $(PREFIX)/lib/lua/5.1
+BINDIR ?= $(PREFIX)/bin
+NATIVE_FILES := $(BUILD)/libcrescent.so $(BUILD)/crescent_cdef.h $(if $(LOOP_SRCS),$(BUILD)/crescent_loop.so) \
+                $(CUDA_LIB) $(MPI_LIB)
+install: all
+	@test -n "$(LUADIR)" -a -n "$(LIBDIR)" -a -n "$(BINDIR)" || { echo "install: LUADIR, LIBDIR and BINDIR must not be empty"; exit 1; }
+	@rm -rf "$(LUADIR)/crescent" "$(LIBDIR)/crescent"
+	@mkdir -p "$(LUADIR)" "$(LIBDIR)/crescent"
+	@cp -R lua/crescent "$(LUADIR)/"
+	@cp $(NATIVE_FILES) "$(LIBDIR)/crescent/"
+	@if [ -f bin/crescent ]; then mkdir -p "$(BINDIR)" && install -m 755 bin/crescent "$(BINDIR)/"; fi
+	@echo "installed: Lua modules in $(LUADIR)/crescent, native files in $(LIBDIR)/crescent$(if \
+	  $(wildcard bin/crescent),$(,) bin/crescent in $(BINDIR))"
 
 deps:
 	@missing=""; for p in $(DEPS_TEST) $(EXTRA_DEPS); do \

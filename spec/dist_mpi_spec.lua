@@ -9,11 +9,11 @@ local H = require 'spec.helper'
 local cr = H.cr
 local now = require('crescent.engine.loop').now
 
-local root = require('crescent.ffi').root
-local function exists(path) local f = io.open(path) if f then f:close() return true end return false end
+local native_files = require 'crescent.native_files'
+local root = native_files.root
 local have_mpirun = os.execute('command -v mpirun >/dev/null 2>&1') == 0
 local missing = not have_mpirun and 'mpirun is not installed (apt-get install openmpi-bin)'
-  or not exists(root .. '/build/libcrescent_mpi.so') and 'build/libcrescent_mpi.so is missing (make with libopenmpi-dev)'
+  or not native_files.find('libcrescent_mpi.so') and 'build/libcrescent_mpi.so is missing (make with libopenmpi-dev)'
   or nil
 
 -- Runs `mpirun -np n luajit <script> args` (root may run it; 2 ranks may share 1 core);

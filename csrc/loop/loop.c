@@ -48,6 +48,7 @@
  *   loop.fire(ctx, event_id)       from a train step: after_forward / after_backward
  *   loop.hook_times(ctx)           array of {label=, event=, seconds=, calls=}
  *   loop.pending_signal()          'SIGTERM' | 'SIGINT' | 'SIGUSR1' received during a run, or nil
+ *   loop.sigint_guard(on)          the REPL's SIGINT: only a flag, read by loop.sigint_taken()
  *   loop.now()                     monotonic seconds
  *   loop.events                    event names, index = id + 1 */
 #include <errno.h>
@@ -784,6 +785,19 @@ static int cr_loop_pending_signal_l(lua_State *L) {
     return 1;
 }
 
+/* loop.sigint_guard(on): the REPL's SIGINT guard (signals.h) */
+static int cr_loop_sigint_guard_l(lua_State *L) {
+    if (cr_loop_sigint_guard(lua_toboolean(L, 1)) != 0)
+        return luaL_error(L, "loop.sigint_guard: sigaction failed (%s)", strerror(errno));
+    return 0;
+}
+
+/* loop.sigint_taken() -> whether a guarded SIGINT arrived since the last call */
+static int cr_loop_sigint_taken_l(lua_State *L) {
+    lua_pushboolean(L, cr_loop_sigint_taken());
+    return 1;
+}
+
 static int cr_loop_now_l(lua_State *L) {
     lua_pushnumber(L, cr_loop_now());
     return 1;
@@ -800,6 +814,8 @@ int luaopen_crescent_loop(lua_State *L) {
                                    {"step", cr_loop_step},         {"state", cr_loop_state},
                                    {"fire", cr_loop_fire},         {"hook_times", cr_loop_hook_times},
                                    {"pending_signal", cr_loop_pending_signal_l},
+                                   {"sigint_guard", cr_loop_sigint_guard_l},
+                                   {"sigint_taken", cr_loop_sigint_taken_l},
                                    {"now", cr_loop_now_l},         {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, fns);

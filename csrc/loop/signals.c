@@ -96,3 +96,37 @@ const char *cr_loop_signal_name(int sig) {
     default: return "signal";
     }
 }
+
+/* The REPL's SIGINT guard: between runs, a SIGINT only sets a flag that the REPL reads
+ * at its prompt and between the instructions of a command (an interrupted command). A
+ * run's own handlers (above) take over while it runs and give SIGINT back after. */
+static volatile sig_atomic_t cr_loop_guard_hit;
+static struct sigaction cr_loop_guard_previous;
+static int cr_loop_guard_installed;
+
+static void cr_loop_on_guarded_sigint(int sig) {
+    (void)sig;
+    cr_loop_guard_hit = 1;
+}
+
+int cr_loop_sigint_guard(int on) {
+    if (on == cr_loop_guard_installed) return 0;
+    if (!on) {
+        cr_loop_guard_installed = 0;
+        return sigaction(SIGINT, &cr_loop_guard_previous, NULL);
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = cr_loop_on_guarded_sigint;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGINT, &sa, &cr_loop_guard_previous) != 0) return -1;
+    cr_loop_guard_hit = 0;
+    cr_loop_guard_installed = 1;
+    return 0;
+}
+
+int cr_loop_sigint_taken(void) {
+    if (!cr_loop_guard_hit) return 0;
+    cr_loop_guard_hit = 0;
+    return 1;
+}

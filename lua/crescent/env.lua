@@ -12,9 +12,8 @@
 -- Nothing that could crash is loaded: library versions come from the C library itself,
 -- and a library the build lacks is 'absent'.
 local ffi = require 'ffi'
-local native = require 'crescent.ffi'
-
-local C = native.C
+local C = require('crescent.ffi').C
+local native_files = require 'crescent.native_files'
 local M = {}
 
 local ABSENT = 'absent'
@@ -49,9 +48,12 @@ local function resolve_ref(dir, common, ref)
   end
 end
 
--- {commit = '<40 hex>', branch = 'dev' or nil (detached)} or nil outside a git checkout.
+-- {commit = '<40 hex>', branch = 'dev' or nil (detached)} or nil outside a git checkout
+-- (an installed crescent has none).
 function M.git(root)
-  local dir, common = git_dir(root or native.root)
+  root = root or native_files.root
+  if not root then return nil end
+  local dir, common = git_dir(root)
   if not dir then return nil end
   local head = trim(read_file(dir .. '/HEAD'))
   if not head then return nil end

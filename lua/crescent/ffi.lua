@@ -1,27 +1,22 @@
 -- crescent.ffi — loads libcrescent.so and declares the C API from the preprocessed
--- public header (build/crescent_cdef.h), so nothing is hand-copied into Lua.
+-- public header (crescent_cdef.h), so nothing is hand-copied into Lua. Where the two files
+-- are (a checkout's build/ or an install's lib folder) is crescent.native_files' answer.
 local ffi = require 'ffi'
-
-local here = debug.getinfo(1, 'S').source:match('^@(.*)/lua/crescent/ffi%.lua$') or '.'
-local root = os.getenv('CRESCENT_ROOT') or here
+local native_files = require 'crescent.native_files'
 
 local function read(path)
-  local f = io.open(path, 'r')
-  if not f then return nil end
+  local f = assert(io.open(path, 'r'))
   local s = f:read('*a')
   f:close()
   return s
 end
 
-local cdef = read(root .. '/build/crescent_cdef.h')
-if not cdef then
-  error('crescent: ' .. root .. '/build/crescent_cdef.h is missing; run `make` in ' .. root, 0)
-end
-ffi.cdef(cdef)
+ffi.cdef(read(native_files.path('crescent_cdef.h')))
 
-local ok, C = pcall(ffi.load, os.getenv('CRESCENT_LIB') or (root .. '/build/libcrescent.so'))
+local lib = native_files.path('libcrescent.so')
+local ok, C = pcall(ffi.load, lib)
 if not ok then
-  error('crescent: cannot load libcrescent.so (' .. tostring(C) .. '); run `make` in ' .. root, 0)
+  error('crescent: cannot load ' .. lib .. ' (' .. tostring(C) .. '); ' .. native_files.fix, 0)
 end
 
-return { C = C, root = root }
+return { C = C }

@@ -20,8 +20,8 @@
 -- (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) start GPU ranks, whose NCCL id is spread
 -- over a TCP rendezvous at MASTER_ADDR:MASTER_PORT.
 local ffi = require 'ffi'
-local cffi = require 'crescent.ffi'
-local C = cffi.C
+local C = require('crescent.ffi').C
+local native_files = require 'crescent.native_files'
 local util = require 'crescent.util'
 local launcher = require 'crescent.dist.launcher'
 local cr = require 'crescent'
@@ -41,10 +41,10 @@ local function fail(msg, level) error('dist: ' .. msg, level or 0) end
 -- The MPI library, loaded with its symbols global (OpenMPI's plugins look them up).
 local function open_mpi()
   if mpi then return mpi end
-  local path = os.getenv('CRESCENT_MPI_LIB') or (cffi.root .. '/build/libcrescent_mpi.so')
-  if not util.file_exists(path) then
-    fail(string.format("this run was started by an MPI launcher, but %s is missing: crescent was built " ..
-      "without MPI. Install it (apt-get install libopenmpi-dev openmpi-bin) and rerun make in %s", path, cffi.root))
+  local path, missing = native_files.find('libcrescent_mpi.so')
+  if not path then
+    fail('this run was started by an MPI launcher, but crescent was built without MPI (' ..
+      missing:gsub('^crescent: ', '') .. ' after apt-get install libopenmpi-dev openmpi-bin)')
   end
   local ok, lib = pcall(ffi.load, path, true)
   if not ok then fail(string.format('cannot load %s (%s)', path, tostring(lib))) end

@@ -1,0 +1,146 @@
+-- spec/repl_spec.lua — the REPL through a real terminal (tmux): results and timings print,
+-- `;` keeps a result quiet, multi-line input, errors leave the session alive, tab
+-- completion of methods, fields and file paths, `? cr.conv2d` help, who(), Ctrl-D; and
+-- attaching to a running training with SIGUSR2 (train.repl_on_signal), then resuming.
+local has_tmux = os.execute('command -v tmux >/dev/null 2>&1') == 0
+local describe_or_skip = has_tmux and describe or function(name, f)
+  describe(name, function() pending('tmux is not installed (apt-get install tmux)', f) end)
+end
+
+local now = require('crescent.engine.loop').now
+
+local function sh(cmd)
+  local p = assert(io.popen(cmd .. ' 2>&1'))
+  local out = p:read('*a')
+  p:close()
+  return out
+end
+
+local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- A tmux pane running cmd in the checkout, on a server of its own.
+local Pane = {}
+Pane.__index = Pane
+local count = 0
+local function pane(cmd)
+  count = count + 1
+  local self = setmetatable({ sock = string.format('crescent_spec_%d_%d', os.time(), count) }, Pane)
+  self.tmux = 'tmux -L ' .. self.sock .. ' '
+  sh(self.tmux .. 'new-session -d -x 160 -y 200 ' .. quote('cd ' .. os.getenv('PWD') .. ' && ' .. cmd .. '; sleep 30'))
+  return self
+end
+function Pane:text() return sh(self.tmux .. 'capture-pane -p -S -200') end
+function Pane:keys(...)
+  local parts = {}
+  -- tmux reads an argument's trailing ';' as its command separator: '\;' is the character
+  for i = 1, select('#', ...) do parts[i] = quote((select(i, ...):gsub(';$', '\\;'))) end
+  sh(self.tmux .. 'send-keys ' .. table.concat(parts, ' '))
+end
+function Pane:line(s) self:keys('-l', s); self:keys('Enter') end
+-- Waits until the pane shows `pattern` (plain text) `times` times; returns the pane's text.
+function Pane:wait(pattern, times, seconds)
+  local deadline = now() + (seconds or 20)
+  local text
+  repeat
+    text = self:text()
+    local n = select(2, text:gsub(pattern:gsub('%p', '%%%0'), ''))
+    if n >= (times or 1) then return text end
+    sh('sleep 0.1')
+  until now() > deadline
+  error('the pane never showed ' .. pattern .. ':\n' .. text, 2)
+end
+function Pane:close() sh(self.tmux .. 'kill-server') end
+
+describe_or_skip('the crescent REPL in a terminal', function()
+  local p
+  local history = os.tmpname()
+  before_each(function() p = pane('CRESCENT_HISTORY=' .. history .. ' bin/crescent; echo REPL-ENDED') end)
+  after_each(function() p:close() end)
+
+  it('prints results and timings, keeps a `;` result quiet, and takes multi-line input', function()
+    p:wait('`cr` is the package')
+    p:line('x = cr.ones(2, 3)')
+    local t = p:wait('[f32 [2, 3] cpu]')
+    assert.matches('%[%[1%., 1%., 1%.%],', t)
+    assert.matches('%-%- [%d.]+ [um]?s', t)
+    p:line('quiet = x:sum();')
+    p:line('quiet')
+    t = p:wait('\n6.\n', 1)
+    assert.equal(1, select(2, t:gsub('\n6%.\n', ''))) -- printed by `quiet`, not by the `;` line
+    p:line('for i = 1, 2 do')
+    p:wait('\n>>')
+    p:line('print(i * 10)')
+    p:line('end')
+    t = p:wait('20')
+    assert.matches('\n10\n20\n', t)
+  end)
+
+  it('shows an error with its traceback and goes on', function()
+    p:wait('`cr` is the package')
+    p:line('function f() error("deep trouble") end')
+    p:line('f()')
+    local t = p:wait('stack traceback')
+    assert.matches('stdin:1: deep trouble', t)
+    p:line('1 + 41')
+    p:wait('\n42\n')
+  end)
+
+  it('completes methods, fields and file paths with <TAB>', function()
+    p:wait('`cr` is the package')
+    p:line('x = cr.zeros(2);')
+    p:keys('-l', 'x:su')
+    p:keys('Tab', 'Tab')
+    local t = p:wait('x:sum')
+    assert.matches('x:sub', t)
+    p:keys('C-u')
+    p:keys('-l', 'cr.nn.Conv')
+    p:keys('Tab')
+    p:wait('cr.nn.Conv2d')
+    p:keys('C-u')
+    p:keys('-l', "f = 'recipes/swa")
+    p:keys('Tab')
+    p:wait("f = 'recipes/swav.lua")
+    p:keys('C-u')
+  end)
+
+  it('shows help from the documentation comments, lists the variables, and leaves on Ctrl-D', function()
+    p:wait('`cr` is the package')
+    p:line('? cr.conv2d')
+    p:wait('cr.conv2d(x, w, bias, {stride = 1, padding = 0, dilation = 1, groups = 1})')
+    p:line('w = cr.zeros(4, 5);')
+    p:line('who()')
+    p:wait('tensor [4, 5] f32 cpu')
+    p:keys('C-d')
+    p:wait('REPL-ENDED')
+  end)
+end)
+
+describe_or_skip('attaching to a training', function()
+  it('opens the REPL on SIGUSR2 between steps, and the run goes on when it is left', function()
+    local pidfile = os.tmpname()
+    os.remove(pidfile)
+    local p = pane('CRESCENT_HISTORY= luajit spec/fixtures/attach_run.lua ' .. pidfile)
+    local deadline, pid = now() + 20, nil
+    repeat
+      local f = io.open(pidfile)
+      if f then pid = f:read('*a'); f:close() end
+      if not pid or pid == '' then sh('sleep 0.1') end
+    until (pid and pid ~= '') or now() > deadline
+    assert.truthy(pid and pid ~= '', 'the training never started')
+    sh('sleep 0.3')
+    sh('kill -USR2 ' .. pid)
+    local t = p:wait('`task` is the run')
+    local at = tonumber(t:match('attached at iteration (%d+)'))
+    assert.truthy(at and at > 0)
+    p:line('task.iteration')
+    p:wait('\n' .. at .. '\n')
+    p:line('task.stop_at = task.iteration + 5;')
+    p:keys('C-d')
+    t = p:wait('stopped (asked in the REPL) at iteration')
+    assert.matches('detached; training goes on', t)
+    -- after leaving, steps at+1 .. at+6 ran; the last one asked to stop
+    assert.equal(at + 6, tonumber(t:match('stopped %(asked in the REPL%) at iteration (%d+)')))
+    p:close()
+    os.remove(pidfile)
+  end)
+end)

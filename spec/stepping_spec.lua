@@ -144,3 +144,34 @@ describe('task:step and task:phase', function()
     assert.has_error(function() task:step(1.5) end, 'task:step(n): n must be a positive integer, got 1.5')
   end)
 end)
+
+describe('cr.config.load', function()
+  it("gives a recipe's config without running it; the task it builds steps by hand", function()
+    local cfg = cr.config.load('recipes/swav.lua', { train = { epochs = 1, device = 'cpu' },
+      data = { limit = 256, batch_size = 32 }, crops = { num = { 2, 2 } } })
+    assert.equal(1, cfg.train.epochs)
+    assert.equal(256, cfg.data.limit)
+    assert.equal(cr.ssl.swav.defaults.prototypes, cfg.swav.prototypes) -- the recipe's own default
+    local task = cr.ssl.swav.task(cfg)
+    assert.equal(2, task:step(2))
+    assert.equal(2, task.iteration)
+    assert.is_true(task.metrics ~= nil)
+  end)
+
+  it('checks the overrides like a --config file, and names a bad path', function()
+    assert.has_error(function() cr.config.load('recipes/swav.lua', { train = { epochz = 1 } }) end,
+      "config: unknown key 'train.epochz'; did you mean 'train.epochs'?")
+    assert.has_error(function() cr.config.load('recipes/nope.lua') end,
+      'cr.config.load: cannot open recipes/nope.lua: No such file or directory')
+  end)
+
+  it('gives a --config file (a file returning a table) with the overrides on top', function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, 'w'))
+    f:write('return { train = { epochs = 4 }, optim = { lr = 0.5 } }')
+    f:close()
+    local cfg = cr.config.load(path, { optim = { lr = 0.25 } })
+    os.remove(path)
+    assert.same({ train = { epochs = 4 }, optim = { lr = 0.25 } }, cfg)
+  end)
+end)

@@ -539,7 +539,15 @@ local function parse(argv, defaults, opts)
   return cfg, { files = files, overrides = applied }
 end
 
+-- cr.config.load captures the config of the recipe it runs here (see below)
+local capture = nil
+local CAPTURED = setmetatable({}, { __tostring = function() return 'crescent.config: recipe config captured' end })
+
 function M.parse(argv, defaults, opts)
+  if capture and not capture.cfg then
+    capture.cfg = M.check(capture.overrides, defaults, opts)
+    error(CAPTURED, 0)
+  end
   if argv == nil or argv ~= rawget(_G, 'arg') or (opts and opts.exit_on_error == false) then
     return parse(argv, defaults, opts)
   end
@@ -558,6 +566,32 @@ function M.check(cfg, defaults, opts)
   local out = deep_copy(defaults)
   apply_table(s, out, cfg, '', '')
   return out
+end
+
+-- cr.config.load(path, overrides) -> the config that the recipe at `path` would run
+-- with: its defaults with `overrides` (a table, checked like a --config file) on top,
+-- without running it (the recipe stops inside its cr.config.parse). From the REPL:
+--   task = cr.ssl.swav.task(cr.config.load('recipes/swav.lua', {train = {epochs = 1}}))
+-- A file that returns a table (a --config file) gives that table with overrides merged.
+function M.load(path, overrides)
+  if type(path) ~= 'string' then error('cr.config.load(path, overrides): path must be a string', 2) end
+  if overrides ~= nil and type(overrides) ~= 'table' then
+    error('cr.config.load: overrides must be a table like {train = {epochs = 1}}, got ' .. type(overrides), 2)
+  end
+  local f, err = loadfile(path)
+  if not f then error('cr.config.load: ' .. err, 2) end
+  local outer = capture
+  capture = { overrides = overrides or {} }
+  local saved_arg = rawget(_G, 'arg')
+  _G.arg = { [0] = path }
+  local ok, res = pcall(f)
+  _G.arg = saved_arg
+  local cap = capture
+  capture = outer
+  if cap.cfg then return cap.cfg end
+  if not ok then error(res, 0) end
+  if type(res) == 'table' then return M.merge(res, overrides or {}) end
+  error('cr.config.load: ' .. path .. ' neither calls cr.config.parse nor returns a config table', 2)
 end
 
 return M

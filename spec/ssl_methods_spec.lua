@@ -268,6 +268,12 @@ describe('ssl recipes', function()
     H.assert_error(function() cr.ssl.moco.task(config('moco', { crops = { num = { 3 } } })) end,
       'MoCo takes 2 views')
   end)
+
+  it('takes a fraction for augment.solarize, a probability whose default is 0', function()
+    local defaults = cr.config.merge(cr.ssl.recipe.defaults(), { swav = cr.ssl.swav.defaults })
+    local cfg = cr.config.parse({ 'augment.solarize=0.2' }, defaults, { types = cr.ssl.recipe.types() })
+    assert.are.equal(0.2, cfg.augment.solarize)
+  end)
 end)
 
 describe('frozen trunks from a method checkpoint', function()

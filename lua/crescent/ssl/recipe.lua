@@ -66,6 +66,8 @@ function R.types(extra)
     ['knn.temperature'] = { type = 'number', min = 0 },
     ['knn.every'] = { type = 'integer', min = 0 },
     ['train.log_every'] = { type = 'integer', min = 1 },
+    -- a probability whose default, 0, would otherwise make it an integer key
+    ['augment.solarize'] = { type = 'number', min = 0, max = 1 },
   }, cr.config.merge(cr.engine.run.types, extra or {}))
 end
 

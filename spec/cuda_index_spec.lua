@@ -5,14 +5,9 @@
 -- Without a usable GPU the block is one pending line.
 local cr = H.cr
 
-describe('cuda index ops', function()
-  local missing = H.gpu_missing()
-  if missing then
-    it('runs on a CUDA GPU', function() pending(missing) end)
-    return
-  end
+H.describe_gpu('cuda index ops', function()
   local DEV = 'cuda'
-  local DTYPES = { 'f32', 'f64', 'f16', 'bf16', 'i64', 'i32', 'u8', 'bool' }
+  local DTYPES = H.DTYPES
 
   local function same_on_both(what, f) H.same_on_devices(DEV, what, f) end
 

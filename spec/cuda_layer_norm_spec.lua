@@ -5,13 +5,8 @@
 -- usable GPU this is one pending line.
 local cr = H.cr
 
-describe('cuda layer_norm', function()
-  local missing = H.gpu_missing()
+H.describe_gpu('cuda layer_norm', function()
   local device = 'cuda'
-  if missing then
-    it('runs on a CUDA GPU', function() pending(missing) end)
-    return
-  end
 
   local tol = { f32 = { 1e-5, 1e-5 }, f64 = { 1e-12, 1e-12 }, f16 = { 4e-3, 4e-3 }, bf16 = { 2e-2, 2e-2 } }
   -- f(dev) returns a list of tensors; the device's must match the cpu's.

@@ -5,13 +5,8 @@
 -- one pending line.
 local cr = H.cr
 
-describe('cuda losses', function()
-  local missing = H.gpu_missing()
+H.describe_gpu('cuda losses', function()
   local device = 'cuda'
-  if missing then
-    it('runs on a CUDA GPU', function() pending(missing) end)
-    return
-  end
 
   local tol = { f32 = { 1e-5, 1e-5 }, f64 = { 1e-12, 1e-12 }, f16 = { 2e-3, 2e-3 }, bf16 = { 1e-2, 1e-2 } }
   -- f(dev) returns a list of tensors; the device's must match the cpu's.

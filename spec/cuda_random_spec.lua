@@ -3,13 +3,8 @@
 -- CUDA's log/sin/cos are not glibc's). Without a usable GPU this is one pending line.
 local cr = H.cr
 
-describe('cuda creation ops', function()
-  local missing = H.gpu_missing()
+H.describe_gpu('cuda creation ops', function()
   local device = 'cuda'
-  if missing then
-    it('draws on a CUDA GPU', function() pending(missing) end)
-    return
-  end
 
   -- the same draw made on the cpu and on the device from one seed
   local function both(seed, make)

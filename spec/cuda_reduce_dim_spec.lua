@@ -5,14 +5,9 @@
 -- into slices. Without a usable GPU the block is one pending line.
 local cr = H.cr
 
-describe('cuda reductions: max/min, arg, var, norm, logsumexp', function()
-  local missing = H.gpu_missing()
-  if missing then
-    it('runs on a CUDA GPU', function() pending(missing) end)
-    return
-  end
+H.describe_gpu('cuda reductions: max/min, arg, var, norm, logsumexp', function()
   local DEV = 'cuda'
-  local DTYPES = { 'f32', 'f64', 'f16', 'bf16', 'i64', 'i32', 'u8', 'bool' }
+  local DTYPES = H.DTYPES
   local FLOATS = { 'f32', 'f64', 'f16', 'bf16' }
   -- statistics: both sides accumulate in f64 and round once, so floats agree to the
   -- rounding of the output (one unit in the last place for halves)

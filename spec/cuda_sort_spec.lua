@@ -6,14 +6,9 @@
 -- line.
 local cr = H.cr
 
-describe('cuda sort and topk', function()
-  local missing = H.gpu_missing()
-  if missing then
-    it('runs on a CUDA GPU', function() pending(missing) end)
-    return
-  end
+H.describe_gpu('cuda sort and topk', function()
   local DEV = 'cuda'
-  local DTYPES = { 'f32', 'f64', 'f16', 'bf16', 'i64', 'i32', 'u8', 'bool' }
+  local DTYPES = H.DTYPES
 
   local function same_on_both(what, f) H.same_on_devices(DEV, what, f) end
 

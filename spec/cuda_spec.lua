@@ -37,17 +37,12 @@ describe('cuda without a usable GPU', function()
   end)
 end)
 
-describe('cuda tensors', function()
-  local missing = H.gpu_missing()
-  if missing then
-    it('runs on a CUDA GPU', function() pending(missing) end)
-    return
-  end
+H.describe_gpu('cuda tensors', function()
   local function close(gpu, cpu, atol, rtol, msg) H.assert_near('cuda', gpu, cpu, { atol, rtol }, msg) end
   local tol = { f32 = { 1e-5, 1e-5 }, f64 = { 1e-12, 1e-12 }, f16 = { 2e-3, 2e-3 }, bf16 = { 1e-2, 1e-2 } }
 
   it('moves every dtype there and back unchanged, strided views as row-major copies', function()
-    for _, dt in ipairs({ 'f32', 'f64', 'f16', 'bf16', 'i64', 'i32', 'u8', 'bool' }) do
+    for _, dt in ipairs(H.DTYPES) do
       local x = (H.park_miller({ 3, 5 }, 7) * 10):to(dt)
       local g = x:cuda()
       assert.are.equal('cuda:0', g.device)
@@ -106,7 +101,7 @@ describe('cuda tensors', function()
 
   it('converts between every pair of dtypes as the cpu does', function()
     local x0 = H.park_miller({ 50 }, 5) * 300
-    local dts = { 'f32', 'f64', 'f16', 'bf16', 'i64', 'i32', 'u8', 'bool' }
+    local dts = H.DTYPES
     for _, from in ipairs(dts) do
       local x = x0:to(from)
       for _, to in ipairs(dts) do close(x:cuda():to(to), x:to(to), 0, 0, from .. ' -> ' .. to) end

@@ -4,12 +4,7 @@
 -- usable GPU this is one pending line.
 local cr = H.cr
 
-describe('cuda training runs', function()
-  local missing = H.gpu_missing()
-  if missing then
-    it('trains on a CUDA GPU', function() pending(missing) end)
-    return
-  end
+H.describe_gpu('cuda training runs', function()
   local tmp = H.tmpdir('cuda_train')
   teardown(tmp.remove)
 

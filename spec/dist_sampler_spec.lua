@@ -27,17 +27,7 @@ local function reference(order, rank, w, pad)
   return out
 end
 
-local function same_tensor(a, b, what)
-  assert.are.same(a.shape, b.shape, what)
-  assert((a:double() - b:double()):abs():max():item() == 0, what .. ' differs')
-end
-
--- Every batch of one epoch (from start on), as a list.
-local function epoch_of(loader, epoch, start)
-  local out = {}
-  for batch in loader:iter(epoch, start) do out[#out + 1] = batch end
-  return out
-end
+local same_tensor, epoch_of = H.assert_equal_tensors, H.epoch_batches
 
 local function shuffled(n, seed)
   return cr.data.Loader(cr.data.synthetic { n = n, shape = { 2, 2 } }, { batch_size = 1, seed = seed }):order(0)

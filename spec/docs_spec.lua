@@ -20,12 +20,7 @@ local cr = H.cr
 
 local GUIDE = 'docs/guide'
 
-local function read(path)
-  local f = assert(io.open(path, 'r'))
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local read = H.read_file
 
 local function lines_of(text)
   local out = {}

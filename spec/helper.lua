@@ -166,6 +166,19 @@ function H.read_file(path)
   return s
 end
 
+-- Every batch of one epoch of a loader (from batch `start` on), as a list.
+function H.epoch_batches(loader, epoch, start)
+  local out = {}
+  for batch in loader:iter(epoch, start) do out[#out + 1] = batch end
+  return out
+end
+
+-- Two tensors of the same shape and the same values.
+function H.assert_equal_tensors(a, b, what)
+  require('luassert').are.same(a.shape, b.shape, what)
+  if H.max_diff(a, b) ~= 0 then error(what .. ' differs', 2) end
+end
+
 -- A loader (iter / num_batches, what cr.train asks of one) over a fixed list of batches.
 function H.list_loader(list)
   return {
@@ -219,6 +232,24 @@ function H.gpu_missing()
   if H.gpu_available() then return nil end
   local why = os.getenv('CRESCENT_NO_GPU') and 'CRESCENT_NO_GPU is set' or cr.cuda.why_not()
   return 'skipped, no usable GPU: ' .. tostring(why)
+end
+
+-- Every dtype crescent has, for the specs that sweep them.
+H.DTYPES = { 'f32', 'f64', 'f16', 'bf16', 'i64', 'i32', 'u8', 'bool' }
+
+-- describe(name, body) for a GPU block: body runs where a CUDA GPU is usable; elsewhere
+-- the block is one pending line that says why. (busted's describe/it/pending live in the
+-- calling spec file's environment, not in this file's.)
+function H.describe_gpu(name, body)
+  local busted = getfenv(2)
+  busted.describe(name, function()
+    local missing = H.gpu_missing()
+    if missing then
+      busted.it('runs on a CUDA GPU', function() busted.pending(missing) end)
+      return
+    end
+    body()
+  end)
 end
 
 return H

@@ -21,16 +21,7 @@ local function max_abs(a, b)
   return (a:double() - b:double()):abs():max():item()
 end
 
-local function same(a, b, what)
-  assert(max_abs(a, b) == 0, what .. ' differs')
-end
-
--- Every batch of one epoch (from start_batch on), as a list.
-local function epoch_of(loader, epoch, start)
-  local out = {}
-  for batch in loader:iter(epoch, start) do out[#out + 1] = batch end
-  return out
-end
+local same, epoch_of = H.assert_equal_tensors, H.epoch_batches
 
 local function assert_same_batches(want, got, views)
   assert.are.equal(#want, #got)

@@ -77,14 +77,19 @@ describe('packaging', function()
   lazy_setup(function() tmp = ok_sh('mktemp -d /tmp/crescent_package.XXXXXX'):match('[^\n]+') end)
   lazy_teardown(function() if tmp then os.execute("rm -rf '" .. tmp .. "'") end end)
 
-  local function lua_paths(tree)
-    return string.format("LUA_PATH='%s/share/lua/5.1/?.lua;%s/share/lua/5.1/?/init.lua;;' " ..
-      "LUA_CPATH='%s/lib/lua/5.1/?.so;;'", tree, tree, tree)
+  -- LUA_PATH on the tree's modules; LUA_CPATH on its lib folder unless `no_cpath`
+  local function lua_paths(tree, no_cpath)
+    return string.format("LUA_PATH='%s/share/lua/5.1/?.lua;%s/share/lua/5.1/?/init.lua;;' LUA_CPATH='%s;;'",
+      tree, tree, no_cpath and '' or tree .. '/lib/lua/5.1/?.so')
+  end
+
+  local function make_install(tree)
+    ok_sh(string.format("cd '%s' && make --no-print-directory install PREFIX='%s'", checkout, tree))
   end
 
   it('make install PREFIX=<tree> gives a tree crescent loads and computes from', function()
     local tree = tmp .. '/prefix'
-    ok_sh(string.format("cd '%s' && make --no-print-directory install PREFIX='%s'", checkout, tree))
+    make_install(tree)
     local out, code = run_probe(lua_paths(tree), tmp .. '/away')
     assert.equal(0, code, out)
     assert_installed_tree(tree, out)
@@ -92,17 +97,15 @@ describe('packaging', function()
 
   it('finds the native files beside <PREFIX>/share/lua/5.1 when LUA_CPATH does not name them', function()
     local tree = tmp .. '/beside'
-    ok_sh(string.format("cd '%s' && make --no-print-directory install PREFIX='%s'", checkout, tree))
-    local env = string.format("LUA_PATH='%s/share/lua/5.1/?.lua;%s/share/lua/5.1/?/init.lua;;' LUA_CPATH=';;'",
-      tree, tree)
-    local out, code = run_probe(env, tmp .. '/away')
+    make_install(tree)
+    local out, code = run_probe(lua_paths(tree, true), tmp .. '/away')
     assert.equal(0, code, out)
     assert_installed_tree(tree, out)
   end)
 
   it('says where it looked and how to install again when libcrescent.so is missing', function()
     local tree = tmp .. '/broken'
-    ok_sh(string.format("cd '%s' && make --no-print-directory install PREFIX='%s'", checkout, tree))
+    make_install(tree)
     os.remove(tree .. '/lib/lua/5.1/crescent/libcrescent.so')
     local out, code = run_probe(lua_paths(tree), tmp .. '/away')
     assert.are_not.equal(0, code)

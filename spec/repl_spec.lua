@@ -1,5 +1,5 @@
 -- spec/repl_spec.lua — the REPL through a real terminal (tmux): results and timings print,
--- `;` keeps a result quiet, multi-line input, errors leave the session alive, tab
+-- `;` keeps a result quiet, multi-line input, errors leave the session alive, Ctrl-C, tab
 -- completion of methods, fields and file paths, `? cr.conv2d` help, who(), Ctrl-D; and
 -- attaching to a running training with SIGUSR2 (train.repl_on_signal), then resuming.
 local has_tmux = os.execute('command -v tmux >/dev/null 2>&1') == 0
@@ -83,6 +83,33 @@ describe_or_skip('the crescent REPL in a terminal', function()
     assert.matches('stdin:1: deep trouble', t)
     p:line('1 + 41')
     p:wait('\n42\n')
+  end)
+
+  it('takes Ctrl-C: drops the line, interrupts a command, and exits on a second one', function()
+    p:wait('`cr` is the package')
+    p:keys('-l', 'abc = nosuch +')
+    p:keys('C-c')
+    p:line('1 + 1') -- every key of it reaches the next line
+    p:wait('\n2\n')
+    p:line('for i = 1, 3 do')
+    p:wait('\n>>')
+    p:keys('C-c')
+    p:wait('(input dropped)')
+    -- closures are not compiled (FNEW), so this loop runs interpreted and sees the interrupt
+    p:line('for i = 1, 1e12 do local f = function() return i end end')
+    sh('sleep 0.5')
+    p:keys('C-c')
+    p:wait('interrupted (Ctrl-C)')
+    p:line('2 + 40')
+    p:wait('\n42\n')
+    -- a compiled loop runs no interrupt checks: the second Ctrl-C ends the REPL
+    p:line('while true do end')
+    sh('sleep 0.5')
+    p:keys('C-c')
+    sh('sleep 0.3')
+    p:keys('C-c')
+    local t = p:wait('REPL-ENDED')
+    assert.matches('second Ctrl%-C and the command did not stop', t)
   end)
 
   it('completes methods, fields and file paths with <TAB>', function()

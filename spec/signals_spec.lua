@@ -1,5 +1,6 @@
 -- spec/signals_spec.lua — preemption (issue 5): SIGTERM, SIGINT and SIGUSR1 during
--- cr.train stop the C step loop after the current step (task.signal, the after_step hooks
+-- cr.train stop the C step loop after the current step (a SIGINT only pauses a run
+-- stepped by hand) (task.signal, the after_step hooks
 -- of that step, after_train, no test phase, the epoch not advanced past a cut-short
 -- epoch), the previous handlers come back on every way out, a second SIGINT exits at once
 -- with status 130, and `kill -TERM` from outside ends a run with status 0.
@@ -82,6 +83,23 @@ local function task_with_log(args)
 end
 
 describe('preemption signals in the step loop', function()
+  it('SIGINT pauses a run stepped by hand after the current step; the next call goes on', function()
+    with_signals_ignored(function()
+      local task = Task { epochs = 1, train_loader = loader(6), train_step = function(t)
+        if t.iteration == 1 then send('SIGINT') end
+      end }
+      assert.equal(2, task:step(5)) -- the step that got it (the 2nd) finished, then a pause
+      assert.is_false(task.stop_requested)
+      assert.is_nil(task.signal)
+      assert.equal('paused', loop.state(task._loop))
+      assert.equal(1, handler_of(SIG.SIGINT)) -- the handlers are back (ignored) between calls
+      assert.equal(4, task:step(5)) -- the other 4 batches, then the run ends
+      assert.equal(6, task.iteration)
+      assert.equal(1, task.epoch)
+      assert.equal('idle', loop.state(task._loop))
+    end)
+  end)
+
   it('SIGTERM at iteration 3: the step finishes, its after_step hooks see it, then the run stops', function()
     with_signals_ignored(function()
       local task = task_with_log { epochs = 2, steps = 5, test_steps = 2, send_at = 'train:0:3', signal = 'SIGTERM' }

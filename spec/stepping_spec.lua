@@ -6,16 +6,9 @@ local Task = cr.engine.Task
 
 -- n batches of 2 samples; batch i holds the value i
 local function loader(n)
-  return {
-    iter = function()
-      local i = 0
-      return function()
-        i = i + 1
-        if i <= n then return { input = cr.full({ 2, 3 }, i), target = cr.zeros({ 2 }, { dtype = 'i64' }) } end
-      end
-    end,
-    num_batches = function() return n end,
-  }
+  local batches = {}
+  for i = 1, n do batches[i] = { input = cr.full({ 2, 3 }, i), target = cr.zeros({ 2 }, { dtype = 'i64' }) } end
+  return H.list_loader(batches)
 end
 
 -- a task that records every event as 'event:phase_name:epoch:iteration'

@@ -98,14 +98,25 @@ const char *cr_loop_signal_name(int sig) {
 }
 
 /* The REPL's SIGINT guard: between runs, a SIGINT only sets a flag that the REPL reads
- * at its prompt and between the instructions of a command (an interrupted command). A
- * run's own handlers (above) take over while it runs and give SIGINT back after. */
+ * at its prompt and between the instructions of a command (an interrupted command); a
+ * second one before the first was read exits. A run's own handlers (above) take over
+ * while it runs and give SIGINT back after. No SA_RESTART: a read at the prompt returns
+ * EINTR, so the REPL sees the Ctrl-C at once. */
 static volatile sig_atomic_t cr_loop_guard_hit;
 static struct sigaction cr_loop_guard_previous;
 static int cr_loop_guard_installed;
 
+/* A second SIGINT before the REPL took the first: the command does not stop (compiled
+ * code runs no hooks), so the process ends rather than hang. */
 static void cr_loop_on_guarded_sigint(int sig) {
     (void)sig;
+    if (cr_loop_guard_hit) {
+        static const char msg[] = "\ncrescent: second Ctrl-C and the command did not stop (a loop compiled by "
+                                  "the JIT runs no interrupt checks); exiting\n";
+        ssize_t written = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)written;
+        _exit(130);
+    }
     cr_loop_guard_hit = 1;
 }
 

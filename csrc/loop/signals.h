@@ -19,8 +19,9 @@ void cr_loop_signals_restore(void);
 int cr_loop_signal_pending(void);
 /* Whether a SIGUSR2 arrived since the last call (and forgets it). */
 int cr_loop_attach_take(void);
-/* The REPL's SIGINT guard: on (1) a SIGINT only sets a flag, off (0) puts the previous
- * handler back. Returns 0, or -1 with errno set. */
+/* The REPL's SIGINT guard: on (1) a SIGINT only sets a flag (a second one before the
+ * flag was taken exits with status 130), off (0) puts the previous handler back.
+ * Returns 0, or -1 with errno set. */
 int cr_loop_sigint_guard(int on);
 /* Whether a guarded SIGINT arrived since the last call (and forgets it). */
 int cr_loop_sigint_taken(void);

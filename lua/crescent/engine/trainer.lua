@@ -181,7 +181,7 @@ local function start(task)
 end
 
 local function in_progress(task)
-  return task._loop ~= nil and loop.state(task._loop) ~= 'idle'
+  return type(task) == 'table' and task._loop ~= nil and loop.state(task._loop) ~= 'idle'
 end
 
 -- Drives the loop with f(ctx, opts, ...) (loop.run or loop.step); restores grad mode.

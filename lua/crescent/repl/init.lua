@@ -33,9 +33,7 @@ local function summary(v)
   if cr.is_tensor(v) then
     return string.format('tensor [%s] %s %s', table.concat(v.shape, ', '), v.dtype, v.device)
   end
-  if type(v) == 'table' and type(v.repr) == 'function' and getmetatable(v) then
-    return (tostring(getmetatable(v).__name or v.__name or 'module'):gsub('^class ', ''))
-  end
+  if cr.nn.is_module(v) then return v.__name .. ' (module)' end
   if type(v) == 'table' then
     local n = 0
     for _ in pairs(v) do n = n + 1 end

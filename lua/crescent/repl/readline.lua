@@ -13,7 +13,7 @@ ffi.cdef [[
 typedef struct FILE FILE;
 typedef char *crescent_rl_entry_fn(const char *, int);
 typedef char **crescent_rl_completion_fn(const char *, int, int);
-typedef int crescent_rl_hook_fn(void);
+typedef int crescent_rl_getc_fn(FILE *);
 char *readline(const char *prompt);
 void add_history(const char *line);
 int read_history(const char *filename);
@@ -22,7 +22,8 @@ int history_truncate_file(const char *filename, int nlines);
 char **rl_completion_matches(const char *text, crescent_rl_entry_fn *entry);
 void rl_replace_line(const char *text, int clear_undo);
 extern crescent_rl_completion_fn *rl_attempted_completion_function;
-extern crescent_rl_hook_fn *rl_signal_event_hook;
+extern crescent_rl_getc_fn *rl_getc_function;
+extern int rl_catch_signals;
 extern const char *rl_basic_word_break_characters;
 extern const char *rl_readline_name;
 extern char *rl_line_buffer;
@@ -33,6 +34,7 @@ extern FILE *rl_instream;
 extern FILE *rl_outstream;
 int isatty(int fd);
 int fileno(FILE *stream);
+long read(int fd, void *buf, unsigned long count);
 FILE *fopen(const char *path, const char *mode);
 int fclose(FILE *stream);
 char *strdup(const char *s);
@@ -98,14 +100,22 @@ local completion_cb = ffi.cast('crescent_rl_completion_fn *', function(text, sta
   return rl.rl_completion_matches(text, entry_cb)
 end)
 
--- readline calls this when a signal interrupted its read: a Ctrl-C drops the line
-local signal_cb = ffi.cast('crescent_rl_hook_fn *', function()
-  if active and loop.sigint_taken() then
-    active.interrupted = true
-    rl.rl_replace_line('', 0)
-    rl.rl_done = 1
+-- readline's keys come from here: a Ctrl-C (the REPL's SIGINT guard interrupts the read
+-- with EINTR) empties the line and ends it, so readline returns at once
+local EINTR = 4
+local key = ffi.new('unsigned char[1]')
+local getc_cb = ffi.cast('crescent_rl_getc_fn *', function(stream)
+  local fd = C.fileno(stream)
+  while true do
+    local n = C.read(fd, key, 1)
+    if n == 1 then return key[0] end
+    if n == 0 or ffi.errno() ~= EINTR then return -1 end -- end of input
+    if loop.sigint_taken() then
+      if active then active.interrupted = true end
+      rl.rl_replace_line('', 0)
+      return 10 -- newline: accept the (now empty) line
+    end
   end
-  return 0
 end)
 
 -- readline() calls back into Lua (completion, signals): never from a compiled trace
@@ -178,7 +188,8 @@ function M.open(opts)
   rl.rl_readline_name = 'crescent'
   rl.rl_basic_word_break_characters = WORD_BREAKS
   rl.rl_attempted_completion_function = completion_cb
-  rl.rl_signal_event_hook = signal_cb
+  rl.rl_catch_signals = 0 -- SIGINT stays the REPL's guard (getc_cb sees it)
+  rl.rl_getc_function = getc_cb
   if self.history then rl.read_history(self.history) end
   return self
 end

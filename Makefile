@@ -4,6 +4,7 @@
 #   make test   deps, build, every spec; last line "N passed, N failed"
 #   make run    the main recipe (recipes/swav.lua)
 #   make bench  benchmarks beside their PyTorch twins
+#   make torchenv  a current PyTorch + torchvision from PyPI in build/torchenv (learning parity)
 #   make install PREFIX=~/.local   the Lua modules, the native files and bin/crescent, laid out as
 #               LuaRocks does (PREFIX/share/lua/5.1, PREFIX/lib/lua/5.1/crescent, PREFIX/bin)
 SHELL := /bin/bash
@@ -59,7 +60,7 @@ OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(SRCS))
 HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/ops/*.h csrc/optim/*.h \
                   csrc/data/*.h csrc/loop/*.h csrc/ssl/*.h csrc/io/*.h csrc/dist/*.h)
 
-.PHONY: all deps pydeps test bench clean probes lint run install FORCE
+.PHONY: all deps pydeps test bench clean probes lint run install torchenv FORCE
 LOOP_SRCS := $(wildcard csrc/loop/*.c)
 # The CUDA backend is a library of its own, opened at run time by core/cuda_loader.c: built
 # when nvcc and cuDNN are present, and libcrescent.so never needs a CUDA library to load.
@@ -212,10 +213,21 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	@luajit recipes/swav.lua
 
+# A current PyTorch with torchvision from PyPI, in its own venv (the reference twins of
+# bench/learning_parity.lua); about 3.5 GB, so only the benchmarks that need it ask for it.
+TORCHENV := $(BUILD)/torchenv
+torchenv:
+	@if $(TORCHENV)/bin/python -c 'import torch, torchvision, safetensors' 2>/dev/null; then echo "torchenv: present"; \
+	else /usr/bin/python3 -m venv $(TORCHENV) && \
+	  $(TORCHENV)/bin/pip install -q --disable-pip-version-check torch torchvision safetensors && \
+	  echo "torchenv: torch and torchvision installed in $(TORCHENV)"; fi
+
 bench: EXTRA_DEPS = $(DEPS_BENCH)
 bench: deps
 	@$(MAKE) --no-print-directory all
-	@for b in bench/*.lua; do [ "$$b" = bench/harness.lua ] && continue; echo "== $$b"; luajit $$b || exit 1; done
+	@# learning_parity.lua trains for hours: run it by hand (see its header)
+	@for b in bench/*.lua; do case $$b in bench/harness.lua|bench/learning_parity.lua) continue;; esac; \
+	  echo "== $$b"; luajit $$b || exit 1; done
 
 lint:
 	luacheck lua spec bench

@@ -203,8 +203,9 @@ class SwAV(nn.Module):
         self.prototypes.weight.copy_(F.normalize(self.prototypes.weight, dim=1, p=2))
 
     def forward(self, groups):
-        """groups: one batch per crop resolution; BN statistics per group."""
-        emb = torch.cat([F.normalize(self.head(self.trunk(g)), dim=1, p=2) for g in groups])
+        """groups: one batch per crop resolution (the trunk's BN statistics per group);
+        the head runs once over every crop, as SwAV's forward_head."""
+        emb = F.normalize(self.head(torch.cat([self.trunk(g) for g in groups])), dim=1, p=2)
         return self.prototypes(emb)
 
 

@@ -53,6 +53,11 @@ describe('channels-last activations', function()
     assert.is_true((y * 2):is_channels_last())
     assert.is_true(cr.add_relu(y, y):is_channels_last())
     assert.is_true(cr.batch_norm(y, nil, nil, { training = true }):is_channels_last())
+    -- cat of channels-last parts (a split BatchNorm's groups) stays channels-last
+    local joined = cr.cat({ y:narrow(0, 1, 1), y:narrow(0, 0, 1) }, 0)
+    assert.is_true(joined:is_channels_last())
+    H.assert_close(joined, cr.cat({ y:contiguous():narrow(0, 1, 1), y:contiguous():narrow(0, 0, 1) }, 0), 0, 0)
+    assert.is_false(cr.cat({ y, y:contiguous() }, 0):is_channels_last())
     -- a row-major operand of the same shape: the result follows the first channels-last one
     local r = y:contiguous()
     H.assert_close(y + r, r * 2, 1e-6, 1e-6)

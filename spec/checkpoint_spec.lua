@@ -98,7 +98,7 @@ describe('exact resume', function()
     if method == 'swav' then over.swav = { queue_length = 32, freeze_prototypes_iters = 2 } end
     if method == 'moco' then
       over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } }
-      over.moco = { queue_length = 32, cosine_momentum = true, shuffle_bn_splits = 2 }
+      over.moco = { queue_length = 32, cosine_momentum = true, bn_splits = 2 }
     end
     return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
   end

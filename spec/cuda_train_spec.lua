@@ -24,7 +24,7 @@ H.describe_gpu('cuda training runs', function()
     if method ~= 'swav' then
       over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } }
     end
-    if method == 'moco' then over.moco = { queue_length = 64, shuffle_bn_splits = 2 } end
+    if method == 'moco' then over.moco = { queue_length = 64, bn_splits = 2 } end
     return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
   end
   local function losses_of(method, device, steps, extra)

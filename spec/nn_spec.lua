@@ -335,6 +335,50 @@ describe('nn layers', function()
     assert.same({ 2, 2, 3 }, nn.BatchNorm1d(2)(cr.randn({ 2, 2, 3 })).shape)
   end)
 
+  it('split BatchNorm: per-group statistics in training, the groups\' average in the running stats', function()
+    cr.manual_seed(12)
+    local x = cr.randn({ 8, 3, 4, 4 }) * 2 + 1
+    local bn = nn.split_batchnorm(nn.BatchNorm2d(3), 4)
+    cr.no_grad(function() bn.weight:copy_(cr.randn({ 3 })) bn.bias:copy_(cr.randn({ 3 })) end)
+    local y = bn(x)
+    local means, vars = cr.zeros({ 3 }), cr.zeros({ 3 })
+    for s = 0, 3 do
+      local part = x:narrow(0, 2 * s, 2)
+      local mu = part:mean({ 0, 2, 3 })
+      local var = part:var({ 0, 2, 3 }, { correction = 0 })
+      local expect = (part - mu:view(1, 3, 1, 1)) / (var + 1e-5):sqrt():view(1, 3, 1, 1) * bn.weight:view(1, 3, 1, 1)
+        + bn.bias:view(1, 3, 1, 1)
+      H.assert_close(y:narrow(0, 2 * s, 2), expect, 1e-5, 1e-5, 'group ' .. s)
+      means = means + mu
+      vars = vars + part:var({ 0, 2, 3 })           -- the running variance takes the unbiased one
+    end
+    H.assert_close(bn.running_mean, means / 4 * 0.1, 1e-6)
+    H.assert_close(bn.running_var, cr.ones({ 3 }) * 0.9 + vars / 4 * 0.1, 1e-5)
+    assert.equal(1, bn.num_batches_tracked:item())
+    -- fused relu, BatchNorm1d, eval unchanged, splits = 1 off again
+    H.assert_close(bn:forward(x, true), y:relu(), 1e-6)
+    local b1 = nn.split_batchnorm(nn.BatchNorm1d(5), 2)
+    local z = cr.randn({ 6, 5 })
+    H.assert_close(b1(z):narrow(0, 3, 3), nn.BatchNorm1d(5)(z:narrow(0, 3, 3)), 1e-5)
+    bn:eval()
+    H.assert_close(bn(x), cr.batch_norm(x, bn.running_mean, bn.running_var, { weight = bn.weight, bias = bn.bias }),
+      1e-5)
+    assert.equal(1, nn.split_batchnorm(bn, 1).splits)
+    H.assert_error(function() nn.split_batchnorm(nn.BatchNorm2d(3), 3):train()(x) end,
+      'the batch of 8 does not divide into splits = 3 groups')
+    H.assert_error(function() nn.split_batchnorm(nn.BatchNorm2d(3), 0) end, "'splits' must be an integer >= 1")
+  end)
+
+  it('split BatchNorm passes a gradcheck in f64 and keeps channels-last activations so', function()
+    local bn = nn.split_batchnorm(nn.BatchNorm2d(2):double(), 2)
+    H.gradcheck(function(xx) return bn(xx) end, { cr.randn({ 4, 2, 3, 3 }) })
+    local conv = nn.Conv2d(2, 4, 3, { padding = 1 })
+    local h = conv(cr.randn({ 4, 2, 6, 6 }))
+    if h:is_channels_last() then
+      assert.is_true(nn.split_batchnorm(nn.BatchNorm2d(4), 2)(h):is_channels_last())
+    end
+  end)
+
   it('ReLU and GELU values and grads', function()
     local x = T({ -1, 0.5, 1, 2 }, { requires_grad = true })
     local y = nn.ReLU()(x)

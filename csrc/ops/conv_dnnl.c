@@ -171,8 +171,17 @@ static bool entry_build(conv_entry *e, const conv_key *k) {
             dnnl_primitive_desc_create(&e->pd, &bd, NULL, engine, e->fwd_pd) != dnnl_success)
             return false;
     } else {
+        /* oneDNN 2.6's strided 1x1 backward-weights kernel on AVX2 corrupts the heap when it
+         * reads an nhwc src of fewer than 8 channels (seen for 1..6 channels, stride 2):
+         * there it reads a src layout of its own choosing, reordered from ours */
+        const cr_conv_geom *g = &k->g;
+        dnnl_memory_desc_t src = m.src;
+        if (g->kh == 1 && g->kw == 1 && (g->sh > 1 || g->sw > 1) && g->c % 16 != 0) {
+            const int64_t dims[4] = {g->n, g->c, g->h, g->w};
+            if (!md_init(&src, 4, dims, dnnl_format_tag_any)) return false;
+        }
         if (dnnl_dilated_convolution_backward_weights_desc_init(
-                &bd, dnnl_convolution_direct, &m.src, &m.wei, k->has_bias ? &m.bias : NULL,
+                &bd, dnnl_convolution_direct, &src, &m.wei, k->has_bias ? &m.bias : NULL,
                 &m.dst, m.strides, m.dilates, m.pad_l, m.pad_r) != dnnl_success ||
             dnnl_primitive_desc_create(&e->pd, &bd, NULL, engine, e->fwd_pd) != dnnl_success)
             return false;

@@ -399,9 +399,13 @@ cr_status cr_op_cat(cr_tensor **out, cr_tensor **ts, int n, int64_t dim) {
     memcpy(shape, ref->shape, sizeof shape);
     shape[dim] = 0;
     cr_dtype dt = ref->dtype;
+    /* channels-last inputs give a channels-last result (as PyTorch's cat), so a split
+     * BatchNorm's or a multi-crop batch's cat costs the next conv no layout change */
+    bool channels_last = ref->ndim == 4;
     for (int k = 0; k < n; k++) {
         cr_tensor *t = ts[k];
         if (t->ndim == 1 && t->shape[0] == 0 && ref->ndim > 1) continue;
+        channels_last = channels_last && cr_tensor_is_channels_last(t);
         if ((st = cr_check_same_device("cat", ref, t))) return st;
         bool ok = t->ndim == ref->ndim;
         for (int d = 0; ok && d < t->ndim; d++)
@@ -419,7 +423,7 @@ cr_status cr_op_cat(cr_tensor **out, cr_tensor **ts, int n, int64_t dim) {
     if ((st = cr_call_init(&c, CR_OP_CAT, n, 1))) return st;
     c.i[0] = dim;
     for (int k = 0; k < n && !st; k++) st = cr_cast_if_needed(&c.in[k], ts[k], dt);
-    if (!st) st = cr_tensor_alloc(&c.out[0], ref->ndim, shape, dt, cr_tensor_dev(ref));
+    if (!st) st = cr_tensor_alloc_layout(&c.out[0], ref->ndim, shape, dt, cr_tensor_dev(ref), channels_last);
     if (!st) st = cr_dispatch(&c);
     if (!st) st = cr_autograd_record(&c, 0, 0);
     for (int k = 0; k < n; k++) cr_tensor_free(c.in[k]);

@@ -2,6 +2,12 @@
 -- (weight, bias, running_mean, running_var, num_batches_tracked) and its train/eval rules:
 -- batch statistics in training (running stats updated in place by the C op), running
 -- statistics in eval, batch statistics always when track_running_stats is false.
+--
+-- Split BatchNorm (nn.split_batchnorm(model, S), or bn.splits = S): in training the batch
+-- is cut into S equal consecutive groups, each normalised with its own statistics (and
+-- the shared weight and bias), as S GPUs with per-GPU BatchNorm would; the running stats
+-- take the average of the S groups' updates. MoCo's single-process stand-in for multi-GPU
+-- BatchNorm (the MoCo CIFAR demo's SplitBatchNorm). Eval mode is unchanged.
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
 
@@ -72,17 +78,46 @@ return function(cr, nn)
     return self.momentum
   end
 
+  -- Training with splits > 1: one op call per group of consecutive samples, each with a
+  -- copy of the running stats updated by `factor`; their average becomes the running stats.
+  function BatchNorm:_split_forward(x, relu, factor)
+    local S, N = self.splits, x.shape[1]
+    if N % S ~= 0 then
+      nn._error(string.format('%s: the batch of %d does not divide into splits = %d groups; use a batch size ' ..
+        'that is a multiple of %d', self.__name, N, S, S))
+    end
+    local n, op = N / S, relu and bn_relu_op or bn_op
+    local parts, means, vars = {}, {}, {}
+    for s = 1, S do
+      if factor then means[s], vars[s] = self.running_mean:clone(), self.running_var:clone() end
+      parts[s] = call(op, x:narrow(0, (s - 1) * n, n), self.weight, self.bias, means[s], vars[s], true, factor or 0,
+        self.eps)
+    end
+    if factor then
+      cr.no_grad(function()
+        for _, pair in ipairs { { self.running_mean, means }, { self.running_var, vars } } do
+          local sum = pair[2][1]
+          for s = 2, S do sum:add_(pair[2][s]) end
+          pair[1]:copy_(sum:mul_(1 / S))
+        end
+      end)
+    end
+    return cr.cat(parts, 0)
+  end
+
   -- forward(x, relu): relu = true fuses relu(bn(x)) into one pass (ResNet blocks use it).
   function BatchNorm:forward(x, relu)
     local factor = self:_begin(x)
+    if self.training and (self.splits or 1) > 1 then return self:_split_forward(x, relu, factor) end
     -- running stats are nil when not tracked: the op then normalises with batch stats
     return call(relu and bn_relu_op or bn_op, x, self.weight, self.bias, self.running_mean,
       self.running_var, self.training, factor or 0, self.eps)
   end
 
   function BatchNorm:extra_repr()
-    return string.format('%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s', self.num_features,
-      self.eps, tostring(self.momentum), tostring(self.affine), tostring(self.track_running_stats))
+    return string.format('%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s%s', self.num_features,
+      self.eps, tostring(self.momentum), tostring(self.affine), tostring(self.track_running_stats),
+      (self.splits or 1) > 1 and (', splits=' .. self.splits) or '')
   end
 
   local BatchNorm1d = BatchNorm:extend('BatchNorm1d')
@@ -92,4 +127,15 @@ return function(cr, nn)
   local BatchNorm2d = BatchNorm:extend('BatchNorm2d')
   BatchNorm2d._ndim_a, BatchNorm2d._ndim_b, BatchNorm2d._expect = 4, 4, '4-D [N, C, H, W]'
   nn.BatchNorm2d = BatchNorm2d
+
+  -- nn.split_batchnorm(model, S) -> model: every BatchNorm1d/2d in model normalises in S
+  -- groups in training (see the top of this file); S = 1 turns splitting off.
+  function nn.split_batchnorm(model, S)
+    if not nn.is_module(model) then nn._error('split_batchnorm: the first argument must be a module') end
+    int('split_batchnorm', 'splits', S, 1)
+    for _, m in ipairs(model:modules()) do
+      if m.__name == 'BatchNorm1d' or m.__name == 'BatchNorm2d' then m.splits = S end
+    end
+    return model
+  end
 end

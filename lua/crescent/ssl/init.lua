@@ -59,6 +59,16 @@ function M._method_options(what, o, known, example)
          nn._int(what, 'out_dim', o.out_dim or 128, 1)
 end
 
+-- A method's projection head: Linear -> [BatchNorm1d] -> ReLU -> Linear, or one Linear
+-- when hidden is 0. The BatchNorm is there when o.head_bn is true, or (o.head_bn nil)
+-- when default_bn is.
+function M._head(what, o, feat, hidden, out, default_bn)
+  local bn = o.head_bn
+  if bn == nil then bn = default_bn end
+  if type(bn) ~= 'boolean' then fail(what .. ': head_bn must be true or false, got ' .. tostring(bn)) end
+  return require('crescent').nn.MLP { dims = hidden > 0 and { feat, hidden, out } or { feat, out }, bn = bn }
+end
+
 -- A number > 0 (NaN refused), or the default when v is nil.
 function M._positive(what, name, v, default)
   if v == nil then v = default end

@@ -3,8 +3,8 @@
 -- encoder, one fused C update over all parameters) and a queue of negatives.
 --
 --   local m = cr.ssl.moco.MoCo{trunk = resnet, key_trunk = resnet_copy, feat_dim = 128,
---       hidden_dim = 512, out_dim = 128, queue_length = 4096, temperature = 0.2,
---       momentum = 0.99, cosine_momentum = false, shuffle_bn_splits = 2, batch_size = 256}
+--       hidden_dim = 512, out_dim = 128, head_bn = false, queue_length = 4096, temperature = 0.2,
+--       momentum = 0.99, cosine_momentum = false, bn_splits = 8, batch_size = 256}
 --   local out = m(views)               -- views = {query crops [B, C, h, w], key crops}
 --   local loss = m:loss(out)           -- InfoNCE; enqueues the keys afterwards
 --   for _, h in ipairs(m:hooks()) do task:add_hook(h) end   -- the cosine momentum schedule
@@ -12,14 +12,20 @@
 -- key_trunk is a second trunk of the same architecture (its weights are overwritten with
 -- the query trunk's at construction; its parameters never require grad). The key encoder
 -- is updated by EMA at the start of every forward, before the keys are computed, as MoCo
--- does. Shuffle-BN: the keys' batch is permuted and run through the key encoder in
--- `shuffle_bn_splits` chunks (BatchNorm statistics per chunk, as per GPU in MoCo), then
--- put back in order; this stops the query and its key from sharing batch statistics.
--- On k ranks the shuffle is global, as MoCo's: the key crops of every rank are gathered,
--- permuted by rank 0's permutation, each rank encodes its slice (in shuffle_bn_splits
--- chunks), and the keys are gathered and put back in order; the queue takes the keys of
--- every rank (k * B per step, as MoCo's concat_all_gather). The queue starts as
--- random unit vectors, as MoCo's. Parameter names: trunk.*, head.*, key_trunk.*, key_head.*.
+-- does. The head is MoCo v2's Linear -> ReLU -> Linear (head_bn adds a BatchNorm1d after
+-- the hidden Linear).
+-- BatchNorm as on bn_splits GPUs: every BatchNorm of both encoders (trunks and heads)
+-- takes its training statistics from bn_splits groups of B / bn_splits samples
+-- (nn.split_batchnorm), as MoCo's per-GPU BatchNorm does and its single-GPU CIFAR demo
+-- imitates with SplitBatchNorm. Shuffle-BN: the keys' batch is permuted before the key
+-- encoder and put back in order after it, so a query and its key never share a group's
+-- statistics (with bn_splits = 1 there is nothing to shuffle). On k ranks each rank's
+-- batch is split so, and the shuffle is global, as MoCo's: the key crops of every rank
+-- are gathered, permuted by rank 0's permutation, each rank encodes its slice, and the
+-- keys are gathered and put back in order; the queue takes the keys of every rank (k * B
+-- per step, as MoCo's concat_all_gather). SyncBatchNorm (dist.sync_bn) would share the
+-- statistics that shuffle-BN keeps apart; the MoCo recipe leaves it off. The queue starts
+-- as random unit vectors, as MoCo's. Parameter names: trunk.*, head.*, key_trunk.*, key_head.*.
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = cr.nn
@@ -33,17 +39,13 @@ local function fail(msg) error(msg, util.user_level()) end
 
 local KNOWN = {
   trunk = true, key_trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, queue_length = true,
-  temperature = true, momentum = true, cosine_momentum = true, shuffle_bn_splits = true, batch_size = true,
+  temperature = true, momentum = true, cosine_momentum = true, bn_splits = true, batch_size = true, head_bn = true,
 }
 
 local function int(name, v, lo) return nn._int('MoCo', name, v, lo) end
 
 local MoCo = nn.Module:extend('MoCo')
 M.MoCo = MoCo
-
-local function head(feat, hidden, out)   -- MoCo v2's: no BatchNorm
-  return nn.MLP { dims = hidden > 0 and { feat, hidden, out } or { feat, out }, bn = false }
-end
 
 function MoCo:init(o)
   local feat, hidden, out = ssl_core._method_options('MoCo', o, KNOWN, '{trunk = a, key_trunk = b, feat_dim = 128}')
@@ -57,13 +59,17 @@ function MoCo:init(o)
   if type(m) ~= 'number' or m < 0 or m > 1 then fail('MoCo: momentum must be in [0, 1], got ' .. tostring(m)) end
   self.base_momentum, self.momentum = m, m
   self.cosine_momentum = o.cosine_momentum == true
-  self.shuffle_bn_splits = int('shuffle_bn_splits', o.shuffle_bn_splits or 1, 1)
-  if B % self.shuffle_bn_splits ~= 0 then
-    fail(string.format('MoCo: shuffle_bn_splits %d does not divide the batch size %d', self.shuffle_bn_splits, B))
+  self.bn_splits = int('bn_splits', o.bn_splits or 1, 1)
+  if B % self.bn_splits ~= 0 then
+    fail(string.format('MoCo: bn_splits %d does not divide the batch size %d', self.bn_splits, B))
   end
   self.queue = Queue(L, out, { batch_size = B })  -- checks that L is a multiple of B
-  self.trunk, self.head = o.trunk, head(feat, hidden, out)
-  self.key_trunk, self.key_head = o.key_trunk, head(feat, hidden, out)
+  -- MoCo v2's head has no BatchNorm
+  self.trunk, self.head = o.trunk, ssl_core._head('MoCo', o, feat, hidden, out, false)
+  self.key_trunk, self.key_head = o.key_trunk, ssl_core._head('MoCo', o, feat, hidden, out, false)
+  for _, part in ipairs { self.trunk, self.head, self.key_trunk, self.key_head } do
+    nn.split_batchnorm(part, self.bn_splits)
+  end
   local q, k = self:query_parameters(), self:key_parameters()
   if #q ~= #k then fail('MoCo: trunk and key_trunk differ in their parameters; build both with the same constructor') end
   ssl_core.copy_tensors(k, q)
@@ -91,17 +97,13 @@ function MoCo:key_parameters() return pairs_of(self.key_trunk, self.key_head) en
 -- The trunk's features of a batch of images (what kNN and linear probes use).
 function MoCo:features(x) return self.trunk(x) end
 
--- The key encoder on x, in shuffle_bn_splits chunks of a random permutation (put back).
+-- The key encoder on x, its batch permuted at random (and put back) when its BatchNorm
+-- is split.
+function MoCo:_key_encode(x) return self.key_head(self.key_trunk(x)) end
 function MoCo:_encode_shuffled(x)
-  local S = self.shuffle_bn_splits
-  local function enc(t) return self.key_head(self.key_trunk(t)) end
-  if S == 1 then return enc(x) end
-  local B = x.shape[1]
-  local perm = cr.randperm(B, { device = x.device })
-  local xs = x:index_select(0, perm)
-  local parts, n = {}, B / S
-  for s = 0, S - 1 do parts[s + 1] = enc(xs:narrow(0, s * n, n)) end
-  return cr.cat(parts, 0):index_select(0, perm:argsort())
+  if self.bn_splits == 1 then return self:_key_encode(x) end
+  local perm = cr.randperm(x.shape[1], { device = x.device })
+  return self:_key_encode(x:index_select(0, perm)):index_select(0, perm:argsort())
 end
 
 -- Keys [B, out_dim], L2-normalised, from the key encoder with shuffle-BN; no graph.
@@ -112,7 +114,7 @@ function MoCo:keys(x)
     local B, r = x.shape[1], dist.rank()
     local all = dist.all_gather(x)
     local perm = dist.broadcast(cr.randperm(all.shape[1], { device = x.device }), 0)
-    local mine = self:_encode_shuffled(all:index_select(0, perm:narrow(0, r * B, B)))
+    local mine = self:_key_encode(all:index_select(0, perm:narrow(0, r * B, B)))
     local k = dist.all_gather(mine):index_select(0, perm:argsort())
     return k:narrow(0, r * B, B):normalize({ dim = 1 })
   end)
@@ -159,15 +161,15 @@ function MoCo:hooks()
 end
 
 function MoCo:extra_repr()
-  return string.format('queue_length=%d, temperature=%g, momentum=%g%s, shuffle_bn_splits=%d', self.queue.length,
-    self.temperature, self.base_momentum, self.cosine_momentum and ' (cosine)' or '', self.shuffle_bn_splits)
+  return string.format('queue_length=%d, temperature=%g, momentum=%g%s, bn_splits=%d', self.queue.length,
+    self.temperature, self.base_momentum, self.cosine_momentum and ' (cosine)' or '', self.bn_splits)
 end
 
 -- ---- recipes ------------------------------------------------------------------------
 -- The config section of recipes/moco.lua and its defaults (scaled for Fashion-MNIST: a
--- shorter run than ImageNet's, so a faster-moving key encoder).
-M.defaults = { queue_length = 4096, temperature = 0.2, momentum = 0.99, cosine_momentum = false,
-               shuffle_bn_splits = 2 }
+-- shorter run than ImageNet's, so a faster-moving key encoder; BatchNorm in groups of 32
+-- at batch 256, as MoCo's 8 GPUs and its CIFAR demo).
+M.defaults = { queue_length = 4096, temperature = 0.2, momentum = 0.99, cosine_momentum = false, bn_splits = 8 }
 
 -- build(cfg, parts) -> MoCo, from the recipe config (crescent.ssl.recipe makes parts).
 function M.build(cfg, parts)
@@ -179,8 +181,9 @@ function M.build(cfg, parts)
   end
   return MoCo {
     trunk = parts.trunk(), key_trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
-    out_dim = cfg.model.out_dim, queue_length = m.queue_length, temperature = m.temperature, momentum = m.momentum,
-    cosine_momentum = m.cosine_momentum, shuffle_bn_splits = m.shuffle_bn_splits, batch_size = cfg.data.batch_size,
+    out_dim = cfg.model.out_dim, head_bn = cfg.model.head_bn, queue_length = m.queue_length,
+    temperature = m.temperature, momentum = m.momentum, cosine_momentum = m.cosine_momentum, bn_splits = m.bn_splits,
+    batch_size = cfg.data.batch_size,
   }
 end
 

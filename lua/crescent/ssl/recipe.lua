@@ -30,8 +30,9 @@ function R.defaults()
     crops = { size = { 28, 14 }, num = { 2, 4 }, min_scale = { 0.25, 0.08 }, max_scale = { 1, 0.25 } },
     augment = { flip = 0.5, jitter = 0.8, brightness = 0.4, contrast = 0.4, saturation = 0.4, hue = 0.1,
                 grayscale = 0.2, blur = 0.5, blur_sigma = { 0.1, 1 }, solarize = 0 },
-    model = { arch = 'resnet18', width = 16, stem = 'auto', hidden_dim = 512, out_dim = 128 },
-    -- stem auto: the CIFAR stem (3x3/1 conv, no pool) for images up to 64 px, else ImageNet's
+    model = { arch = 'resnet18', width = 16, stem = 'auto', hidden_dim = 512, out_dim = 128, head_bn = true },
+    -- stem auto: the CIFAR stem (3x3/1 conv, no pool) for images up to 64 px, else ImageNet's;
+    -- head_bn: BatchNorm1d after the projection head's hidden Linear
     optim = { lr = 0.6, momentum = 0.9, nesterov = false, weight_decay = 1e-6, warmup_epochs = 1,
               final_lr = 0.0006, no_decay_bias_norm = false },
     knn = { k = 200, temperature = 0.1, every = 0, at_start = false },
@@ -58,6 +59,7 @@ function R.types(extra)
     ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50' } },
     ['model.hidden_dim'] = { type = 'integer', min = 0 },
     ['model.out_dim'] = { type = 'integer', min = 1 },
+    ['model.head_bn'] = 'boolean',
     ['optim.name'] = { type = 'string', choices = { 'sgd' } },
     ['optim.momentum'] = { type = 'number', min = 0 },
     ['optim.warmup_epochs'] = { type = 'number', min = 0 },
@@ -293,7 +295,7 @@ function R.finish(task)
   local loss = h and h:avg(per > 0 and per or nil) or nil   -- nil (JSON null): no step ran
   local m = task.metrics
   local out = { recipe = task.method_name, epochs = task.epoch, knn_top1 = m.knn_top1, knn_top5 = m.knn_top5,
-                knn_top1_init = m.knn_top1_init, train_loss = loss, seconds = m.seconds,
+                knn_top1_init = m.knn_top1_init, train_loss = loss, seconds = m.seconds, train_seconds = m.train_seconds,
                 img_per_s = m.train_img_per_s, checkpoint = path, preempted = task.signal }
   local shown = {}
   for k, v in pairs(out) do shown[k] = type(v) == 'number' and tonumber(string.format('%.4f', v)) or v end

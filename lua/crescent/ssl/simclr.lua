@@ -19,7 +19,8 @@ local M = {}
 
 local function fail(msg) error(msg, util.user_level()) end
 
-local KNOWN = { trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, temperature = true, gather = true }
+local KNOWN = { trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, head_bn = true, temperature = true,
+                gather = true }
 
 local SimCLR = nn.Module:extend('SimCLR')
 M.SimCLR = SimCLR
@@ -30,7 +31,7 @@ function SimCLR:init(o)
   if o.gather ~= nil and type(o.gather) ~= 'function' then fail('SimCLR: gather must be a function(z) -> z of all ranks') end
   self.gather = o.gather
   self.trunk = o.trunk
-  self.head = nn.MLP { dims = hidden > 0 and { feat, hidden, out } or { feat, out } }
+  self.head = ssl_core._head('SimCLR', o, feat, hidden, out, true)
 end
 
 function SimCLR:features(x) return self.trunk(x) end
@@ -70,6 +71,7 @@ function M.build(cfg, parts)
     error(string.format('simclr: SimCLR takes 2 views, but crops.num gives %d crops; use crops.num={2}', total), 0)
   end
   return SimCLR { trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
+                  head_bn = cfg.model.head_bn,
                   out_dim = cfg.model.out_dim, temperature = cfg.simclr.temperature }
 end
 

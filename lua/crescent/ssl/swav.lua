@@ -14,8 +14,9 @@
 --   for _, h in ipairs(m:hooks()) do task:add_hook(h) end
 --
 -- Crops of the same size that follow each other go through the trunk together (one
--- forward per resolution, as SwAV's multi-resolution forward), so BatchNorm statistics
--- are per resolution group. Parameter names: trunk.*, head.*, prototypes.weight.
+-- forward per resolution, as SwAV's multi-resolution forward), so the trunk's BatchNorm
+-- statistics are per resolution group; the head then runs once over every crop.
+-- Parameter names: trunk.*, head.*, prototypes.weight.
 -- The queue (one per assigned crop, of detached embeddings) is filled from the epoch
 -- queue_start_epoch (SwAV's epoch_queue_starts) and the iteration queue_start_iteration
 -- (VISSL's queue.start_iter) on, and used once full; its scores come from the current
@@ -32,7 +33,8 @@ local M = {}
 local function fail(msg) error(msg, util.user_level()) end
 
 local KNOWN = {
-  trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, num_prototypes = true, temperature = true,
+  trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, head_bn = true, num_prototypes = true,
+  temperature = true,
   epsilon = true, sinkhorn_iterations = true, crops_for_assign = true, num_crops = true, queue_length = true,
   queue_start_epoch = true, queue_start_iteration = true, freeze_prototypes_iterations = true, batch_size = true,
   sinkhorn_reduce = true,
@@ -81,7 +83,7 @@ function SwAV:init(o)
     for j = 1, #cfa do self.queues[j] = Queue(self.queue_length, out, { batch_size = B }) end
   end
   self.trunk = o.trunk
-  self.head = nn.MLP { dims = hidden > 0 and { feat, hidden, out } or { feat, out } }
+  self.head = ssl_core._head('SwAV', o, feat, hidden, out, true)
   self.prototypes = nn.Linear(out, K, { bias = false })
   self.epoch, self.iteration = 0, 0
   self:normalize_prototypes()
@@ -96,8 +98,9 @@ end
 -- The trunk's features of a batch of images (what kNN and linear probes use).
 function SwAV:features(x) return self.trunk(x) end
 
--- L2-normalised embeddings [sum of crop batches, out_dim] of a list of crops, one
--- trunk+head forward per run of same-sized crops.
+-- L2-normalised embeddings [sum of crop batches, out_dim] of a list of crops: one trunk
+-- forward per run of same-sized crops, then the head once over every crop's features
+-- (SwAV's forward_head), so the head's BatchNorm takes its statistics from all crops.
 function SwAV:embed(crops)
   local parts, i, n = {}, 1, #crops
   while i <= n do
@@ -110,11 +113,10 @@ function SwAV:embed(crops)
       for v = i, j do group[#group + 1] = crops[v] end
       x = cr.cat(group, 0)
     end
-    parts[#parts + 1] = self.head(self.trunk(x))
+    parts[#parts + 1] = self.trunk(x)
     i = j + 1
   end
-  local emb = #parts == 1 and parts[1] or cr.cat(parts, 0)
-  return emb:normalize({ dim = 1 })
+  return self.head(#parts == 1 and parts[1] or cr.cat(parts, 0)):normalize({ dim = 1 })
 end
 
 -- forward(crops) -> {embedding = [V B, D], scores = {V tensors [B, K]}, batch = B}
@@ -229,7 +231,8 @@ function M.build(cfg, parts)
   local s, total = cfg.swav, 0
   for _, n in ipairs(cfg.crops.num) do total = total + n end
   return SwAV {
-    trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim, out_dim = cfg.model.out_dim,
+    trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim, head_bn = cfg.model.head_bn,
+    out_dim = cfg.model.out_dim,
     num_prototypes = s.prototypes, temperature = s.temperature, epsilon = s.epsilon,
     sinkhorn_iterations = s.sinkhorn_iterations, crops_for_assign = s.crops_for_assign, num_crops = total,
     queue_length = s.queue_length, queue_start_epoch = s.queue_start_epoch, queue_start_iteration = s.queue_start_iteration,

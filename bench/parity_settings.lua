@@ -1,0 +1,39 @@
+-- bench/parity_settings.lua — the settings under which crescent and the independent
+-- PyTorch implementations (bench/ssl_reference_torch.py) are compared, as recipe config
+-- overrides: what learning_parity.lua trains with and parity_components.lua steps with.
+--   local settings = dofile('bench/parity_settings.lua')
+--   local overrides = settings.overrides('moco', {train = {epochs = 5}})
+local cr = require 'crescent'
+
+local M = {}
+
+-- What both sides share (issue 18): a CIFAR-style ResNet-18 at width 16 with a
+-- 256 (BN, ReLU) -> 128 head, batch 256, SGD momentum 0.9 with one epoch of linear
+-- warm-up then cosine to 0, 28 px views of scale (0.35, 1) with flip, brightness and
+-- contrast jitter 0.4 (p 0.8, random order), no blur; kNN k 200, T 0.1.
+M.COMMON = {
+  data = { batch_size = 256 },
+  model = { arch = 'resnet18', width = 16, hidden_dim = 256, out_dim = 128, head_bn = true },
+  optim = { momentum = 0.9, warmup_epochs = 1, final_lr = 0 },
+  crops = { size = { 28 }, num = { 2 }, min_scale = { 0.35 }, max_scale = { 1 } },
+  augment = { flip = 0.5, jitter = 0.8, brightness = 0.4, contrast = 0.4, saturation = 0, hue = 0, grayscale = 0,
+              blur = 0, solarize = 0 },
+  knn = { k = 200, temperature = 0.1 },
+}
+
+M.PARITY = {
+  moco = { optim = { lr = 0.2, weight_decay = 1e-4 },
+           moco = { temperature = 0.2, queue_length = 4096, momentum = 0.99, bn_splits = 8 } },
+  swav = { optim = { lr = 0.6, weight_decay = 1e-6 },
+           crops = { size = { 28, 14 }, num = { 2, 4 }, min_scale = { 0.35, 0.1 }, max_scale = { 1, 0.35 } },
+           swav = { prototypes = 100, temperature = 0.1, epsilon = 0.05, sinkhorn_iterations = 3,
+                    freeze_prototypes_iters = 234, queue_length = 0 } },
+  simclr = { optim = { lr = 0.6, weight_decay = 1e-4 }, simclr = { temperature = 0.2 } },
+}
+
+-- The overrides of `method` with `extra` on top.
+function M.overrides(method, extra)
+  return cr.config.merge(M.COMMON, M.PARITY[method], extra or {})
+end
+
+return M

@@ -521,6 +521,37 @@ describe('Loader', function()
     end
   end)
 
+  it('holds out a fixed random part of a data set (a validation split)', function()
+    local function same(a, b) return a.shape[1] == b.shape[1] and (a:double() - b:double()):abs():max():item() == 0 end
+    local ds = synthetic(100, 2, 2)
+    local rest, val = ds:hold_out(20, 0)
+    assert.are.equal(80, #rest)
+    assert.are.equal(20, #val)
+    -- every sample lands in exactly one part, each part in the original order
+    local seen = {}
+    for _, part in ipairs { rest, val } do
+      local prev = -1
+      for i = 0, #part - 1 do
+        local key = part.images:select(0, i):contiguous():view(-1):totable()
+        local id = table.concat(key, ',') .. '|' .. part.labels:select(0, i):item()
+        assert.is_nil(seen[id])
+        seen[id] = true
+        local where
+        for j = 0, #ds - 1 do
+          if same(ds.images:select(0, j), part.images:select(0, i)) then where = j break end
+        end
+        assert.is_true(where > prev)
+        prev = where
+      end
+    end
+    -- the same seed holds out the same samples; another seed others
+    local _, again = ds:hold_out(20, 0)
+    assert.is_true(same(again.images, val.images))
+    local _, other = ds:hold_out(20, 1)
+    assert.is_false(same(other.images, val.images))
+    assert.truthy(err_of(ds.hold_out, ds, 100, 0):find('held-out count must be an integer in [1, 100)', 1, true))
+  end)
+
   it('refuses bad options with the fix', function()
     local ds = synthetic(10, 2, 2)
     assert.truthy(err_of(data.Loader, ds, { batchsize = 4 }):find("unknown option 'batchsize'", 1, true))

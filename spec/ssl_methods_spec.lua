@@ -293,6 +293,17 @@ describe('ssl recipes', function()
     end)
   end
 
+  it('runs the kNN on a part held out of the training set with data.val_split', function()
+    local task = cr.ssl.simclr.task(config('simclr', { data = { val_split = 0.25 } }))
+    assert.are.equal(48, #task.train_set)
+    assert.are.equal(16, #task.test_set)
+    assert.are.equal('val', task.eval_name)
+    assert.is_truthy(cr.ssl.recipe.banner(task):find('48 train, 16 val', 1, true))
+    H.assert_error(function() cr.ssl.simclr.task(config('simclr', { data = { val_split = 64 } })) end,
+      'data.val_split = 64 holds out 64 of the 64 training samples')
+    os.execute("rm -rf '" .. task.config.run.dir .. "'")
+  end)
+
   it('rejects crops that do not fit, crops_for_assign outside the crops and a bad queue length', function()
     H.assert_error(function() cr.ssl.swav.task(config('swav', { crops = { size = { 200, 8 } } })) end,
       'crops.size[1] = 200 does not fit the 16x16 images')

@@ -93,6 +93,37 @@ function M.TensorDataset(o)
 end
 
 -- The first n samples, as views (no copy).
+-- ds:hold_out(n_val, seed) -> rest, held_out: n_val samples chosen at random (Philox words
+-- keyed by seed, not the global stream, so the same seed holds out the same samples in
+-- every run), and the others; both keep their original order. For a validation set
+-- carved from a training set.
+function Dataset:hold_out(n_val, seed)
+  local n = self.n
+  if type(n_val) ~= 'number' or n_val ~= math.floor(n_val) or n_val < 1 or n_val >= n then
+    error(string.format('hold_out: the held-out count must be an integer in [1, %d), got %s', n, tostring(n_val)), 2)
+  end
+  if type(seed) ~= 'number' or seed < 0 or seed ~= math.floor(seed) then
+    error('hold_out: seed must be a non-negative integer, got ' .. tostring(seed), 2)
+  end
+  local cr = require 'crescent'
+  local words = ffi.new('uint32_t[?]', n)
+  C.cr_rng_philox_words(words, n, seed, 0)
+  local keys = cr.empty({ n }, { dtype = 'i64' })
+  local kp = ffi.cast('int64_t *', keys:data_ptr())
+  for i = 0, n - 1 do kp[i] = words[i] end
+  local order = keys:argsort()
+  local function part(idx, name)
+    idx = idx:sort()
+    local o = {}
+    for k, v in pairs(fields[self]) do o[k] = v end
+    o.images = self.images:index_select(0, idx)
+    o.labels = self.labels and self.labels:index_select(0, idx) or nil
+    o.n, o.name = idx.shape[1], name
+    return wrap(o)
+  end
+  return part(order:narrow(0, n_val, n - n_val), self.name), part(order:narrow(0, 0, n_val), self.name .. ' (held out)')
+end
+
 function Dataset:head(n)
   if n >= self.n then return self end
   local o = {}

@@ -26,8 +26,8 @@ function Knn:measure(task, label)
   end
   local top1, top5 = cr.ssl.knn_classify(ftr, ytr, fte, yte, { k = self.k, temperature = self.temperature })
   local secs = now() - t0
-  self.out:write(string.format('knn %s: top1 %.2f%%  top5 %.2f%%  (k %d, T %g, %d train / %d test, %.1fs)\n',
-    label, top1, top5, self.k, self.temperature, #self.train_set, #self.test_set, secs))
+  self.out:write(string.format('knn %s: top1 %.2f%%  top5 %.2f%%  (k %d, T %g, %d train / %d %s, %.1fs)\n',
+    label, top1, top5, self.k, self.temperature, #self.train_set, #self.test_set, self.test_name, secs))
   self.out:flush()
   return top1, top5
 end
@@ -68,12 +68,14 @@ function Knn:after_train(task)
 end
 
 local KNOWN = { train_set = true, test_set = true, every = true, k = true, temperature = true, at_start = true,
-                at_end = true, forward = true, model = true, batch_size = true, out = true, priority = true }
+                at_end = true, forward = true, model = true, batch_size = true, out = true, priority = true,
+                test_name = true }
 
 -- cr.hooks.knn{train_set =, test_set =, every = 0 (epochs; 0: at the end only), k = 200,
 --              temperature = 0.1, at_start = false, at_end = true, forward = fn(x) -> [B, D]
 --              (default task.model(x)), model = (the module put in eval mode; default
---              task.model), batch_size = 500, out = io.stdout, priority = 60}
+--              task.model), batch_size = 500, out = io.stdout, priority = 60,
+--              test_name = 'test' (what the printed line calls test_set: 'val' for a held-out part)}
 return function(opts)
   if type(opts) ~= 'table' then error('knn: give {train_set = , test_set = , ...}', 2) end
   for k in pairs(opts) do
@@ -99,5 +101,6 @@ return function(opts)
     name = 'knn', priority = opts.priority or 60, train_set = opts.train_set, test_set = opts.test_set,
     every = every, k = k, temperature = T, at_start = opts.at_start == true, at_end = opts.at_end ~= false,
     forward = opts.forward, model = opts.model, batch_size = opts.batch_size or 500, out = opts.out or io.stdout,
+    test_name = opts.test_name or 'test',
   }, Knn)
 end

@@ -24,7 +24,10 @@ function R.defaults()
   return cr.config.merge(cr.config.common(), {
     train = { epochs = 3, log_every = 50 },
     dist = { sync_bn = true },   -- global-batch BatchNorm statistics on k ranks, as VISSL's SwAV
-    data = { batch_size = 256, size = 32, skip_bad = false },
+    -- val_split: hold out that fraction (< 1) or number of training samples, chosen by a
+    -- fixed seed, and run the kNN on them instead of the test set: tune there, then report
+    -- the test figure once with val_split = 0
+    data = { batch_size = 256, size = 32, skip_bad = false, val_split = 0 },
     -- VISSL's multi-crop: num[i] crops of size[i] px with RandomResizedCrop scale
     -- {min_scale[i], max_scale[i]}; global crops first
     crops = { size = { 28, 14 }, num = { 2, 4 }, min_scale = { 0.25, 0.08 }, max_scale = { 1, 0.25 } },
@@ -47,6 +50,7 @@ local function with_types(base, extra)
     ['model.stem'] = { type = 'string', choices = { 'auto', 'cifar', 'imagenet' } },
     ['data.name'] = { type = 'string', choices = { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder' } },
     ['data.size'] = { type = 'integer', min = 1 },
+    ['data.val_split'] = { type = 'number', min = 0 },
   }
   for _, more in ipairs { base, extra or {} } do
     for k, v in pairs(more) do t[k] = v end
@@ -77,8 +81,8 @@ end
 R.setup = cr.engine.run.setup
 
 -- ---- data ----------------------------------------------------------------------------
--- The train and test data sets of cfg.data (test may be nil: no kNN monitor then).
-function R.datasets(cfg)
+-- The data sets cfg.data names: train, and test (nil when the source has none).
+local function source_datasets(cfg)
   local d = cfg.data
   local limit = d.limit > 0 and d.limit or nil
   local root = d.root ~= '' and d.root or nil
@@ -106,6 +110,21 @@ function R.datasets(cfg)
     return train, test
   end
   fail("data.name='" .. tostring(d.name) .. "' is not a data set this recipe knows")
+end
+
+-- The train and test data sets of cfg.data (test may be nil: no kNN monitor then), and
+-- the name of the second ('test', or 'val' when data.val_split holds out part of train).
+function R.datasets(cfg)
+  local train, test = source_datasets(cfg)
+  local v = cfg.data.val_split or 0
+  if v == 0 then return train, test, 'test' end
+  local n = v < 1 and math.floor(v * #train + 0.5) or v
+  if n ~= math.floor(n) or n < 1 or n >= #train then
+    fail(string.format('data.val_split = %g holds out %s of the %d training samples; give a fraction in (0, 1) or a ' ..
+      'count in [1, %d)', v, tostring(n), #train, #train))
+  end
+  local rest, held_out = train:hold_out(n, 0)
+  return rest, held_out, 'val'
 end
 
 -- The multi-crop transform of cfg.crops and cfg.augment, checked against the images.
@@ -171,7 +190,7 @@ R.trainable = trainable
 function R.task(name, cfg)
   local mod = require('crescent.ssl.' .. name)
   local device = R.setup(cfg)
-  local train_set, test_set = R.datasets(cfg)
+  local train_set, test_set, eval_name = R.datasets(cfg)
   local views = R.views(cfg, train_set)
   local nchan = train_set.images.ndim == 4 and train_set.images.shape[2] or 1
   local make_trunk, feat_dim = R.trunk_factory(cfg, nchan, train_set.images.shape[train_set.images.ndim])
@@ -195,14 +214,14 @@ function R.task(name, cfg)
     name = cfg.run.name ~= '' and cfg.run.name or name,
   }
   task.method, task.method_name, task.ddp = method, name, ddp
-  task.train_set, task.test_set = train_set, test_set
+  task.train_set, task.test_set, task.eval_name = train_set, test_set, eval_name
   task:add_hook(cr.hooks.schedule())
   task:add_hook(cr.hooks.timer())
   task:add_hook(cr.hooks.nan_guard { every = 50 })
   for _, h in ipairs(method:hooks()) do task:add_hook(h) end
   if test_set then
     task:add_hook(cr.hooks.knn { train_set = train_set, test_set = test_set, every = cfg.knn.every, k = cfg.knn.k,
-      temperature = cfg.knn.temperature, at_start = cfg.knn.at_start, model = method.trunk,
+      temperature = cfg.knn.temperature, at_start = cfg.knn.at_start, model = method.trunk, test_name = eval_name,
       forward = function(x) return method:features(x) end })
   end
   task:add_hook(cr.hooks.console { every = cfg.train.log_every })
@@ -221,7 +240,7 @@ function R.banner(task)
   for i, s in ipairs(cfg.crops.size) do crops[i] = cfg.crops.num[i] .. 'x' .. s end
   return string.format('%s: %s width %d (%.2fM params) on %s (%d train%s), crops %s, %d epochs, batch %d, ' ..
     'lr %g, %d threads%s', task.method_name, cfg.model.arch, cfg.model.width, m:num_parameters() / 1e6, cfg.data.name,
-    #task.train_set, task.test_set and (', ' .. #task.test_set .. ' test') or '', table.concat(crops, ' + '),
+    #task.train_set, task.test_set and (', ' .. #task.test_set .. ' ' .. task.eval_name) or '', table.concat(crops, ' + '),
     cfg.train.epochs, cfg.data.batch_size, cfg.optim.lr, cr.get_num_threads(), cr.dist.setup.describe(task.ddp))
 end
 
@@ -266,7 +285,7 @@ end
 -- The config keys of the frozen-feature recipes (linear_eval.lua, extract.lua).
 function R.frozen_defaults()
   return cr.config.merge(cr.config.common(), {
-    data = { batch_size = 500, size = 32, skip_bad = false },
+    data = { batch_size = 500, size = 32, skip_bad = false, val_split = 0 },
     model = { arch = 'resnet18', width = 16, stem = 'auto', init = '', init_prefix = 'auto', init_remove_prefix = '',
               init_add_prefix = '', init_skip = {}, init_strict = true },
   })
@@ -295,6 +314,7 @@ function R.finish(task)
   local loss = h and h:avg(per > 0 and per or nil) or nil   -- nil (JSON null): no step ran
   local m = task.metrics
   local out = { recipe = task.method_name, epochs = task.epoch, knn_top1 = m.knn_top1, knn_top5 = m.knn_top5,
+                knn_on = task.test_set and task.eval_name or nil,
                 knn_top1_init = m.knn_top1_init, train_loss = loss, seconds = m.seconds, train_seconds = m.train_seconds,
                 img_per_s = m.train_img_per_s, checkpoint = path, preempted = task.signal }
   local shown = {}

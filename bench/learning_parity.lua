@@ -7,34 +7,38 @@
 -- PyTorch side gets the whole resolved config (cr.config.load) as JSON, so both read the
 -- same values. Run folders, configs and logs go to build/parity/.
 --
+--   luajit bench/learning_parity.lua all 5                  # the README's table: every method, seeds 0 and 1
 --   luajit bench/learning_parity.lua moco 5                 # 5 epochs, seeds 0 and 1
 --   luajit bench/learning_parity.lua swav 5 seeds=0 side=crescent
 --   luajit bench/learning_parity.lua simclr 1 limit=2048    # a quick look on 2048 images
+--   luajit bench/learning_parity.lua all 5 threads=1 together=true   # both sides at once, a core each
 --
 -- The PyTorch side needs a current PyTorch with torchvision: `make torchenv` installs them
 -- from PyPI into build/torchenv (or set CRESCENT_TORCH_PYTHON to a python that has them).
--- Last line: JSON {"bench": "learning_parity", "method", "epochs", "crescent": [top1 per
--- seed], "pytorch": [...], "crescent_mean", "pytorch_mean", "difference", "crescent_seconds",
--- "pytorch_seconds"}.
+-- Then a Markdown table (the README's), and a JSON line per method {"bench":
+-- "learning_parity", "method", "epochs", "crescent": [top1 per seed], "pytorch": [...],
+-- "crescent_mean", "pytorch_mean", "difference", "crescent_seconds", "pytorch_seconds"}.
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/bench/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 local cr = require 'crescent'
 local cjson = require 'cjson'
 local settings = dofile(root .. '/bench/parity_settings.lua')
 
-local USAGE = 'usage: luajit bench/learning_parity.lua moco|swav|simclr [epochs] [seeds=0,1] ' ..
-  '[side=both|crescent|pytorch] [limit=N]'
+local USAGE = 'usage: luajit bench/learning_parity.lua moco|swav|simclr|all [epochs] [seeds=0,1] ' ..
+  '[side=both|crescent|pytorch] [limit=N] [threads=N] [together=true|false]'
 
 local function fail(msg)
   io.stderr:write('learning_parity: ', msg, '\n', USAGE, '\n')
   os.exit(2)
 end
 
-local method = arg[1]
-if not settings.PARITY[method] then fail('the first argument must be moco, swav or simclr, got ' .. tostring(method)) end
+local methods = arg[1] == 'all' and { 'moco', 'swav', 'simclr' } or { arg[1] }
+if not settings.PARITY[methods[1]] then
+  fail('the first argument must be moco, swav, simclr or all, got ' .. tostring(arg[1]))
+end
 local epochs = tonumber(arg[2] or 5)
 if not epochs or epochs < 1 or epochs ~= math.floor(epochs) then fail('epochs must be a positive integer') end
-local opts = { seeds = '0,1', side = 'both', limit = '0' }
+local opts = { seeds = '0,1', side = 'both', limit = '0', threads = '0', together = 'false' }
 for i = 3, #arg do
   local k, v = arg[i]:match('^([%w_]+)=(.*)$')
   if not k or opts[k] == nil then fail("unknown argument '" .. arg[i] .. "'") end
@@ -48,6 +52,10 @@ for s in opts.seeds:gmatch('[^,]+') do
   seeds[#seeds + 1] = tonumber(s) or fail('seeds must be a list of integers like 0,1')
 end
 local limit = tonumber(opts.limit) or fail('limit must be an integer')
+local threads = tonumber(opts.threads) or fail('threads must be an integer (0: all cores)')
+if opts.together ~= 'true' and opts.together ~= 'false' then fail('together must be true or false') end
+local together = opts.together == 'true'
+if together and opts.side ~= 'both' then fail('together=true runs both sides at once; leave side=both') end
 
 local out_dir = root .. '/build/parity'
 os.execute('mkdir -p ' .. out_dir)
@@ -61,16 +69,32 @@ local function python()
   return p
 end
 
--- Runs a command, its output teed into `log`; returns the last line printed on stdout
--- decoded as JSON.
-local function run(cmd, log)
-  io.stderr:write('$ ', cmd, '\n')
-  local ok = os.execute(string.format("bash -c 'set -o pipefail; %s 2>%s | tee %s >&2'", cmd, log, log .. '.out'))
-  if ok ~= 0 and ok ~= true then error('learning_parity: this run failed; its log is ' .. log, 0) end
+-- The last line of a run's stdout (log .. '.out') that is a JSON object, decoded.
+local function last_json(log)
   local last
   for line in io.lines(log .. '.out') do if line:match('^{') then last = line end end
   if not last then error('learning_parity: no JSON line from the run; its log is ' .. log, 0) end
   return cjson.decode(last)
+end
+
+-- Runs {cmd, log} pairs, one after the other or (together) at the same time, stdout of
+-- each into log .. '.out' (and, alone, onto stderr), stderr into log; returns the JSON
+-- last line of each.
+local function run(jobs, at_once)
+  local parts = {}
+  for i, j in ipairs(jobs) do
+    io.stderr:write('$ ', j[1], '\n')
+    parts[i] = string.format('(%s) 2>%s | tee %s %s', j[1], j[2], j[2] .. '.out', at_once and '>/dev/null &' or '>&2')
+  end
+  local script = 'set -o pipefail; ' .. table.concat(parts, at_once and ' ' or '; ') .. (at_once and ' wait' or '')
+  local ok = os.execute("bash -c '" .. script .. "'")
+  local out = {}
+  for i, j in ipairs(jobs) do
+    local good, r = pcall(last_json, j[2])
+    if not good then error(r .. ((ok ~= 0 and ok ~= true) and ' (the run failed)' or ''), 0) end
+    out[i] = r
+  end
+  return out
 end
 
 local function mean(xs)
@@ -80,47 +104,82 @@ local function mean(xs)
 end
 
 local py = opts.side ~= 'crescent' and python() or nil
-local result = { bench = 'learning_parity', method = method, epochs = epochs, seeds = seeds, crescent = {},
-                 pytorch = {}, crescent_seconds = {}, pytorch_seconds = {} }
-for _, seed in ipairs(seeds) do
-  local name = string.format('%s-e%d-s%d%s', method, epochs, seed, limit > 0 and ('-l' .. limit) or '')
-  local overrides = settings.overrides(method, {
-    train = { epochs = epochs, seed = seed, log_every = 50 },
-    data = { limit = limit },
-    run = { dir = out_dir .. '/runs', name = name },
-  })
-  local recipe = root .. '/recipes/' .. method .. '.lua'
-  local cfg = cr.config.load(recipe, overrides)
-  local base = out_dir .. '/' .. name
-  cr.config.write(base .. '.lua', overrides)
-  local f = assert(io.open(base .. '.json', 'w'))
-  f:write(cjson.encode(cfg))
-  f:close()
-  if opts.side ~= 'pytorch' then
-    os.execute('rm -rf ' .. out_dir .. '/runs/' .. name)   -- a fresh run, not a resumed one
-    local r = run(string.format('luajit %s --config %s', recipe, base .. '.lua'), base .. '.crescent.log')
-    table.insert(result.crescent, r.knn_top1)
-    table.insert(result.crescent_seconds, r.train_seconds)
-  end
-  if py then
-    local r = run(string.format('%s %s/bench/ssl_reference_torch.py --method %s --config %s', py, root, method,
-      base .. '.json'), base .. '.pytorch.log')
-    table.insert(result.pytorch, r.knn_top1)
-    table.insert(result.pytorch_seconds, r.train_seconds)
-    result.torch = r.torch
-  end
+
+local function record(result, side, r)
+  table.insert(result[side], r.knn_top1)
+  table.insert(result[side .. '_seconds'], r.train_seconds)
+  if r.torch then result.torch = r.torch end
 end
 
-result.crescent_mean, result.pytorch_mean = mean(result.crescent), mean(result.pytorch)
-if result.crescent_mean and result.pytorch_mean then result.difference = result.crescent_mean - result.pytorch_mean end
-print(string.format('%s, %d epochs, seeds %s:', method, epochs, table.concat(seeds, ',')))
-for i, seed in ipairs(seeds) do
-  print(string.format('  seed %d: crescent %s (%s s train)   pytorch %s (%s s train)', seed,
-    tostring(result.crescent[i] or '-'), tostring(result.crescent_seconds[i] or '-'),
-    tostring(result.pytorch[i] or '-'), tostring(result.pytorch_seconds[i] or '-')))
+-- Both sides of one method for every seed: the result table (kNN and train seconds per seed).
+local function compare(method)
+  local result = { bench = 'learning_parity', method = method, epochs = epochs, seeds = seeds, crescent = {},
+                   pytorch = {}, crescent_seconds = {}, pytorch_seconds = {} }
+  for _, seed in ipairs(seeds) do
+    local name = string.format('%s-e%d-s%d%s', method, epochs, seed, limit > 0 and ('-l' .. limit) or '')
+    local overrides = settings.overrides(method, {
+      train = { epochs = epochs, seed = seed, log_every = 50, threads = threads },
+      data = { limit = limit },
+      run = { dir = out_dir .. '/runs', name = name },
+    })
+    local recipe = root .. '/recipes/' .. method .. '.lua'
+    local cfg = cr.config.load(recipe, overrides)
+    local base = out_dir .. '/' .. name
+    cr.config.write(base .. '.lua', overrides)
+    local f = assert(io.open(base .. '.json', 'w'))
+    f:write(cjson.encode(cfg))
+    f:close()
+    local jobs, sides = {}, {}
+    if opts.side ~= 'pytorch' then
+      os.execute('rm -rf ' .. out_dir .. '/runs/' .. name)   -- a fresh run, not a resumed one
+      jobs[#jobs + 1] = { string.format('luajit %s --config %s', recipe, base .. '.lua'), base .. '.crescent.log' }
+      sides[#sides + 1] = 'crescent'
+    end
+    if py then
+      jobs[#jobs + 1] = { string.format('%s %s/bench/ssl_reference_torch.py --method %s --config %s', py, root,
+        method, base .. '.json'), base .. '.pytorch.log' }
+      sides[#sides + 1] = 'pytorch'
+    end
+    if together then
+      local rs = run(jobs, true)
+      for i, side in ipairs(sides) do record(result, side, rs[i]) end
+    else
+      for i, side in ipairs(sides) do record(result, side, run({ jobs[i] }, false)[1]) end
+    end
+  end
+  result.crescent_mean, result.pytorch_mean = mean(result.crescent), mean(result.pytorch)
+  if result.crescent_mean and result.pytorch_mean then result.difference = result.crescent_mean - result.pytorch_mean end
+  print(string.format('%s, %d epochs, seeds %s:', method, epochs, table.concat(seeds, ',')))
+  for i, seed in ipairs(seeds) do
+    print(string.format('  seed %d: crescent %s (%s s train)   pytorch %s (%s s train)', seed,
+      tostring(result.crescent[i] or '-'), tostring(result.crescent_seconds[i] or '-'),
+      tostring(result.pytorch[i] or '-'), tostring(result.pytorch_seconds[i] or '-')))
+  end
+  if result.difference then
+    print(string.format('  mean: crescent %.2f%%  pytorch %.2f%%  difference %+.2f points', result.crescent_mean,
+      result.pytorch_mean, result.difference))
+  end
+  io.stdout:flush()
+  return result
 end
-if result.difference then
-  print(string.format('  mean: crescent %.2f%%  pytorch %.2f%%  difference %+.2f points', result.crescent_mean,
-    result.pytorch_mean, result.difference))
+
+local function figures(xs, fmt)
+  local out = {}
+  for i, x in ipairs(xs) do out[i] = string.format(fmt, x) end
+  return #out > 0 and table.concat(out, ', ') or '-'
 end
-print(cjson.encode(result))
+
+local results = {}
+for _, method in ipairs(methods) do results[#results + 1] = compare(method) end
+-- the README's learning table
+print(string.format('\n| method, %d epochs | crescent kNN top-1 (seeds %s) | PyTorch %s kNN top-1 | difference | ' ..
+  'crescent train s | PyTorch train s |', epochs, table.concat(seeds, ', '), results[1].torch or ''))
+print('|---|---|---|---|---|---|')
+for _, r in ipairs(results) do
+  print(string.format('| %s | %s (mean %s) | %s (mean %s) | %s | %s | %s |', r.method, figures(r.crescent, '%.2f'),
+    r.crescent_mean and string.format('%.2f', r.crescent_mean) or '-', figures(r.pytorch, '%.2f'),
+    r.pytorch_mean and string.format('%.2f', r.pytorch_mean) or '-',
+    r.difference and string.format('%+.2f', r.difference) or '-', figures(r.crescent_seconds, '%.0f'),
+    figures(r.pytorch_seconds, '%.0f')))
+end
+for _, r in ipairs(results) do print(cjson.encode(r)) end

@@ -26,7 +26,7 @@ local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
 } })
 
 local device = recipe.setup(cfg)
-local train_set, test_set = recipe.datasets(cfg)
+local train_set, test_set, eval_name = recipe.datasets(cfg)   -- eval_name 'val' with data.val_split
 if not test_set then error('linear_eval: the data set has no test split (image_folder: add a val/ folder)', 0) end
 local forward, trunk = recipe.frozen_trunk(cfg, train_set, device)
 local t0 = cr.engine.loop.now()
@@ -34,13 +34,13 @@ local opts = { batch_size = cfg.data.batch_size, forward = forward, device = dev
 local ftr, ytr = cr.ssl.extract_features(trunk, train_set, opts)
 local fte, yte = cr.ssl.extract_features(trunk, test_set, opts)
 local extract_seconds = cr.engine.loop.now() - t0
-print(string.format('linear_eval: %s features [%d, %d] train, [%d, %d] test in %.1fs',
-  cfg.model.arch, ftr.shape[1], ftr.shape[2], fte.shape[1], fte.shape[2], extract_seconds))
+print(string.format('linear_eval: %s features [%d, %d] train, [%d, %d] %s in %.1fs',
+  cfg.model.arch, ftr.shape[1], ftr.shape[2], fte.shape[1], fte.shape[2], eval_name, extract_seconds))
 
 local knn_top1
 if cfg.knn.enabled then
   knn_top1 = cr.ssl.knn_classify(ftr, ytr, fte, yte, { k = cfg.knn.k, temperature = cfg.knn.temperature })
-  print(string.format('knn: top1 %.2f%% (k %d, T %g)', knn_top1, cfg.knn.k, cfg.knn.temperature))
+  print(string.format('knn: top1 %.2f%% on %s (k %d, T %g)', knn_top1, eval_name, cfg.knn.k, cfg.knn.temperature))
 end
 
 local classes = math.max(ytr:max():item(), yte:max():item()) + 1
@@ -52,5 +52,5 @@ local task = cr.ssl.linear_probe.task {
 cr.train(task)
 local m = task.metrics
 print(util.json { recipe = 'linear_eval', model = cfg.model.arch, init = cfg.model.init, epochs = task.epoch,
-                     linear_top1 = m.test_top1, linear_top5 = m.test_top5, knn_top1 = knn_top1,
+                     linear_top1 = m.test_top1, linear_top5 = m.test_top5, knn_top1 = knn_top1, evaluated_on = eval_name,
                      seconds = cr.engine.loop.now() - t0 })

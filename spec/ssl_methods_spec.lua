@@ -293,6 +293,15 @@ describe('ssl recipes', function()
     end)
   end
 
+  -- SyncBatchNorm shares the statistics that MoCo's shuffle-BN keeps apart
+  it('keeps MoCo on per-rank BatchNorm (no SyncBN) with split groups, and a head without BatchNorm', function()
+    local cfg = cr.config.load('recipes/moco.lua', {})
+    assert.is_false(cfg.dist.sync_bn)
+    assert.are.equal(8, cfg.moco.bn_splits)
+    assert.is_false(cfg.model.head_bn)
+    assert.is_true(cr.config.load('recipes/swav.lua', {}).dist.sync_bn)
+  end)
+
   it('runs the kNN on a part held out of the training set with data.val_split', function()
     local task = cr.ssl.simclr.task(config('simclr', { data = { val_split = 0.25 } }))
     assert.are.equal(48, #task.train_set)

@@ -314,7 +314,7 @@ function R.finish(task)
   local loss = h and h:avg(per > 0 and per or nil) or nil   -- nil (JSON null): no step ran
   local m = task.metrics
   local out = { recipe = task.method_name, epochs = task.epoch, knn_top1 = m.knn_top1, knn_top5 = m.knn_top5,
-                knn_on = task.test_set and task.eval_name or nil,
+                evaluated_on = task.test_set and task.eval_name or nil,
                 knn_top1_init = m.knn_top1_init, train_loss = loss, seconds = m.seconds, train_seconds = m.train_seconds,
                 img_per_s = m.train_img_per_s, checkpoint = path, preempted = task.signal }
   local shown = {}

@@ -250,6 +250,34 @@ for _, method in ipairs(methods) do
     print(string.format('  %-6s %-58s worst std ratio %.3f (%s)  %s', method, 'initial weights, crescent / pytorch',
       math.exp(worst), wname, pass and 'ok' or 'DIFFERS'))
   end
+  -- the lr of every iteration of a whole parity run (5 epochs on every image, warm-up on)
+  do
+    local cfg = cr.config.load(root .. '/recipes/' .. method .. '.lua', settings.overrides(method, {
+      train = { epochs = 5, seed = 0 }, run = { dir = dir .. '/runs', name = 'schedule' } }))
+    local out = assert(io.open(dir .. '/schedule_config.json', 'w'))
+    out:write(cjson.encode(cfg))
+    out:close()
+    local task = cr.ssl[method].task(cfg)
+    local total = task.train_loader:num_batches() * cfg.train.epochs
+    local done = os.execute(string.format('%s %s/bench/ssl_reference_torch.py --method %s --config %s/schedule_config.json ' ..
+      '--lr-schedule %s/lr_schedule.json > %s/twin_schedule.log 2>&1', py, root, method, dir, dir, dir))
+    if done ~= 0 and done ~= true then
+      io.stderr:write(string.format('parity_components: the twin failed; see %s/twin_schedule.log\n', dir))
+      os.exit(1)
+    end
+    local g = assert(io.open(dir .. '/lr_schedule.json'))
+    local theirs = cjson.decode(g:read('*a'))
+    g:close()
+    local worst = #theirs == total and 0 or math.huge
+    for it = 0, math.min(total, #theirs) - 1 do
+      worst = math.max(worst, math.abs(task.schedules.lr:at(it, total) - theirs[it + 1]))
+    end
+    local pass = worst <= 1e-9 * cfg.optim.lr
+    failed = failed or not pass
+    rows[#rows + 1] = { method = method, what = 'lr schedule', crescent = worst, ok = pass }
+    print(string.format('  %-6s %-58s max |difference| %.1e over %d iterations  %s', method,
+      'lr of every iteration, 5 epochs with warm-up', worst, total, pass and 'ok' or 'DIFFERS'))
+  end
   local rl, pl = ref.losses:totable(), f32.losses:totable()
   for i, l in ipairs(c.losses) do
     row(method, string.format('loss of step %d (%.5f)', i - 1, l), math.abs(l - rl[i]) / math.abs(rl[i]),

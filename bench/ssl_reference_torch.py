@@ -385,10 +385,20 @@ def check_supported(method, cfg):
         bad.append('model.stem=' + m['stem'])
     if d['name'] != 'fashion_mnist':
         bad.append('data.name=' + d['name'])
+    if d.get('val_split', 0):
+        bad.append('data.val_split')
     if method == 'swav' and cfg['swav']['queue_length'] > 0:
         bad.append('swav.queue_length>0')
+    if method == 'moco' and cfg['moco'].get('cosine_momentum'):
+        bad.append('moco.cosine_momentum=true')
     if bad:
         sys.exit('ssl_reference_torch: not implemented here: ' + ', '.join(bad))
+
+
+def iterations(cfg, per_epoch):
+    """The run's iteration count and warm-up iterations (the last iteration is never warm-up)."""
+    total = per_epoch * cfg['train']['epochs']
+    return total, min(round(cfg['optim']['warmup_epochs'] * per_epoch), total - 1) if total > 0 else 0
 
 
 def lr_at(it, total, warmup_iters, o):
@@ -420,8 +430,7 @@ def train(method, cfg, workers):
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=o['lr'], momentum=o['momentum'], weight_decay=o['weight_decay'])
     per_epoch = len(loader)
-    total = per_epoch * epochs
-    warmup = min(round(o['warmup_epochs'] * per_epoch), total - 1) if epochs > 0 else 0
+    total, warmup = iterations(cfg, per_epoch)
     it, t0, losses = 0, time.perf_counter(), []
     model.train()
     for epoch in range(epochs):
@@ -498,7 +507,7 @@ def compare(method, cfg, d, dtype):
     o = cfg['optim']
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=o['lr'], momentum=o['momentum'], weight_decay=o['weight_decay'])
-    total = (min(cfg['data']['limit'] or 60000, 60000) // B) * cfg['train']['epochs']
+    total, warmup = iterations(cfg, min(cfg['data']['limit'] or 60000, 60000) // B)
     out, losses, step = {}, [], 0
     model.train()
     while f'step{step}.view0' in inputs:
@@ -507,7 +516,7 @@ def compare(method, cfg, d, dtype):
             views.append(inputs[f'step{step}.view{v}'][order])
             v += 1
         for g in opt.param_groups:
-            g['lr'] = lr_at(step, total, round(o['warmup_epochs'] * total / cfg['train']['epochs']), o)
+            g['lr'] = lr_at(step, total, warmup, o)
         if method == 'swav':
             model.normalize_prototypes()
         ptr = getattr(model, 'ptr', 0)
@@ -540,6 +549,13 @@ def compare(method, cfg, d, dtype):
                         200, 0.1)
         out['knn_top1'] = torch.tensor([top1], dtype=torch.float64)
     save_file(out, os.path.join(d, f'twin_{dtype}.safetensors'))
+
+
+def lr_schedule(cfg, path):
+    """The lr of every iteration of the run cfg describes, as train() sets it, into path (JSON)."""
+    total, warmup = iterations(cfg, min(cfg['data']['limit'] or 60000, 60000) // cfg['data']['batch_size'])
+    with open(path, 'w') as f:
+        json.dump([lr_at(it, total, warmup, cfg['optim']) for it in range(total)], f)
 
 
 def ks_distance(a, b):
@@ -619,6 +635,7 @@ def main():
     ap.add_argument('--compare', metavar='DIR', help='step on the weights and batches crescent wrote to DIR')
     ap.add_argument('--dtype', default='float32', choices=['float32', 'float64'], help='--compare: the twin\'s dtype')
     ap.add_argument('--augment', metavar='DIR', help='compare the crop draws and views crescent wrote to DIR')
+    ap.add_argument('--lr-schedule', metavar='FILE', help='write the lr of every iteration (JSON) and stop')
     a = ap.parse_args()
     with open(a.config) as f:
         cfg = json.load(f)
@@ -628,6 +645,9 @@ def main():
         return
     if a.augment:
         compare_augment(cfg, a.augment)
+        return
+    if a.lr_schedule:
+        lr_schedule(cfg, a.lr_schedule)
         return
     workers = a.workers if a.workers is not None else cfg['data']['workers']
     print(json.dumps(train(a.method, cfg, workers)), flush=True)

@@ -92,7 +92,6 @@ function M.TensorDataset(o)
   return ds
 end
 
--- The first n samples, as views (no copy).
 -- ds:hold_out(n_val, seed) -> rest, held_out: n_val samples chosen at random (Philox words
 -- keyed by seed, not the global stream, so the same seed holds out the same samples in
 -- every run), and the others; both keep their original order. For a validation set
@@ -124,6 +123,7 @@ function Dataset:hold_out(n_val, seed)
   return part(order:narrow(0, n_val, n - n_val), self.name), part(order:narrow(0, 0, n_val), self.name .. ' (held out)')
 end
 
+-- The first n samples, as views (no copy).
 function Dataset:head(n)
   if n >= self.n then return self end
   local o = {}

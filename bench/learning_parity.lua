@@ -12,6 +12,11 @@
 --   luajit bench/learning_parity.lua swav 5 seeds=0 side=crescent
 --   luajit bench/learning_parity.lua simclr 1 limit=2048    # a quick look on 2048 images
 --   luajit bench/learning_parity.lua all 5 threads=1 together=true   # both sides at once, a core each
+--   luajit bench/learning_parity.lua all 5 reuse=true       # keep every finished run of the same settings
+--
+-- reuse=true takes a side's figure from its earlier log when that run finished and was
+-- given the same resolved config, so a table can be gathered over several sittings (or
+-- an interrupted one continued); every other side and seed runs.
 --
 -- The PyTorch side needs a current PyTorch with torchvision: `make torchenv` installs them
 -- from PyPI into build/torchenv (or set CRESCENT_TORCH_PYTHON to a python that has them).
@@ -25,7 +30,7 @@ local cjson = require 'cjson'
 local settings = dofile(root .. '/bench/parity_settings.lua')
 
 local USAGE = 'usage: luajit bench/learning_parity.lua moco|swav|simclr|all [epochs] [seeds=0,1] ' ..
-  '[side=both|crescent|pytorch] [limit=N] [threads=N] [together=true|false]'
+  '[side=both|crescent|pytorch] [limit=N] [threads=N] [together=true|false] [reuse=true|false]'
 
 local function fail(msg)
   io.stderr:write('learning_parity: ', msg, '\n', USAGE, '\n')
@@ -38,7 +43,7 @@ if not settings.PARITY[methods[1]] then
 end
 local epochs = tonumber(arg[2] or 5)
 if not epochs or epochs < 1 or epochs ~= math.floor(epochs) then fail('epochs must be a positive integer') end
-local opts = { seeds = '0,1', side = 'both', limit = '0', threads = '0', together = 'false' }
+local opts = { seeds = '0,1', side = 'both', limit = '0', threads = '0', together = 'false', reuse = 'false' }
 for i = 3, #arg do
   local k, v = arg[i]:match('^([%w_]+)=(.*)$')
   if not k or opts[k] == nil then fail("unknown argument '" .. arg[i] .. "'") end
@@ -55,6 +60,8 @@ local limit = tonumber(opts.limit) or fail('limit must be an integer')
 local threads = tonumber(opts.threads) or fail('threads must be an integer (0: all cores)')
 if opts.together ~= 'true' and opts.together ~= 'false' then fail('together must be true or false') end
 local together = opts.together == 'true'
+if opts.reuse ~= 'true' and opts.reuse ~= 'false' then fail('reuse must be true or false') end
+local reuse = opts.reuse == 'true'
 if together and opts.side ~= 'both' then fail('together=true runs both sides at once; leave side=both') end
 
 local out_dir = root .. '/build/parity'
@@ -97,6 +104,23 @@ local function run(jobs, at_once)
   return out
 end
 
+local function deep_equal(a, b)
+  if type(a) ~= 'table' or type(b) ~= 'table' then return a == b end
+  for k, v in pairs(a) do if not deep_equal(v, b[k]) then return false end end
+  for k in pairs(b) do if a[k] == nil then return false end end
+  return true
+end
+
+-- The config an earlier run of `base` was given (decoded), or nil.
+local function earlier_config(base)
+  local f = io.open(base .. '.json')
+  if not f then return nil end
+  local text = f:read('*a')
+  f:close()
+  local ok, cfg = pcall(cjson.decode, text)
+  return ok and cfg or nil
+end
+
 local function mean(xs)
   local s = 0
   for _, x in ipairs(xs) do s = s + x end
@@ -125,17 +149,34 @@ local function compare(method)
     local recipe = root .. '/recipes/' .. method .. '.lua'
     local cfg = cr.config.load(recipe, overrides)
     local base = out_dir .. '/' .. name
+    local same_settings = reuse and deep_equal(earlier_config(base), cjson.decode(cjson.encode(cfg)))
+    -- a finished earlier run of this side with the same config, or nil
+    local function finished(log)
+      if not same_settings then return nil end
+      local ok, r = pcall(last_json, log)
+      return ok and r or nil
+    end
     cr.config.write(base .. '.lua', overrides)
     local f = assert(io.open(base .. '.json', 'w'))
     f:write(cjson.encode(cfg))
     f:close()
-    local jobs, sides = {}, {}
-    if opts.side ~= 'pytorch' then
+    local jobs, sides, reused = {}, {}, {}
+    for _, side in ipairs({ 'crescent', 'pytorch' }) do
+      local log = base .. '.' .. side .. '.log'
+      local r = (opts.side == 'both' or opts.side == side) and finished(log)
+      if r then
+        io.stderr:write(string.format('reusing %s: %s, seed %d, kNN top-1 %.2f%%\n', log .. '.out', side, seed,
+          r.knn_top1))
+        record(result, side, r)
+        reused[side] = true
+      end
+    end
+    if opts.side ~= 'pytorch' and not reused.crescent then
       os.execute('rm -rf ' .. out_dir .. '/runs/' .. name)   -- a fresh run, not a resumed one
       jobs[#jobs + 1] = { string.format('luajit %s --config %s', recipe, base .. '.lua'), base .. '.crescent.log' }
       sides[#sides + 1] = 'crescent'
     end
-    if py then
+    if py and not reused.pytorch then
       jobs[#jobs + 1] = { string.format('%s %s/bench/ssl_reference_torch.py --method %s --config %s', py, root,
         method, base .. '.json'), base .. '.pytorch.log' }
       sides[#sides + 1] = 'pytorch'

@@ -24,6 +24,7 @@ local function linear_task(args)
     loss = args.loss or function(out, batch) return cr.cross_entropy(out, batch.target) end,
     train_loader = list_loader(args.batches or batches(3, 4)), test_loader = args.test_loader,
     accum_steps = args.accum_steps, clip_norm = args.clip_norm, schedules = args.schedules,
+    amp = args.amp, scaler = args.scaler,
   }
 end
 local function params_of(task)
@@ -37,6 +38,14 @@ local function sink()
   function s.write(self, ...) for _, x in ipairs { ... } do self.text = self.text .. tostring(x) end end
   function s.flush() end
   return s
+end
+-- pcall(f, ...) with io.stderr going to a sink: ok, the error, and what was written there
+local function quietly(f, ...)
+  local stderr, log = io.stderr, sink()
+  io.stderr = log -- luacheck: ignore 122
+  local ok, err = pcall(f, ...)
+  io.stderr = stderr -- luacheck: ignore 122
+  return ok, err, log.text
 end
 
 describe('the standard step', function()
@@ -173,6 +182,31 @@ describe('the NaN/Inf guard', function()
     assert.is_false(ok)
     local want = "grads went non-finite between steps 1 and 3 (epoch 1, last good check after step 0), first in '2.weight'"
     assert.truthy(err:find(want, 1, true), err)
+  end)
+
+  it('with an f16 loss scaler, lets the scaler skip an overflowing step and runs on', function()
+    local t = linear_task { batches = batches(6, 2), amp = 'f16', scaler = cr.optim.GradScaler { init_scale = 1e38 } }
+    t:add_hook(cr.hooks.nan_guard { every = 1 })
+    local ok, err, said = quietly(cr.train, t) -- loss * 1e38 overflows in the first step: skipped, not a stop
+    assert.is_true(ok, err)
+    assert.truthy(said:find('step 0: f16 grads hold inf/nan; step skipped', 1, true), said)
+    assert.equal(6, t.iteration)
+    assert.is_true(t.scaler.skipped_steps >= 1)
+    assert.is_true(t.scaler.scale_value < 1e38)
+  end)
+
+  it('with an f16 loss scaler, stops when grads stay non-finite at every scale', function()
+    local t = linear_task { batches = batches(40, 2), amp = 'f16', scaler = cr.optim.GradScaler { init_scale = 1 } }
+    t:add_hook { priority = 0, after_backward = function(_, task)
+      local w = task.model:named_parameters()[3][2]
+      w.grad = cr.full(w.shape, 0 / 0)
+    end }
+    t:add_hook(cr.hooks.nan_guard { every = 50 })
+    local ok, err = quietly(cr.train, t)
+    assert.is_false(ok)
+    assert.truthy(err:find('grads went non%-finite between steps 1 and 15 .* at every loss scale: the f16 loss ' ..
+      'scaler has skipped 15 steps and its scale fell to 3.05176e%-05'), err)
+    assert.equal(15, t.iteration)
   end)
 
   it('names params', function()

@@ -3,6 +3,12 @@
 -- backward) and params (after the step) every `every` steps, since each check reads
 -- every tensor. The error names the step range since the last good check and which of
 -- loss / grads / params went bad (and the first bad parameter's name).
+--
+-- With an f16 loss scaler (train.amp=f16) the grads are the scaler's to check: a step
+-- whose scaled grads overflow is skipped and the scale halves (the scaler counts them,
+-- amp_skipped_steps), so the guard leaves grads alone and stops only on a non-finite
+-- loss or parameter, or when the scale has fallen below f16's smallest normal number
+-- (2^-14): grads that are non-finite at every scale are not an overflow.
 local NanGuard = {}
 NanGuard.__index = NanGuard
 
@@ -44,14 +50,22 @@ function NanGuard:after_forward(task)
   end
 end
 
+local MIN_LOSS_SCALE = 2 ^ -14
+
 function NanGuard:after_backward(task)
-  if task.phase_name ~= 'train' or (task.iteration + 1) % self.every ~= 0 then return end
+  if task.phase_name ~= 'train' or task.scaler or (task.iteration + 1) % self.every ~= 0 then return end
   local bad = first_bad(self.named, 'grad')
   if bad then self:fail(task, 'grads', ", first in '" .. bad .. "'", task.iteration + 1) end
 end
 
 function NanGuard:after_step(task)
-  if task.phase_name ~= 'train' or task.iteration % self.every ~= 0 then return end
+  if task.phase_name ~= 'train' then return end
+  local scaler = task.scaler
+  if scaler and scaler.scale_value < MIN_LOSS_SCALE then
+    self:fail(task, 'grads', string.format(' at every loss scale: the f16 loss scaler has skipped %d steps and its ' ..
+      'scale fell to %g', scaler.skipped_steps, scaler.scale_value), task.iteration)
+  end
+  if task.iteration % self.every ~= 0 then return end
   local bad = first_bad(self.named, nil)
   -- the loop counted the step that just ran: it is step task.iteration
   if bad then self:fail(task, 'params', ", first in '" .. bad .. "'", task.iteration) end

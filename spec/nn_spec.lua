@@ -126,6 +126,56 @@ describe('nn.Module', function()
     H.assert_error(function() m:freeze('^nothing') end, "no parameter name matches '^nothing'")
   end)
 
+  it('keeps what :freeze() fixed in eval mode through :train(), and lets :unfreeze() train it again', function()
+    local m = nn.Sequential(nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU()), nn.BatchNorm2d(2))
+    m:freeze('^0%.')            -- the first block, its BatchNorm and its parameter-free ReLU
+    m:train()
+    assert.is_true(m.training and m['1'].training)
+    assert.is_false(m['0'].training or m['0']['1'].training or m['0']['2'].training)
+    m:unfreeze('^0%.0%.')      -- the conv trains again, so its block does; the BatchNorm stays
+    m:train()
+    assert.is_true(m['0'].training and m['0']['0'].training)
+    assert.is_false(m['0']['1'].training)
+    m:unfreeze()
+    m:freeze('^0%.1%.weight$') -- part of a module: only modules all of whose parameters are frozen
+    m:train()
+    assert.is_true(m['0'].training and m['0']['0'].training and m['0']['1'].training)
+    m:freeze('^0%.1%.bias$')   -- now all of the BatchNorm's: it stays in eval
+    assert.is_false(m['0']['1'].training)
+    assert.is_true(m['0'].training)
+    m:eval()
+    assert.is_false(m.training or m['1'].training)
+    m:unfreeze()
+    m:train()
+    for _, sub in ipairs(m:modules()) do assert.is_true(sub.training) end
+    -- requires_grad turned off by hand (MoCo's key encoder) does not change the mode
+    local k = nn.BatchNorm2d(2)
+    for _, p in ipairs(k:parameters()) do p.requires_grad = false end
+    k:train()
+    assert.is_true(k.training)
+  end)
+
+  it("leaves a frozen BatchNorm's running statistics alone through cr.train", function()
+    cr.manual_seed(3)
+    local model = nn.Sequential(nn.BatchNorm2d(1), nn.Flatten(), nn.Linear(4, 2))
+    model:freeze('^0%.')
+    local mean, var = model['0'].running_mean:clone(), model['0'].running_var:clone()
+    local x, y = cr.randn({ 8, 1, 2, 2 }) * 3 + 5, cr.tensor({ 0, 1, 0, 1, 0, 1, 0, 1 }, { dtype = 'i64' })
+    local trainable = {}
+    for _, np in ipairs(model:named_parameters()) do
+      if np[2].requires_grad then trainable[#trainable + 1] = np end
+    end
+    local task = cr.engine.Task {
+      model = model, optimizer = cr.optim.SGD(trainable, { lr = 0.1 }), epochs = 2, test_every = 0,
+      train_loader = H.list_loader({ { input = x, target = y }, { input = x, target = y } }),
+      loss = function(out, batch) return cr.cross_entropy(out, batch.target) end,
+    }
+    cr.train(task)
+    assert.are.equal(0, H.max_diff(model['0'].running_mean, mean))
+    assert.are.equal(0, H.max_diff(model['0'].running_var, var))
+    assert.is_true(model['2'].training)
+  end)
+
   it('round-trips state_dict into a fresh module, copying in place', function()
     cr.manual_seed(1)
     local a = Block(2)

@@ -226,10 +226,23 @@ function Module:modules()
 end
 
 -- ---- modes ---------------------------------------------------------------------------------------
+-- m:train() puts m and its descendants in training mode, except the modules whose
+-- parameters :freeze() has fixed (they and theirs stay in eval mode: a frozen
+-- BatchNorm's running statistics do not move); m:train(false) or m:eval() puts all in
+-- eval mode.
+local function set_mode(m, mode)
+  local keep_eval = mode and rawget(m, '_frozen')
+  rawset(m, 'training', mode and not keep_eval)
+  local ch = m._children
+  for i = 1, #ch do
+    local c = rawget(m, ch[i])
+    if is_module(c) then set_mode(c, mode and not keep_eval) end
+  end
+end
+
 function Module:train(mode)
   if mode == nil then mode = true end
-  mode = mode and true or false
-  walk(self, '', function(_, m) rawset(m, 'training', mode) end)
+  set_mode(self, mode and true or false)
   return self
 end
 function Module:eval() return self:train(false) end
@@ -247,8 +260,13 @@ function Module:apply(fn)
 end
 
 -- m:freeze() stops training every parameter; m:freeze('^layer1%.') only those whose
--- dotted name matches the Lua pattern. BatchNorm running stats still update in train
--- mode: call :eval() on the part too to fix them.
+-- dotted name matches the Lua pattern. A module all of whose parameters are frozen so
+-- (BatchNorm, a whole trunk) stays in eval mode when m:train() runs, as VISSL and
+-- mmengine keep a frozen trunk: its BatchNorm uses and keeps its running statistics.
+-- (A parameter whose requires_grad is turned off by hand, as MoCo's key encoder, does
+-- not freeze its module's mode.)
+local frozen_params = setmetatable({}, { __mode = 'k' }) -- tensor -> true, set by :freeze
+
 local function set_trainable(self, flag, pattern, what)
   if pattern ~= nil and type(pattern) ~= 'string' then
     error(what .. ': the optional argument is a Lua pattern over parameter names, got ' .. type(pattern), 3)
@@ -257,12 +275,19 @@ local function set_trainable(self, flag, pattern, what)
   for _, p in ipairs(self:named_parameters()) do
     if pattern == nil or p[1]:find(pattern) then
       p[2]:requires_grad_(flag)
+      frozen_params[p[2]] = (not flag) or nil
       n = n + 1
     end
   end
   if pattern ~= nil and n == 0 then
     error(string.format("%s: no parameter name matches '%s'", what, pattern), 3)
   end
+  walk(self, '', function(_, m)
+    local params, all_frozen = m:named_parameters(), true
+    for _, p in ipairs(params) do all_frozen = all_frozen and frozen_params[p[2]] == true end
+    rawset(m, '_frozen', (#params > 0 and all_frozen) or nil)
+  end)
+  if rawget(self, 'training') then self:train() end -- in training mode: the frozen parts go to eval now
   return self
 end
 function Module:freeze(pattern) return set_trainable(self, false, pattern, 'freeze') end

@@ -215,6 +215,28 @@ describe('auto-resume', function()
     assert.are.same(cfg, dofile(dir .. '/config.lua'))
     assert.is_truthy(H.read_file(dir .. '/env.txt'):find('LuaJIT', 1, true))
   end)
+
+  it('refuses to resume a run under another config, naming the keys that differ and the ways forward', function()
+    local dir = tmp.path('runs/changed')
+    local cfg = { run = { dir = tmp.path('runs'), name = 'changed', resume = true }, optim = { lr = 0.1 },
+                  crops = { num = { 2, 6 } }, train = { threads = 1 } }
+    cr.engine.run.prepare(cfg, dir)
+    cr.train(supervised_task(dir .. '/checkpoints', { epochs = 1 }))
+    -- the same config, or one that changes only how it runs: it goes on
+    local again = cr.config.merge(cfg, { train = { threads = 2 } })
+    cr.engine.run.prepare(again, dir)
+    local other = cr.config.merge(cfg, { optim = { lr = 0.2 }, crops = { num = { 2, 4 } }, model = { width = 8 } })
+    local msg = H.error_of(function() cr.engine.run.prepare(other, dir) end)
+    assert.is_truthy(msg:find("the run in '" .. dir .. "' was started with another config", 1, true), msg)
+    assert.is_truthy(msg:find('3 keys differ:\n  crops.num: {2, 6} in the run, {2, 4} now\n' ..
+      '  model.width: (absent) in the run, 8 now\n  optim.lr: 0.1 in the run, 0.2 now\n', 1, true), msg)
+    assert.is_truthy(msg:find('run.resume=false', 1, true) and msg:find('another run.name', 1, true), msg)
+    assert.are.same(again, dofile(dir .. '/config.lua')) -- the folder still describes its training
+    -- starting afresh moves the earlier run aside and takes the new config
+    local fresh = cr.config.merge(other, { run = { resume = false } })
+    cr.engine.run.prepare(fresh, dir, { write = function() end })
+    assert.are.same(fresh, dofile(dir .. '/config.lua'))
+  end)
 end)
 
 describe('preemption of a recipe', function()

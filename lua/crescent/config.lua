@@ -559,6 +559,54 @@ function M.parse(argv, defaults, opts)
   return finish(pcall(parse, argv, defaults, opts))
 end
 
+-- The dotted keys whose values differ between configs a and b, sorted, each as {key,
+-- value in a, value in b} (nil where a side lacks the key); lists compare as one value.
+function M.diff(a, b)
+  local out = {}
+  local function same(x, y)
+    if type(x) ~= 'table' or type(y) ~= 'table' then return x == y end
+    for k, v in pairs(x) do if not same(v, y[k]) then return false end end
+    for k in pairs(y) do if x[k] == nil then return false end end
+    return true
+  end
+  local function walk(x, y, prefix)
+    local keys = {}
+    for k in pairs(x or {}) do keys[k] = true end
+    for k in pairs(y or {}) do keys[k] = true end
+    for k in pairs(keys) do
+      local u, v, key = x and x[k], y and y[k], prefix .. tostring(k)
+      local sections = (type(u) == 'table' and not is_list(u)) or (type(v) == 'table' and not is_list(v))
+      if sections and (u == nil or type(u) == 'table') and (v == nil or type(v) == 'table') then
+        walk(u, v, key .. '.')
+      elseif not same(u, v) then
+        out[#out + 1] = { key, u, v }
+      end
+    end
+  end
+  walk(a, b, '')
+  table.sort(out, function(p, q) return p[1] < q[1] end)
+  return out
+end
+
+-- A value as a config file or the command line writes it: 0.1, 'swav', {2, 6}.
+function M.format_value(v)
+  if type(v) == 'string' then return "'" .. v .. "'" end
+  if type(v) == 'table' then
+    local parts = {}
+    if is_list(v) then
+      for i, x in ipairs(v) do parts[i] = M.format_value(x) end
+    else
+      local keys = {}
+      for k in pairs(v) do keys[#keys + 1] = tostring(k) end
+      table.sort(keys)
+      for i, k in ipairs(keys) do parts[i] = k .. ' = ' .. M.format_value(v[k]) end
+    end
+    return '{' .. table.concat(parts, ', ') .. '}'
+  end
+  if v == nil then return '(absent)' end
+  return tostring(v)
+end
+
 -- Checks a whole table against defaults (the same rules as a --config file); returns the
 -- merged, checked copy. For recipes that build configs in code.
 function M.check(cfg, defaults, opts)

@@ -3,9 +3,12 @@
 -- metrics.jsonl and TensorBoard events (their hooks), and checkpoints/ (the checkpoint
 -- hook, which also resumes from there). The config keys a recipe merges:
 --
---   run.resume = true             resume from the newest valid checkpoint of the folder;
---                                 false starts afresh, moving an earlier run's folder
---                                 aside to <folder>.old-<UTC time> (never overwritten)
+--   run.resume = true             resume from the newest valid checkpoint of the folder
+--                                 (given the config it was started with: another one
+--                                 is an error that lists the keys that differ, beyond
+--                                 RESUME_MAY_CHANGE); false starts afresh, moving an
+--                                 earlier run's folder aside to <folder>.old-<UTC time>
+--                                 (never overwritten)
 --   checkpoint.save = true        write checkpoints (false: none, and no resume)
 --   checkpoint.every_epochs = 1, checkpoint.every_iters = 0 (0: never), checkpoint.keep = 3,
 --   checkpoint.best = ''          a task.metrics key (knn_top1, test_top1) to keep the best by
@@ -65,8 +68,41 @@ function M.setup(cfg)
   return device
 end
 
+-- Keys that may differ when a run resumes: how it runs, not what it computes.
+M.RESUME_MAY_CHANGE = {
+  ['train.threads'] = true, ['train.device'] = true, ['train.log_every'] = true, ['train.repl_on_signal'] = true,
+  ['data.root'] = true, ['data.workers'] = true, ['run.dir'] = true, ['run.resume'] = true,
+  ['dist.timeout'] = true, ['dist.quiet'] = true, ['dist.bucket_mb'] = true,
+  ['checkpoint.keep'] = true, ['checkpoint.every_epochs'] = true, ['checkpoint.every_iters'] = true,
+}
+
+-- Refuses to resume the run in `dir` under a config other than the one it was started
+-- with (its config.lua), naming the keys that differ and the two ways forward.
+local function check_same_config(cfg, dir)
+  local path = dir .. '/config.lua'
+  if not exists(path) then return end
+  local ok, earlier = pcall(cr.config.load, path)
+  if not ok then
+    error(string.format("run.resume: cannot read the earlier run's config '%s' (%s); start afresh with " ..
+      'run.resume=false (the earlier run is moved aside) or pick another run.name', path, tostring(earlier)), 0)
+  end
+  local lines = {}
+  for _, d in ipairs(cr.config.diff(earlier, cfg)) do
+    if not M.RESUME_MAY_CHANGE[d[1]] then
+      lines[#lines + 1] = string.format('  %s: %s in the run, %s now', d[1], cr.config.format_value(d[2]),
+        cr.config.format_value(d[3]))
+    end
+  end
+  if #lines == 0 then return end
+  error(string.format("run.resume: the run in '%s' was started with another config, so it cannot go on with this " ..
+    'one; %d key%s differ%s:\n%s\nEither start afresh there with run.resume=false (the earlier run is moved aside ' ..
+    "to a .old- folder) or give this run another run.name", dir, #lines, #lines == 1 and '' or 's',
+    #lines == 1 and 's' or '', table.concat(lines, '\n')), 0)
+end
+
 -- Makes the run folder ready: with run.resume = false, an earlier run there (one with
--- checkpoints) is moved aside first; then config.lua and env.txt (cr.env) are written.
+-- checkpoints) is moved aside first; with run.resume = true its config must match
+-- (check_same_config); then config.lua and env.txt (cr.env) are written.
 -- Returns the folder and the environment report. In a distributed run rank 0 does this and
 -- the other ranks wait for it (they get no report: they write no checkpoints).
 function M.prepare(cfg, dir, out)
@@ -92,6 +128,8 @@ function M._prepare(cfg, dir, out)
         'it, or pick another run.name', dir, aside, tostring(err)), 0)
     end
     out:write(string.format("run.resume=false: the earlier run in '%s' was moved to '%s'\n", dir, aside))
+  elseif #ckpt.list(dir .. '/checkpoints') > 0 then
+    check_same_config(cfg, dir)
   end
   util.mkdir_p(dir)
   cr.config.write(dir .. '/config.lua', cfg)

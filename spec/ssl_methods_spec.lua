@@ -260,6 +260,21 @@ describe('ssl.extract_features and hooks.knn', function()
     h:after_train(task)
     assert.is_true(task.metrics.knn_top1 > 34)        -- its own train set, k = 5: well above chance
     assert.is_truthy(table.concat(lines):find('knn final: top1', 1, true))
+    -- a finished run started again (its checkpoint holds the hook's state and the
+    -- metrics): the final figures stand, measured and logged once
+    local again = cr.hooks.knn { train_set = ds, test_set = ds, k = 5, model = trunk, out = out,
+                                 forward = function() error('measured twice') end }
+    again:load_state_dict(h:state_dict())
+    local logged = 0
+    local resumed = { iteration = 5, epoch = 1, metrics = { knn_top1 = task.metrics.knn_top1, knn_top5 = 100 },
+                      storage = { put_scalar = function() logged = logged + 1 end } }
+    again:before_train(resumed)
+    again:after_train(resumed)
+    assert.are.equal(0, logged)
+    assert.is_truthy(lines[#lines]:find(string.format('knn final: top1 %.2f%%  top5 100.00%%  (measured when the run ' ..
+      'ended, at iteration 5)', task.metrics.knn_top1), 1, true), lines[#lines])
+    resumed.iteration = 6 -- it trained on: measured again
+    H.assert_error(function() again:after_train(resumed) end, 'measured twice')
     H.assert_error(function() cr.hooks.knn { train_set = ds } end, 'test_set must be a data set')
   end)
 end)

@@ -4,7 +4,9 @@
 -- classified by cr.ssl.knn_classify (k = 200, cosine, temperature 0.1). The figures go
 -- into the storage (knn/top1, knn/top5) and task.metrics (knn_top1, knn_top5), and a line
 -- is printed. at_start = true also measures the network before the first step (the
--- random-init baseline: task.metrics.knn_top1_init).
+-- random-init baseline: task.metrics.knn_top1_init). The iteration of the last measure
+-- travels in checkpoints, so a finished run started again reports its final figures
+-- without measuring (or logging) them twice.
 --
 --   task:add_hook(cr.hooks.knn{train_set = ds, test_set = ds_test, every = 1,
 --                              forward = function(x) return method:features(x) end})
@@ -47,7 +49,11 @@ function Knn:record(task, label)
   task.storage:put_scalar('knn/top5', top5, opts)
   task.metrics.knn_top1, task.metrics.knn_top5 = top1, top5
   self.last_epoch = task.epoch
+  self.measured_at = task.iteration
 end
+
+function Knn:state_dict() return { measured_at = self.measured_at } end
+function Knn:load_state_dict(s) self.measured_at = s.measured_at end
 
 function Knn:after_phase(task)
   if task.phase_name ~= 'train' or self.every == 0 then return end
@@ -64,7 +70,16 @@ function Knn:after_train(task)
     task.metrics.knn_top1, task.metrics.knn_top5 = task.metrics.knn_top1_init, task.metrics.knn_top5_init
     return
   end
-  if self.at_end then self:record(task, 'final') end
+  if not self.at_end then return end
+  local m = task.metrics
+  if self.measured_at == task.iteration and m.knn_top1 then
+    -- resumed from the checkpoint written after this measure: the run had ended
+    self.out:write(string.format('knn final: top1 %.2f%%  top5 %.2f%%  (measured when the run ended, at ' ..
+      'iteration %d)\n', m.knn_top1, m.knn_top5 or 0 / 0, task.iteration))
+    self.out:flush()
+    return
+  end
+  self:record(task, 'final')
 end
 
 local KNOWN = { train_set = true, test_set = true, every = true, k = true, temperature = true, at_start = true,

@@ -9,7 +9,8 @@
 -- The run folder runs/<run.name> (default runs/supervised) gets config.lua, metrics.jsonl,
 -- TensorBoard events and checkpoints/; running again with the same run.name resumes from
 -- the newest checkpoint (run.resume=false starts afresh); SIGTERM or Ctrl-C checkpoints
--- after the current step and exits. The last line on stdout is one JSON object with the
+-- after the current step and exits. run.resume_from=<checkpoint> goes on from another
+-- run's checkpoint; model.init=<file> fine-tunes from its weights. The last line on stdout is one JSON object with the
 -- final figures (DESIGN §10).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
@@ -71,12 +72,12 @@ task:add_hook(cr.hooks.timer())                                 -- time, img/s, 
 task:add_hook(cr.hooks.nan_guard { every = 100 })               -- stop on NaN/Inf
 task:add_hook(cr.hooks.eval { topk = { 1, 5 } })                -- test top-1/top-5
 task:add_hook(cr.hooks.console { every = cfg.train.log_every }) -- progress and test lines
--- the run folder: config.lua, TensorBoard events, metrics.jsonl, checkpoints (and resume)
+-- the run folder: config.lua, TensorBoard events, metrics.jsonl, checkpoints; the start
+-- (its checkpoints, else run.resume_from, else model.init weights, else from scratch)
 local dir, env = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'supervised'))
 task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
 task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
-local checkpoints = cr.engine.run.checkpoint_hook(cfg, dir, env)
-if checkpoints then task:add_hook(checkpoints) end
+task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))
 cr.dist.setup.task(task)   -- k ranks: rank 0 logs, evaluates and checkpoints; the ranks stop together
 
 print(string.format('supervised: %s width %d (%.2fM params) on fashion_mnist (%d train, %d test), ' ..

@@ -29,7 +29,7 @@ local function supervised_task(dir, opts)
   task:add_hook(cr.hooks.schedule())
   task:add_hook(cr.hooks.checkpoint { dir = dir, every_epochs = opts.every_epochs or 1,
     every_iters = opts.every_iters or 0, keep = opts.keep or 3, verbose = false, warn = opts.warn,
-    resume = opts.resume, best = opts.best })
+    resume = opts.resume, best = opts.best, resume_from = opts.resume_from, init = opts.init, save = opts.save })
   if opts.stop_at then
     task:add_hook { name = 'stop', after_step = function(_, t)
       if t.iteration == opts.stop_at then t:request_stop('spec') end
@@ -236,6 +236,75 @@ describe('auto-resume', function()
     local fresh = cr.config.merge(other, { run = { resume = false } })
     cr.engine.run.prepare(fresh, dir, { write = function() end })
     assert.are.same(fresh, dofile(dir .. '/config.lua'))
+  end)
+end)
+
+describe('how a run starts: its folder, run.resume_from, model.init, scratch', function()
+  local function lines_of(f)
+    local said = {}
+    local real = io.stdout
+    io.stdout = { write = function(_, ...) for _, x in ipairs { ... } do said[#said + 1] = x end end, -- luacheck: ignore 122
+                  flush = function() end }
+    local ok, err = pcall(f)
+    io.stdout = real -- luacheck: ignore 122
+    assert(ok, err)
+    return table.concat(said)
+  end
+
+  it("run.resume_from goes on from another run's checkpoint, bit for bit like an uninterrupted run", function()
+    local full = supervised_task(tmp.path('rf_full'))
+    cr.train(full)
+    local first = supervised_task(tmp.path('rf_first'), { every_iters = 8, stop_at = 8 })
+    cr.train(first)
+    local from = ckpt.list(tmp.path('rf_first'))[1].path
+    local before = #ckpt.list(tmp.path('rf_first'))
+    local went_on = supervised_task(tmp.path('rf_next'), { init_seed = 99, resume_from = from })
+    local said = lines_of(function() cr.train(went_on) end)
+    assert.is_truthy(said:find("resumed from '" .. from .. "': epoch 1/3, iteration 8 (run.resume_from)", 1, true), said)
+    assert.are.equal(18, went_on.iteration)
+    assert_bitwise_equal(state_of(full.model), state_of(went_on.model))
+    assert.are.equal(before, #ckpt.list(tmp.path('rf_first')))  -- its own folder gets the checkpoints
+    assert.is_true(#ckpt.list(tmp.path('rf_next')) > 0)
+    -- the run folder's own checkpoint comes first, and says so
+    local again = supervised_task(tmp.path('rf_next'), { resume_from = from })
+    said = lines_of(function() cr.train(again) end)
+    assert.is_truthy(said:find('(training already complete) (the run folder has checkpoints: run.resume_from and ' ..
+      'model.init are not used)', 1, true), said)
+    local missing = supervised_task(tmp.path('rf_none'), { resume_from = tmp.path('nothing.safetensors') })
+    H.assert_error(function() cr.train(missing) end, "run.resume_from: no file '" .. tmp.path('nothing.safetensors'))
+  end)
+
+  it('model.init loads weights only: the optimizer and the counters start afresh', function()
+    local done = supervised_task(tmp.path('init_src'), { epochs = 1 })
+    cr.train(done)
+    local path = tmp.path('init_src') .. '/latest.safetensors'
+    local m = cr.config.merge(cr.engine.run.init_defaults(), { init = path })
+    local weights
+    local tuned = supervised_task(tmp.path('init_ft'), { init_seed = 99, epochs = 1, init = function(task)
+      local line = cr.engine.run.load_weights(task.model, m)
+      weights = state_of(task.model)
+      return line
+    end })
+    local said = lines_of(function() cr.train(tuned) end)
+    assert.is_truthy(said:find("model.init: loaded 4 tensors from '" .. path .. "'", 1, true), said)
+    assert_bitwise_equal(state_of(done.model), weights)
+    assert.are.equal(6, tuned.iteration)  -- one epoch of its own, from iteration 0
+    -- a file that does not fit names the keys and the two ways out
+    local other = nn.Sequential(nn.Flatten(), nn.Linear(48, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3), nn.Linear(3, 2))
+    H.assert_error(function() cr.engine.run.load_weights(other, m) end, 'missing keys: 5.weight, 5.bias')
+    H.assert_error(function() cr.engine.run.load_weights(other, m) end, 'model.init_strict=false loads the keys that match')
+    local loose = cr.config.merge(m, { init_skip = { '^5%.' } })
+    assert.is_truthy(cr.engine.run.load_weights(other, loose):find('loaded 4 tensors', 1, true))
+    H.assert_error(function() cr.engine.run.load_weights(other, cr.config.merge(m, { init = tmp.path('no.safetensors') })) end,
+      "model.init: no file '")
+  end)
+
+  it('from scratch says so, with the seed; save = false starts but writes nothing', function()
+    local t = supervised_task(tmp.path('scratch'), { epochs = 1, save = false })
+    t.hooks[#t.hooks].verbose, t.hooks[#t.hooks].seed = true, 11
+    local said = lines_of(function() cr.train(t) end)
+    assert.is_truthy(said:find('from scratch (train.seed 11)', 1, true), said)
+    assert.are.same({}, ckpt.list(tmp.path('scratch')))
   end)
 end)
 

@@ -35,6 +35,7 @@ local M = {}
 
 M.FORMAT = 'crescent.checkpoint'
 local OPT_PREFIX, STATE_PREFIX = 'optimizer.', 'method_state.'
+M.OPT_PREFIX, M.STATE_PREFIX = OPT_PREFIX, STATE_PREFIX
 local NAME_PATTERN = '^ckpt%-e(%d+)%-i(%d+)%.safetensors$'
 
 -- The file name of a checkpoint taken at this point of the run.

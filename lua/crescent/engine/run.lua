@@ -13,6 +13,14 @@
 --   checkpoint.every_epochs = 1, checkpoint.every_iters = 0 (0: never), checkpoint.keep = 3,
 --   checkpoint.best = ''          a task.metrics key (knn_top1, test_top1) to keep the best by
 --
+-- How a run starts, in big_vision's order, said in one line: the newest checkpoint of
+-- its folder (run.resume), else run.resume_from = <checkpoint> (weights, optimizer,
+-- counters: the run goes on from there in its own folder), else model.init = <file>
+-- (weights only: fine-tuning; model.init_prefix 'auto' takes the keys under 'trunk.' when
+-- the file has them and the model has none, as an SSL checkpoint into a plain network;
+-- init_remove_prefix, init_add_prefix, init_skip (Lua patterns) and init_strict as
+-- cr.io.load_into), else from scratch.
+--
 --   local defaults = cr.config.merge(cr.config.common(), cr.engine.run.defaults{best = 'test_top1'})
 --   local dir, env = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'supervised'))
 --   task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))   -- nil: checkpoint.save=false
@@ -23,15 +31,29 @@ local ckpt = require 'crescent.engine.checkpoint'
 
 local M = {}
 
+-- model.init and its keys, for the training recipes and the frozen-feature ones.
+function M.init_defaults()
+  return { init = '', init_prefix = 'auto', init_remove_prefix = '', init_add_prefix = '', init_skip = {},
+           init_strict = true }
+end
+
 function M.defaults(opts)
   return {
-    run = { resume = true },
+    run = { resume = true, resume_from = '' },
+    model = M.init_defaults(),
     checkpoint = { save = true, every_epochs = 1, every_iters = 0, keep = 3, best = opts and opts.best or '' },
   }
 end
 
 M.types = {
   ['run.resume'] = 'boolean',
+  ['run.resume_from'] = 'string',
+  ['model.init'] = 'string',
+  ['model.init_prefix'] = 'string',
+  ['model.init_remove_prefix'] = 'string',
+  ['model.init_add_prefix'] = 'string',
+  ['model.init_skip'] = 'list',
+  ['model.init_strict'] = 'boolean',
   ['checkpoint.every_epochs'] = { type = 'integer', min = 0 },
   ['checkpoint.every_iters'] = { type = 'integer', min = 0 },
   ['checkpoint.keep'] = { type = 'integer', min = 1 },
@@ -141,14 +163,51 @@ function M._prepare(cfg, dir, out)
   return dir, env
 end
 
--- The checkpoint hook of cfg.checkpoint for the run folder (nil with checkpoint.save = false).
+-- The weights of the file m.init (a safetensors file: a checkpoint, an export, a
+-- converted PyTorch state dict) into `model`, by the model.init_* keys of `m`; a
+-- checkpoint's optimizer and method state are not weights and are left out. Returns the
+-- line that says what was loaded.
+function M.load_weights(model, m)
+  local path = m.init
+  if not exists(path) then
+    error(string.format("model.init: no file '%s'; give a safetensors file (a run's " ..
+      'checkpoints/latest.safetensors, or one cr.save wrote)', path), 0)
+  end
+  local prefix = m.init_prefix
+  if prefix == 'auto' then
+    prefix = ''
+    local has_trunk = false
+    for _, np in ipairs(model:named_parameters()) do has_trunk = has_trunk or np[1]:sub(1, 6) == 'trunk.' end
+    if not has_trunk then
+      for name in pairs(cr.load(path)) do
+        if name:sub(1, 6) == 'trunk.' then prefix = 'trunk.' break end
+      end
+    end
+  end
+  local skip = { '^' .. ckpt.OPT_PREFIX:gsub('%.', '%%.'), '^' .. ckpt.STATE_PREFIX:gsub('%.', '%%.') }
+  for _, pat in ipairs(type(m.init_skip) == 'string' and { m.init_skip } or m.init_skip or {}) do skip[#skip + 1] = pat end
+  local ok, report = pcall(cr.io.load_into, model, path, { select_prefix = prefix, remove_prefix = m.init_remove_prefix,
+    add_prefix = m.init_add_prefix, skip = skip, strict = m.init_strict })
+  if not ok then
+    error(string.format("model.init '%s': %s\nmodel.init_strict=false loads the keys that match; " ..
+      "model.init_skip=\"{'^fc%%.'}\" leaves the names that match its patterns alone", path,
+      tostring(report):gsub('\n?%s*%(pass {strict = false}[^)]*%)', '')), 0)
+  end
+  return string.format("model.init: %s from '%s'%s", cr.io.format_report(report), path,
+    prefix ~= '' and (" (keys under '" .. prefix .. "')") or '')
+end
+
+-- The checkpoint hook of the run folder: it starts the run (the order at the top of this
+-- file) and, with checkpoint.save (the default), writes its checkpoints.
 -- env: the report prepare() returned, stored in every checkpoint's metadata.
 function M.checkpoint_hook(cfg, dir, env)
   local c = cfg.checkpoint
-  if not c.save then return nil end
+  local m = cfg.model
+  local init = m and m.init ~= '' and function(task) return M.load_weights(task.model, m) end or nil
   return cr.hooks.checkpoint { dir = dir .. '/checkpoints', every_epochs = c.every_epochs,
-    every_iters = c.every_iters, keep = c.keep, best = c.best, resume = cfg.run.resume,
-    env = env and cr.env.json(env) }
+    every_iters = c.every_iters, keep = c.keep, best = c.best, resume = cfg.run.resume and c.save,
+    resume_from = cfg.run.resume_from ~= '' and cfg.run.resume_from or nil, init = init, save = c.save,
+    seed = cfg.train and cfg.train.seed, env = env and cr.env.json(env) }
 end
 
 return M

@@ -2,10 +2,14 @@
 -- (the file format: crescent/engine/checkpoint.lua).
 --
 --   task:add_hook(cr.hooks.checkpoint{dir = 'runs/exp1/checkpoints', every_epochs = 1,
---     every_iters = 0, keep = 3, best = 'knn_top1', best_mode = 'max', resume = true})
+--     every_iters = 0, keep = 3, best = 'knn_top1', best_mode = 'max', resume = true,
+--     resume_from = nil, init = nil, save = true, seed = nil})
 --
--- Before the loop (setup), with resume = true, the newest valid checkpoint of `dir` is
--- restored (a truncated or corrupt one is skipped with a warning naming it). Then a
+-- Before the loop (setup) the run starts, and one line says how: with resume = true, from
+-- the newest valid checkpoint of `dir` (a truncated or corrupt one is skipped with a
+-- warning naming it); else from the checkpoint file resume_from (weights, optimizer,
+-- counters); else init(task), which loads weights and returns the line to print; else
+-- from scratch (said when the hook was given the run's seed). save = false writes nothing. Then a
 -- checkpoint ckpt-e<epochs done>-i<iteration>.safetensors is written every `every_epochs`
 -- epochs (once the epoch's phases are over), every `every_iters` iterations,
 -- after a step that a signal interrupted (SIGTERM/SIGINT/SIGUSR1: the loop stops there),
@@ -21,15 +25,32 @@ Checkpoint.__index = Checkpoint
 local function say(msg) io.stdout:write(msg, '\n') io.stdout:flush() end
 
 function Checkpoint:setup(task)
-  if not self.resume then return end
-  local path = ckpt.newest_valid(self.dir, self.warn)
-  if not path then return end
+  local path = self.resume and ckpt.newest_valid(self.dir, self.warn)
+  local how = ''
+  if path then
+    if self.resume_from or self.init then
+      how = ' (the run folder has checkpoints: run.resume_from and model.init are not used)'
+    end
+  elseif self.resume_from then
+    path, how = self.resume_from, ' (run.resume_from)'
+    if not util.file_exists(path) then
+      error(string.format("run.resume_from: no file '%s'; give a checkpoint of a run " ..
+        '(runs/<name>/checkpoints/latest.safetensors, or a ckpt-e*-i*.safetensors there)', path), 0)
+    end
+  end
+  if not path then
+    if self.init then say(self.init(task))
+    elseif self.seed and self.verbose then
+      say(string.format('from scratch (train.seed %d)', self.seed))
+    end
+    return
+  end
   local trainer = ckpt.load(task, path)
   self.best, self.last_saved = trainer.best, task.iteration
   self.saved_metric = self.best_metric and task.metrics[self.best_metric]
   local left = task.epoch >= task.epochs and ' (training already complete)' or ''
-  say(string.format("resumed from '%s': epoch %d/%d, iteration %d%s", path, task.epoch, task.epochs,
-    task.iteration, left))
+  say(string.format("resumed from '%s': epoch %d/%d, iteration %d%s%s", path, task.epoch, task.epochs,
+    task.iteration, left, how))
 end
 
 -- Whether `value` of the best metric beats the best so far.
@@ -42,7 +63,7 @@ function Checkpoint:improves(value)
 end
 
 function Checkpoint:save(task, why)
-  if self.read_only then return end -- a distributed run's ranks other than 0 resume only
+  if self.read_only or not self.writes then return end -- a distributed run's ranks other than 0 resume only
   util.mkdir_p(self.dir)
   local name = ckpt.file_name(task)
   local value = self.best_metric and task.metrics[self.best_metric]
@@ -112,12 +133,19 @@ return function(opts)
   if mode ~= 'max' and mode ~= 'min' then error("checkpoint: best_mode must be 'max' or 'min', got " .. tostring(mode), 2) end
   local best = opts.best
   if best == '' then best = nil end
+  if opts.resume_from ~= nil and (type(opts.resume_from) ~= 'string' or opts.resume_from == '') then
+    error('checkpoint: resume_from must be the path of a checkpoint file, got ' .. tostring(opts.resume_from), 2)
+  end
+  if opts.init ~= nil and type(opts.init) ~= 'function' then
+    error('checkpoint: init must be a function(task) that loads weights and returns a line to print', 2)
+  end
   local keep = count(opts, 'keep', 3)
   if keep < 1 then error('checkpoint: keep must be at least 1 (the newest checkpoint), got ' .. keep, 2) end
   return setmetatable({
     name = 'checkpoint', priority = opts.priority or 98, dir = opts.dir,
     every_epochs = count(opts, 'every_epochs', 1), every_iters = count(opts, 'every_iters', 0), keep = keep,
     best_metric = best, best_mode = mode, resume = opts.resume ~= false, warn = opts.warn,
-    verbose = opts.verbose ~= false, env = opts.env,
+    verbose = opts.verbose ~= false, env = opts.env, writes = opts.save ~= false,
+    resume_from = opts.resume_from, init = opts.init, seed = opts.seed,
   }, Checkpoint)
 end

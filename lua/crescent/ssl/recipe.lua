@@ -228,8 +228,7 @@ function R.task(name, cfg)
   local dir, env = cr.engine.run.prepare(cfg, R.run_dir(task))
   task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
   task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
-  local ck = cr.engine.run.checkpoint_hook(cfg, dir, env)
-  if ck then task:add_hook(ck) end
+  task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))
   return cr.dist.setup.task(task)
 end
 
@@ -262,22 +261,7 @@ function R.frozen_trunk(cfg, train_set, device)
   local nchan = imgs.ndim == 4 and imgs.shape[2] or 1
   local make = R.trunk_factory(cfg, nchan, imgs.shape[imgs.ndim])
   local trunk = make()
-  local path = cfg.model.init
-  if path ~= '' then
-    local prefix = cfg.model.init_prefix
-    if prefix == 'auto' then
-      local names = cr.load(path)
-      prefix = ''
-      for name in pairs(names) do
-        if name:sub(1, 6) == 'trunk.' then prefix = 'trunk.' break end
-      end
-    end
-    local m = cfg.model
-    local report = cr.io.load_into(trunk, path, { select_prefix = prefix, remove_prefix = m.init_remove_prefix,
-      add_prefix = m.init_add_prefix, skip = m.init_skip, strict = m.init_strict })
-    print(string.format("model.init: %s from '%s'%s", cr.io.format_report(report), path,
-      prefix ~= '' and (" (keys under '" .. prefix .. "')") or ''))
-  end
+  if cfg.model.init ~= '' then print(cr.engine.run.load_weights(trunk, cfg.model)) end
   trunk:eval():to(device or 'cpu')
   return function(x) return trunk(x) end, trunk
 end
@@ -286,8 +270,7 @@ end
 function R.frozen_defaults()
   return cr.config.merge(cr.config.common(), {
     data = { batch_size = 500, size = 32, skip_bad = false, val_split = 0 },
-    model = { arch = 'resnet18', width = 16, stem = 'auto', init = '', init_prefix = 'auto', init_remove_prefix = '',
-              init_add_prefix = '', init_skip = {}, init_strict = true },
+    model = cr.config.merge({ arch = 'resnet18', width = 16, stem = 'auto' }, cr.engine.run.init_defaults()),
   })
 end
 

@@ -21,6 +21,7 @@ local defaults = cr.config.merge(recipe.frozen_defaults(), {
   knn = { k = 200, temperature = 0.1, enabled = true },
 })
 local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
+  ['optim.name'] = { type = 'string', choices = { 'sgd' } }, -- the probe is SGD on standardised features
   ['optim.batch_size'] = { type = 'integer', min = 1 },
   ['knn.k'] = { type = 'integer', min = 1 },
 } })

@@ -21,13 +21,13 @@ local defaults = cr.config.merge(cr.config.common(), {
   train = { epochs = 4, test_every = 1, log_every = 100 },
   data = { batch_size = 128, augment = false },
   model = { arch = 'resnet18', width = 16 },
-  optim = { lr = 0.1, momentum = 0.9, nesterov = true, weight_decay = 5e-4, warmup_epochs = 0.3 },
+  -- name (sgd, lars, adamw), accum_steps, clip_norm, scaling, ...: crescent/optim/from_config.lua
+  optim = cr.optim.from_config.defaults { lr = 0.1, nesterov = true, weight_decay = 5e-4, no_decay_bias_norm = true,
+                                          warmup_epochs = 0.3 },
 }, cr.engine.run.defaults { best = 'test_top1' })
-local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.run.types, {
+local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.run.types, cr.optim.from_config.types, {
   ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50' } },
   ['model.width'] = { type = 'integer', min = 1 },
-  ['optim.name'] = { type = 'string', choices = { 'sgd' } },
-  ['optim.momentum'] = { type = 'number', min = 0 },
   ['optim.warmup_epochs'] = { type = 'number', min = 0 },
   ['train.test_every'] = { type = 'integer', min = 0 },
   ['train.log_every'] = { type = 'integer', min = 1 },
@@ -54,19 +54,21 @@ local model = nn.models[cfg.model.arch] { stem = 'cifar', width = cfg.model.widt
 model:to(device)
 local ddp = cr.dist.setup.model(cfg, model)   -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP
 
--- optimizer: SGD, no weight decay on biases and BatchNorm weights; lr: linear warmup
--- from 0 then cosine to 0, applied every step
-local optimizer = cr.optim.SGD(model:named_parameters(), {
-  lr = cfg.optim.lr, momentum = cfg.optim.momentum, nesterov = cfg.optim.nesterov,
-  weight_decay = cfg.optim.weight_decay, no_decay_bias_norm = true })
+-- optimizer: SGD with Nesterov momentum, no weight decay on biases and BatchNorm weights
+-- (optim.name picks another); lr (scaled to the global batch with optim.scaling): linear
+-- warmup from 0 then cosine to 0, applied every step
+local peak, _, scaled = cr.optim.from_config.scaled_lr(cfg.optim, cfg.data.batch_size)
+if scaled then print(scaled) end
+local optimizer = cr.optim.from_config.build(model:named_parameters(), cfg.optim, peak, defaults.optim)
 local warmup = cfg.train.epochs > 0 and math.min(1, cfg.optim.warmup_epochs / cfg.train.epochs) or 0
-local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = cfg.optim.lr, to = 0 }
+local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = peak, to = 0 }
 
 local task = cr.engine.Task {
   config = cfg, model = model, optimizer = optimizer, schedules = { lr = lr },
   loss = function(output, batch) return cr.cross_entropy(output, batch.target) end,
   train_loader = train_loader, test_loader = test_loader,
 }
+task.ddp = ddp                                                  -- accumulation: one all-reduce per step
 task:add_hook(cr.hooks.schedule())                              -- the lr every step
 task:add_hook(cr.hooks.timer())                                 -- time, img/s, ETA
 task:add_hook(cr.hooks.nan_guard { every = 100 })               -- stop on NaN/Inf
@@ -82,7 +84,7 @@ cr.dist.setup.task(task)   -- k ranks: rank 0 logs, evaluates and checkpoints; t
 
 print(string.format('supervised: %s width %d (%.2fM params) on fashion_mnist (%d train, %d test), ' ..
   '%d epochs, batch %d, lr %g, %d threads%s', cfg.model.arch, cfg.model.width, model:num_parameters() / 1e6,
-  #train_set, #test_set, cfg.train.epochs, cfg.data.batch_size, cfg.optim.lr, cr.get_num_threads(),
+  #train_set, #test_set, cfg.train.epochs, cfg.data.batch_size, peak, cr.get_num_threads(),
   cr.dist.setup.describe(ddp)))
 cr.train(task)
 

@@ -2,7 +2,8 @@
 -- running a script of spec/dist/: the collectives' values and the sampler's coverage
 -- (collectives.lua), the proof of DDP with SyncBatchNorm — 2 ranks x batch 4 give the
 -- weights of 1 rank x batch 8 after 20 SGD steps, for the supervised model and for SwAV
--- (equivalence.lua) — and a rank that hangs or is killed ending the job within
+-- (equivalence.lua), and with gradient accumulation one all-reduce per optimizer step —
+-- and a rank that hangs or is killed ending the job within
 -- dist.timeout (failure.lua). Pending, with the reason, where mpirun or the MPI library is
 -- missing (`make` builds it when libopenmpi-dev is installed; `make test` installs it).
 local H = require 'spec.helper'
@@ -76,6 +77,23 @@ describe('distributed cpu ranks (mpirun -np 2)', function()
       assert.is_true(d < 1e-5, string.format('%s differs by %g', tostring(where), d))
     end)
   end
+
+  it('optim.accum_steps: 2 ranks x 2 batches of 2 train the weights of 1 rank x batch 8, one all-reduce a step', function()
+    local two, one = tmp.path('accum_2.safetensors'), tmp.path('accum_1.safetensors')
+    local out, code = mpirun(2, 'spec/dist/equivalence.lua', 'accum ' .. two .. ' 10 2')
+    assert.are.equal(0, code, out)
+    local n, steps, buckets = out:match('all%-reduces (%d+) over (%d+) steps of (%d+) buckets')
+    assert.truthy(n, out)
+    assert.are.equal(tonumber(steps) * tonumber(buckets), tonumber(n), out)
+    local p = io.popen(string.format('cd %s && luajit spec/dist/equivalence.lua accum %s 10 1 2>&1; echo "exit=$?"', root,
+      one))
+    local out1 = p:read('*a')
+    p:close()
+    assert.truthy(out1:find('exit=0', 1, true), out1)
+    local d, where, count = max_diff(two, one)
+    assert.are.equal(4, count)
+    assert.is_true(d < 1e-12, string.format('%s differs by %g', tostring(where), d))
+  end)
 
   it('a rank that stops taking part ends every rank after dist.timeout, naming the collective', function()
     local out, code, secs = mpirun(2, 'spec/dist/failure.lua', 'hang 2')

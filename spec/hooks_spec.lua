@@ -56,9 +56,13 @@ describe('the standard step', function()
       small[#small + 1] = { input = b.input:narrow(0, 0, 4), target = b.target:narrow(0, 0, 4) }
       small[#small + 1] = { input = b.input:narrow(0, 4, 4), target = b.target:narrow(0, 4, 4) }
     end
-    local a = linear_task { batches = big }
+    -- under a schedule too: it advances per optimizer step, not per batch
+    local function sched() return { lr = cr.schedule.warmup_cosine { warmup = 0.5, from = 0, peak = 0.1, to = 0 } } end
+    local a = linear_task { batches = big, schedules = sched() }
+    a:add_hook(cr.hooks.schedule())
     cr.train(a)
-    local b = linear_task { batches = small, accum_steps = 2 }
+    local b = linear_task { batches = small, accum_steps = 2, schedules = sched() }
+    b:add_hook(cr.hooks.schedule())
     cr.train(b)
     local pa, pb = params_of(a), params_of(b)
     local n = 0

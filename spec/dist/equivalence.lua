@@ -1,19 +1,22 @@
 -- spec/dist/equivalence.lua — the proof of DDP: k ranks x batch b train the same weights as
 -- one rank x batch k*b. Run alone and under `mpirun -np 2` by spec/dist_mpi_spec.lua:
---   luajit spec/dist/equivalence.lua <supervised|swav> <out.safetensors> [steps]
+--   luajit spec/dist/equivalence.lua <supervised|swav|accum> <out.safetensors> [steps] [accum_steps]
 -- Trains the supervised recipe's model (a ResNet-18, width 4, CIFAR stem, SGD with
 -- nesterov, weight decay off norms and biases, warmup-cosine lr) or SwAV (the same trunk,
 -- multi-crop 2x28 + 2x14, prototypes frozen for the first steps) on Fashion-MNIST for
 -- `steps` SGD steps of a global batch of 8, with SyncBatchNorm, DDP, the sharded loader
 -- and the Task loop; rank 0 writes the model's tensors to out. In f64: a tiny ResNet with
 -- batch-8 BatchNorm is chaotic (a 1e-7 change of one weight grows to 1e-4 in three f32
--- steps), so only f64's rounding stays far enough below the spec's 1e-5.
+-- steps), so only f64's rounding stays far enough below the spec's 1e-5. accum: an MLP
+-- (no BatchNorm, whose statistics a micro-batch changes) trained with optim.accum_steps
+-- batches of GLOBAL_BATCH / (ranks * accum_steps) per step; rank 0 prints how many
+-- gradient all-reduces DDP ran ('all-reduces N over S steps of B buckets').
 local root = debug.getinfo(1, 'S').source:match('^@(.*)/spec/dist/[^/]*$') or '.'
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 local cr = require 'crescent'
 local steps_mod = require 'crescent.engine.steps'
 
-local method, out_path, steps = arg[1], arg[2], tonumber(arg[3] or '20')
+local method, out_path, steps, accum = arg[1], arg[2], tonumber(arg[3] or '20'), tonumber(arg[4] or '1')
 local GLOBAL_BATCH = 8
 local cfg = { train = { threads = 1 }, dist = { sync_bn = true, timeout = 60 } }
 cr.set_num_threads(1)
@@ -24,7 +27,10 @@ cr.manual_seed(0)
 local train_set = cr.data.fashion_mnist { split = 'train', limit = GLOBAL_BATCH * steps }
 local function trunk() return cr.nn.models.resnet18 { stem = 'cifar', width = 4, in_channels = 1, num_classes = 0 } end
 local model, views, loss_fn
-if method == 'supervised' then
+if method == 'accum' then
+  model = cr.nn.Sequential(cr.nn.Flatten(), cr.nn.Linear(784, 16), cr.nn.ReLU(), cr.nn.Linear(16, 10))
+  loss_fn = function(output, batch) return cr.cross_entropy(output, batch.target) end
+elseif method == 'supervised' then
   model = cr.nn.models.resnet18 { stem = 'cifar', width = 4, in_channels = 1, num_classes = 10 }
   loss_fn = function(output, batch) return cr.cross_entropy(output, batch.target) end
 else
@@ -37,12 +43,20 @@ end
 model:to('f64')
 local ddp = cr.dist.setup.model(cfg, model)
 assert((W > 1) == (ddp ~= nil))
-local loader = cr.data.Loader(train_set, { batch_size = GLOBAL_BATCH / W, shuffle = true, drop_last = true, seed = 0,
+-- the gradient all-reduces DDP starts (its buckets' async all_reduce)
+local comm = require 'crescent.dist.comm'
+local all_reduces, all_reduce = 0, comm.all_reduce
+comm.all_reduce = function(t, op, o)
+  if o and o.async then all_reduces = all_reduces + 1 end
+  return all_reduce(t, op, o)
+end
+local loader = cr.data.Loader(train_set, { batch_size = GLOBAL_BATCH / W / accum, shuffle = true, drop_last = true, seed = 0,
                                            views = views, shard = cr.dist.setup.shard() })
 local optimizer = cr.optim.SGD(model:named_parameters(), { lr = 0.1, momentum = 0.9, nesterov = true,
                                                           weight_decay = 5e-4, no_decay_bias_norm = true })
 local task = cr.engine.Task {
   model = model, optimizer = optimizer, loss = loss_fn, train_loader = loader, epochs = 1, handle_signals = false,
+  accum_steps = accum,
   schedules = { lr = cr.schedule.warmup_cosine { warmup = 0.2, from = 0, peak = 0.1, to = 0 } },
   train_step = function(t, batch)
     if type(batch.input) == 'table' then
@@ -55,9 +69,13 @@ local task = cr.engine.Task {
 }
 task:add_hook(cr.hooks.schedule())
 if method == 'swav' then for _, h in ipairs(model:hooks()) do task:add_hook(h) end end
+task.ddp = ddp
 cr.dist.setup.task(task)
 cr.train(task)
-assert(task.iteration == steps, 'ran ' .. task.iteration .. ' steps')
+assert(task.iteration == steps * accum, 'ran ' .. task.iteration .. ' steps')
+if ddp and cr.dist.is_main() then
+  print(string.format('all-reduces %d over %d steps of %d buckets', all_reduces, steps, #ddp.buckets))
+end
 if cr.dist.is_main() then
   local tensors = {}
   for _, nt in ipairs(model:named_state()) do tensors[nt[1]] = nt[2] end

@@ -15,8 +15,9 @@ local AFTER_FORWARD, AFTER_BACKWARD = loop.after_forward, loop.after_backward
 -- Sets task.output, task.loss_tensor and task.loss_value (a number), and stores 'loss'.
 -- With task.accum_steps = k the loss is divided by k and the optimizer steps (then
 -- zeroes the grads) on every k-th step only, so k batches of b equal one batch of k*b
--- for a mean-reduced loss. task.clip_norm / task.clip_value clip before the step. With
--- task.amp = 'bf16' | 'f16' forward and loss run under cr.autocast; with a task.scaler
+-- for a mean-reduced loss; with task.ddp (a DDP) the first k-1 backwards run under its
+-- no_sync, so the ranks all-reduce once per optimizer step. task.clip_norm /
+-- task.clip_value clip before the step. With task.amp = 'bf16' | 'f16' forward and loss run under cr.autocast; with a task.scaler
 -- (f16) the loss is scaled, and a step whose grads overflow is skipped.
 local function forward(task, batch)
   local out = task.model(batch.input)
@@ -38,12 +39,17 @@ function M.standard(task, batch)
   if k > 1 then loss = loss / k end
   local scaler = task.scaler
   if scaler then loss = scaler:scale(loss) end
-  loss:backward()
+  local steps_now = k == 1 or (task.iteration + 1) % k == 0
+  if task.ddp and not steps_now then
+    task.ddp:no_sync(loss.backward, loss) -- accumulate on this rank; the k-th backward all-reduces
+  else
+    loss:backward()
+  end
   local v = task.loss_tensor:item()
   task.loss_value = v
   task.storage:put_scalar('loss', v)
   if ctx then fire(ctx, AFTER_BACKWARD) end
-  if k == 1 or (task.iteration + 1) % k == 0 then
+  if steps_now then
     local opt = task.optimizer
     if scaler and not scaler:unscale(task:trainable_parameters()) then
       -- f16 grads overflowed: no step; the scale halves and the skip is logged

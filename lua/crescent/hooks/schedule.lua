@@ -7,6 +7,9 @@
 --   cr.schedule.apply{schedule = s, target = obj, field = 'name', per = 'step'|'epoch'}
 --   {schedule = s, target = obj, field = 'name', per = ...}   (made into the above)
 -- Each applied value goes into the storage under the binding's name (the field).
+-- With gradient accumulation (task.accum_steps = k) progress counts optimizer steps,
+-- floor(iteration / k) of max_iterations / k, so k batches of b follow the schedule of
+-- one batch of k*b.
 local util = require 'crescent.util'
 
 local Schedule = {}
@@ -35,7 +38,10 @@ local function bindings(task)
 end
 
 local function apply(b, task)
-  local v = b:update(task.iteration, task.max_iterations, task.epoch, task.epochs)
+  local k = task.accum_steps or 1
+  local iteration, max_iterations = task.iteration, task.max_iterations
+  if k > 1 then iteration, max_iterations = math.floor(iteration / k), math.floor(max_iterations / k) end
+  local v = b:update(iteration, max_iterations, task.epoch, task.epochs)
   task.storage:put_scalar(b.name, v, { smoothing_hint = false })
 end
 

@@ -16,5 +16,6 @@ optim.scale_grads = clip.scale_grads
 optim.zero_grads = clip.zero_grads
 optim.GradScaler = require 'crescent.optim.scaler'
 optim.schedule = require 'crescent.optim.schedule'
+optim.from_config = require 'crescent.optim.from_config' -- the optimizer a recipe's optim section names
 
 return optim

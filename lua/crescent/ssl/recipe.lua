@@ -36,8 +36,8 @@ function R.defaults()
     model = { arch = 'resnet18', width = 16, stem = 'auto', hidden_dim = 512, out_dim = 128, head_bn = true },
     -- stem auto: the CIFAR stem (3x3/1 conv, no pool) for images up to 64 px, else ImageNet's;
     -- head_bn: BatchNorm1d after the projection head's hidden Linear
-    optim = { lr = 0.6, momentum = 0.9, nesterov = false, weight_decay = 1e-6, warmup_epochs = 1,
-              final_lr = 0.0006, no_decay_bias_norm = false },
+    -- name, accum_steps, clip_norm, scaling, ...: crescent/optim/from_config.lua
+    optim = cr.optim.from_config.defaults { lr = 0.6, weight_decay = 1e-6, warmup_epochs = 1, final_lr = 0.0006 },
     knn = { k = 200, temperature = 0.1, every = 0, at_start = false },
   }, cr.engine.run.defaults { best = 'knn_top1' })
 end
@@ -64,8 +64,6 @@ function R.types(extra)
     ['model.hidden_dim'] = { type = 'integer', min = 0 },
     ['model.out_dim'] = { type = 'integer', min = 1 },
     ['model.head_bn'] = 'boolean',
-    ['optim.name'] = { type = 'string', choices = { 'sgd' } },
-    ['optim.momentum'] = { type = 'number', min = 0 },
     ['optim.warmup_epochs'] = { type = 'number', min = 0 },
     ['optim.final_lr'] = { type = 'number', min = 0 },
     ['knn.k'] = { type = 'integer', min = 1 },
@@ -74,7 +72,7 @@ function R.types(extra)
     ['train.log_every'] = { type = 'integer', min = 1 },
     -- a probability whose default, 0, would otherwise make it an integer key
     ['augment.solarize'] = { type = 'number', min = 0, max = 1 },
-  }, cr.config.merge(cr.engine.run.types, extra or {}))
+  }, cr.config.merge(cr.engine.run.types, cr.optim.from_config.types, extra or {}))
 end
 
 -- The run's device, thread count and seed (cr.engine.run.setup): first thing a recipe does.
@@ -202,18 +200,19 @@ function R.task(name, cfg)
                                              seed = cfg.train.seed, views = views, workers = cfg.data.workers,
                                              shard = cr.dist.setup.shard() })
   local o = cfg.optim
-  local optimizer = cr.optim.SGD(trainable(method), {
-    lr = o.lr, momentum = o.momentum, nesterov = o.nesterov, weight_decay = o.weight_decay,
-    no_decay_bias_norm = o.no_decay_bias_norm })
+  -- optim.scaling: lr and final_lr follow the global batch (ranks, accumulation)
+  local peak, factor, scaled = cr.optim.from_config.scaled_lr(o, cfg.data.batch_size)
+  if scaled then print(scaled) end
+  local optimizer = cr.optim.from_config.build(trainable(method), o, peak, R.defaults().optim)
   local epochs = cfg.train.epochs
   local warmup = epochs > 0 and math.min(0.999, o.warmup_epochs / epochs) or 0
-  local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = o.lr, to = o.final_lr }
+  local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = peak, to = o.final_lr * factor }
   local task = cr.engine.Task {
     config = cfg, model = method, optimizer = optimizer, schedules = { lr = lr },
     loss = function(out) return method:loss(out) end, train_loader = loader,
     name = cfg.run.name ~= '' and cfg.run.name or name,
   }
-  task.method, task.method_name, task.ddp = method, name, ddp
+  task.method, task.method_name, task.ddp, task.peak_lr = method, name, ddp, peak
   task.train_set, task.test_set, task.eval_name = train_set, test_set, eval_name
   task:add_hook(cr.hooks.schedule())
   task:add_hook(cr.hooks.timer())
@@ -240,7 +239,8 @@ function R.banner(task)
   return string.format('%s: %s width %d (%.2fM params) on %s (%d train%s), crops %s, %d epochs, batch %d, ' ..
     'lr %g, %d threads%s', task.method_name, cfg.model.arch, cfg.model.width, m:num_parameters() / 1e6, cfg.data.name,
     #task.train_set, task.test_set and (', ' .. #task.test_set .. ' ' .. task.eval_name) or '', table.concat(crops, ' + '),
-    cfg.train.epochs, cfg.data.batch_size, cfg.optim.lr, cr.get_num_threads(), cr.dist.setup.describe(task.ddp))
+    cfg.train.epochs, cfg.data.batch_size, task.peak_lr or cfg.optim.lr, cr.get_num_threads(),
+    cr.dist.setup.describe(task.ddp))
 end
 
 -- ---- frozen trunks (linear_eval.lua, extract.lua) -------------------------------------

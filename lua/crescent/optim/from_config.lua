@@ -1,0 +1,118 @@
+-- crescent.optim.from_config — the optimizer a recipe's `optim` section names, and the
+-- learning rate scaled to the global batch (mmengine's auto_scale_lr, VISSL's
+-- auto_scale). Every training recipe builds its optimizer here, so every engine option
+-- is reachable from the command line:
+--
+--   luajit recipes/swav.lua optim.name=lars optim.lr=4.8 optim.base_batch_size=256 optim.scaling=linear
+--   luajit recipes/supervised.lua optim.name=adamw optim.lr=1e-3 optim.weight_decay=0.05 optim.clip_norm=1
+--
+--   local o = cfg.optim
+--   local lr, factor, line = cr.optim.from_config.scaled_lr(o, cfg.data.batch_size)  -- line: nil unscaled
+--   local opt = cr.optim.from_config.build(named_params, o, lr, defaults.optim)
+--
+-- Keys (cr.optim.from_config.defaults() merges them under optim):
+--   name = 'sgd' | 'lars' | 'adamw'       momentum, nesterov (sgd, lars); betas, eps (adamw);
+--                                         trust_coefficient, lars_clip, exclude_bias_norm (lars)
+--   no_decay_bias_norm = false            biases and norm weights get no weight decay
+--   accum_steps = 1                       the optimizer steps every k batches (the loss / k;
+--                                         under DDP, one all-reduce per k batches)
+--   clip_norm = 0, clip_value = 0         clip the grads' global L2 norm / each value (0: off)
+--   base_batch_size = 0, scaling = 'off'  lr = optim.lr * f(global batch / base_batch_size):
+--                                         'linear' (Goyal et al.), 'sqrt' (Krizhevsky; LAMB),
+--                                         'off'; the global batch is data.batch_size * ranks
+--                                         * accum_steps. The same factor scales optim.final_lr.
+-- An option set for another optimizer than optim.name (optim.betas with sgd: a value
+-- other than the recipe's default) is an error.
+local M = {}
+
+local OPTIMIZERS = { sgd = 'crescent.optim.sgd', lars = 'crescent.optim.lars', adamw = 'crescent.optim.adamw' }
+
+-- Options that belong to some optimizers only: key -> {optimizer = true}.
+local OWN = {
+  momentum = { sgd = true, lars = true }, nesterov = { sgd = true, lars = true },
+  betas = { adamw = true }, eps = { adamw = true },
+  trust_coefficient = { lars = true }, lars_clip = { lars = true }, exclude_bias_norm = { lars = true },
+}
+
+-- The optim section's keys with their defaults; `over` (a recipe's own values) on top.
+function M.defaults(over)
+  local d = { name = 'sgd', lr = 0.1, weight_decay = 0, momentum = 0.9, nesterov = false,
+              betas = { 0.9, 0.999 }, eps = 1e-8, trust_coefficient = 0.001, lars_clip = false,
+              exclude_bias_norm = true, no_decay_bias_norm = false, accum_steps = 1, clip_norm = 0,
+              clip_value = 0, base_batch_size = 0, scaling = 'off' }
+  for k, v in pairs(over or {}) do d[k] = v end
+  return d
+end
+
+M.types = {
+  ['optim.name'] = { type = 'string', choices = { 'sgd', 'lars', 'adamw' } },
+  ['optim.lr'] = { type = 'number', min = 0 },
+  ['optim.weight_decay'] = { type = 'number', min = 0 },
+  ['optim.momentum'] = { type = 'number', min = 0 },
+  ['optim.nesterov'] = 'boolean',
+  ['optim.betas'] = 'list',
+  ['optim.eps'] = { type = 'number', min = 0 },
+  ['optim.trust_coefficient'] = { type = 'number', min = 0 },
+  ['optim.lars_clip'] = 'boolean',
+  ['optim.exclude_bias_norm'] = 'boolean',
+  ['optim.no_decay_bias_norm'] = 'boolean',
+  ['optim.accum_steps'] = { type = 'integer', min = 1 },
+  ['optim.clip_norm'] = { type = 'number', min = 0 },
+  ['optim.clip_value'] = { type = 'number', min = 0 },
+  ['optim.base_batch_size'] = { type = 'integer', min = 0 },
+  ['optim.scaling'] = { type = 'string', choices = { 'off', 'linear', 'sqrt' } },
+}
+
+local function fail(msg) error(msg, 0) end
+
+-- The lr for a per-rank batch of `batch_size` (and the factor); with scaling on, also a
+-- line saying how it was scaled. ranks: the number of ranks (default: the group's).
+function M.scaled_lr(o, batch_size, ranks)
+  ranks = ranks or require('crescent.dist.comm').world_size()
+  if o.scaling == 'off' or o.scaling == nil then return o.lr, 1, nil end
+  if (o.base_batch_size or 0) <= 0 then
+    fail("optim.scaling='" .. o.scaling .. "' scales the lr by the global batch over optim.base_batch_size: " ..
+      'set optim.base_batch_size (the batch that optim.lr was tuned for, e.g. 256)')
+  end
+  local global = batch_size * ranks * (o.accum_steps or 1)
+  local ratio = global / o.base_batch_size
+  local factor = o.scaling == 'linear' and ratio or math.sqrt(ratio)
+  local line = string.format('optim.scaling=%s: lr %g = %g x %s(%d / %d) for a global batch of %d (%d x %d rank%s x %d ' ..
+    'accumulated)', o.scaling, o.lr * factor, o.lr, o.scaling == 'sqrt' and 'sqrt' or '', global, o.base_batch_size,
+    global, batch_size, ranks, ranks == 1 and '' or 's', o.accum_steps or 1)
+  return o.lr * factor, factor, line
+end
+
+local function same(a, b)
+  if type(a) ~= 'table' or type(b) ~= 'table' then return a == b end
+  if #a ~= #b then return false end
+  for i = 1, #a do if a[i] ~= b[i] then return false end end
+  return true
+end
+
+-- The optimizer over named_params ({name, tensor} pairs that require grad) at lr
+-- (default o.lr). defaults: the recipe's optim defaults, to tell a value the user set for
+-- another optimizer (an error) from the recipe's own (default: M.defaults()).
+function M.build(named_params, o, lr, defaults)
+  local module = OPTIMIZERS[o.name]
+  if not module then fail("optim.name must be 'sgd', 'lars' or 'adamw', got '" .. tostring(o.name) .. "'") end
+  local base = M.defaults(defaults)
+  for key, owners in pairs(OWN) do
+    if not owners[o.name] and o[key] ~= nil and not same(o[key], base[key]) then
+      local names = {}
+      for n in pairs(owners) do names[#names + 1] = n end
+      table.sort(names)
+      fail(string.format("optim.%s applies to optim.name=%s, and this run's optimizer is %s: drop it or set optim.name",
+        key, table.concat(names, ' or '), o.name))
+    end
+  end
+  local opts = { lr = lr or o.lr, weight_decay = o.weight_decay, no_decay_bias_norm = o.no_decay_bias_norm }
+  if o.name == 'sgd' or o.name == 'lars' then opts.momentum, opts.nesterov = o.momentum, o.nesterov end
+  if o.name == 'adamw' then opts.betas, opts.eps = o.betas, o.eps end
+  if o.name == 'lars' then
+    opts.trust_coefficient, opts.clip, opts.exclude_bias_norm = o.trust_coefficient, o.lars_clip, o.exclude_bias_norm
+  end
+  return require(module)(named_params, opts)
+end
+
+return M

@@ -509,6 +509,11 @@ local function parse(argv, defaults, opts)
       i = i + 1
     elseif a:match('^%-%-config=') then
       files[#files + 1] = a:sub(10)
+    elseif a == '--dry-run' then
+      if not s.leaves['run.dry_run'] then
+        error("config: --dry-run: this recipe has no run.dry_run key (only training recipes have a dry run)", 0)
+      end
+      overrides[#overrides + 1] = { key = 'run.dry_run', value = 'true', text = a }
     elseif a == '--help' or a == '-h' then
       local text = M.help(defaults, opts)
       if opts.exit_on_help == false then return nil, text end

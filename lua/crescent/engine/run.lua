@@ -39,7 +39,8 @@ end
 
 function M.defaults(opts)
   return {
-    run = { resume = true, resume_from = '' },
+    -- dry_run (or --dry-run): build everything, report, exit 0 (crescent/engine/dry_run.lua)
+    run = { resume = true, resume_from = '', dry_run = false },
     model = M.init_defaults(),
     checkpoint = { save = true, every_epochs = 1, every_iters = 0, keep = 3, best = opts and opts.best or '' },
   }
@@ -48,6 +49,7 @@ end
 M.types = {
   ['run.resume'] = 'boolean',
   ['run.resume_from'] = 'string',
+  ['run.dry_run'] = 'boolean',
   ['model.init'] = 'string',
   ['model.init_prefix'] = 'string',
   ['model.init_remove_prefix'] = 'string',
@@ -93,7 +95,7 @@ end
 -- Keys that may differ when a run resumes: how it runs, not what it computes.
 M.RESUME_MAY_CHANGE = {
   ['train.threads'] = true, ['train.device'] = true, ['train.log_every'] = true, ['train.repl_on_signal'] = true,
-  ['data.root'] = true, ['data.workers'] = true, ['run.dir'] = true, ['run.resume'] = true,
+  ['data.root'] = true, ['data.workers'] = true, ['run.dir'] = true, ['run.resume'] = true, ['run.dry_run'] = true,
   ['dist.timeout'] = true, ['dist.quiet'] = true, ['dist.bucket_mb'] = true,
   ['checkpoint.keep'] = true, ['checkpoint.every_epochs'] = true, ['checkpoint.every_iters'] = true,
 }
@@ -140,6 +142,10 @@ end
 
 function M._prepare(cfg, dir, out)
   out = out or io.stdout
+  if cfg.run.dry_run then -- nothing moved or written; a resume under another config is still an error
+    if cfg.run.resume and #ckpt.list(dir .. '/checkpoints') > 0 then check_same_config(cfg, dir) end
+    return dir, nil
+  end
   if not cfg.run.resume and #ckpt.list(dir .. '/checkpoints') > 0 then
     local aside = dir .. '.old-' .. os.date('!%Y%m%d-%H%M%S')
     local n = 1

@@ -6,6 +6,7 @@ local loop = require 'crescent.engine.loop'
 local Task = require 'crescent.engine.task'
 local steps = require 'crescent.engine.steps'
 local util = require 'crescent.util'
+local dry_run = require 'crescent.engine.dry_run'
 
 local M = {}
 
@@ -196,12 +197,17 @@ local function drive(task, f, ...)
   return res
 end
 
--- cr.train(task): check, then run the C loop. Errors propagate with their message after
+-- cr.train(task): check, then run the C loop (run.dry_run: report and exit 0 instead,
+-- crescent/engine/dry_run.lua). Errors propagate with their message after
 -- on_exception and after_train hooks ran. Returns the task. A SIGTERM, SIGINT or SIGUSR1
 -- during the run (unless task.handle_signals is false) stops it after the current step
 -- with task.stop_reason = 'signal' and task.signal = its name; cr.train returns normally.
 -- A run stepped by hand (task:step, task:phase) goes on from where it paused.
 function M.train(task)
+  if not in_progress(task) and dry_run.requested(task) then
+    task.iterations_per_epoch = M.check(task)
+    dry_run.finish(task) -- prints what the run would be and exits 0
+  end
   if not in_progress(task) then start(task) end
   drive(task, loop.run)
   return task

@@ -1,0 +1,64 @@
+-- dry_run_spec — `--dry-run` (run.dry_run): a recipe builds everything, reports the
+-- resolved config, the model, the data, the steps, the optimizer and how it would start,
+-- and exits 0 without training, writing or moving anything; errors still name the key.
+local H = require 'spec.helper'
+local cr = H.cr
+
+local root = require('crescent.native_files').root
+
+-- Runs a recipe with arguments; returns its output (stdout and stderr) and exit code.
+local function recipe(name, args)
+  local p = io.popen(string.format('cd %s && luajit recipes/%s.lua %s 2>&1; echo "exit=$?"', root, name, args))
+  local out = p:read('*a')
+  p:close()
+  return out, tonumber(out:match('exit=(%d+)%s*$'))
+end
+
+describe('--dry-run', function()
+  local ok, err = pcall(cr.data.fashion_mnist, { split = 'test', limit = 1 })
+  if not ok then
+    pending('Fashion-MNIST is absent: ' .. tostring(err))
+    return
+  end
+  local tmp = H.tmpdir('dry_run')
+  teardown(tmp.remove)
+  local base = 'data.limit=512 model.width=4 train.threads=1 run.dir=' .. tmp.dir
+
+  it('reports the run a recipe would make and exits 0 without training or writing', function()
+    local out, code = recipe('simclr', '--dry-run train.epochs=3 optim.accum_steps=2 ' .. base)
+    assert.are.equal(0, code, out)
+    for _, want in ipairs {
+      'dry run: the resolved config', 'epochs = 3,', 'model: SimCLR, ', '  trunk                ResNet',
+      'data: 512 train samples, 2 batches of 256 per epoch, 512 test samples for the kNN',
+      'steps: 6 (3 epochs x 2 batches, an optimizer step every 2)', 'optimizer: SGD, lr 0.5 (peak)',
+      'start: from scratch (train.seed 0)', 'dry run: nothing was trained or written',
+    } do
+      assert.truthy(out:find(want, 1, true), want .. ' in\n' .. out)
+    end
+    assert.is_nil(out:find('epoch 1/3  iter', 1, true), out)
+    assert.is_nil(io.open(tmp.path('simclr')), 'the run folder was made')
+  end)
+
+  it('names how an existing run would go on, moves nothing, and still refuses another config', function()
+    local out, code = recipe('supervised', 'train.epochs=1 ' .. base)
+    assert.are.equal(0, code, out)
+    out, code = recipe('supervised', '--dry-run train.epochs=1 ' .. base)
+    assert.are.equal(0, code, out)
+    assert.truthy(out:find("start: would resume from '" .. tmp.path('supervised/checkpoints/'), 1, true), out)
+    out, code = recipe('supervised', '--dry-run train.epochs=1 run.resume=false ' .. base)
+    assert.are.equal(0, code, out)
+    local p = io.popen('ls ' .. tmp.dir)
+    local listing = p:read('*a')
+    p:close()
+    assert.is_nil(listing:find('.old-', 1, true), listing)
+    out, code = recipe('supervised', '--dry-run train.epochs=2 ' .. base)
+    assert.are_not.equal(0, code)
+    assert.truthy(out:find('train.epochs: 1 in the run, 2 now', 1, true), out)
+  end)
+
+  it('is refused by a recipe that does not train', function()
+    local out, code = recipe('linear_eval', '--dry-run')
+    assert.are.equal(2, code, out)
+    assert.truthy(out:find('--dry-run: this recipe has no run.dry_run key', 1, true), out)
+  end)
+end)

@@ -7,7 +7,8 @@
 --   luajit recipes/linear_eval.lua model.arch=pixels   (raw normalised pixels, the other baseline)
 --   luajit recipes/linear_eval.lua model.init=torch.safetensors model.init_remove_prefix=module.
 --
--- The model keys must match the trunk the recipe builds (model.arch, model.width, ...).
+-- A crescent checkpoint's config gives the trunk (model.arch, model.width, model.stem);
+-- for other files, set them to match.
 -- The last line on stdout is one JSON object: linear_top1, linear_top5, knn_top1, ...
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path

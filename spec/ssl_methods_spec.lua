@@ -367,4 +367,26 @@ describe('frozen trunks from a method checkpoint', function()
       "starts with select_prefix 'backbone.'")
     os.remove(path)
   end)
+
+  it("builds the trunk a checkpoint's config describes (linear_eval, extract), refusing a contradiction", function()
+    cr.manual_seed(9)
+    local train_set = cr.data.synthetic { n = 8, shape = { 1, 16, 16 }, num_classes = 2 }
+    local saved = { model = { arch = 'resnet18', width = 4, stem = 'cifar' } }
+    local task = { config = saved, model = cr.nn.models.resnet18 { stem = 'cifar', width = 4, in_channels = 1,
+                                                                  num_classes = 0 } }
+    local m = cr.ssl.simclr.SimCLR { trunk = task.model, feat_dim = 32, hidden_dim = 8, out_dim = 4 }
+    task.model = m
+    local path = os.tmpname()
+    -- a checkpoint as the recipes write it: the method's weights and the run's config
+    cr.save(path, m, { format = 'crescent.checkpoint', config = cr.config.dump(saved) })
+    assert.are.same(saved, require('crescent.engine.checkpoint').stored_config(path))
+    local cfg = cr.config.merge(cr.ssl.recipe.frozen_defaults(), { model = { init = path } })
+    local _, trunk = cr.ssl.recipe.frozen_trunk(cfg, train_set)
+    assert.are.same({ 'resnet18', 4, 'cifar' }, { cfg.model.arch, cfg.model.width, cfg.model.stem })
+    assert.is_true(max_abs(trunk.conv1.weight, m.trunk.conv1.weight) == 0)
+    local wrong = cr.config.merge(cr.ssl.recipe.frozen_defaults(), { model = { init = path, width = 8 } })
+    H.assert_error(function() cr.ssl.recipe.frozen_trunk(wrong, train_set) end,
+      "model.width=8, but the trunk of model.init '" .. path .. "' has width = 4 (its config)")
+    os.remove(path)
+  end)
 end)

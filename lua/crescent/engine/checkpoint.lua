@@ -147,6 +147,19 @@ end
 
 -- ---- load ----------------------------------------------------------------------------
 
+-- The config a crescent checkpoint was written with (its metadata), as a table; nil for
+-- a file without one (a converted PyTorch state dict, an export).
+function M.stored_config(path)
+  local _, metadata = cr.load(path)
+  local text = metadata and metadata.config
+  if type(text) ~= 'string' then return nil end
+  local f = loadstring(text, '=' .. path .. ' (config)')
+  if not f then return nil end
+  setfenv(f, {})
+  local ok, cfg = pcall(f)
+  return ok and type(cfg) == 'table' and cfg or nil
+end
+
 local function bad(path, msg) error(string.format("checkpoint '%s': %s", path, msg), 0) end
 
 -- The trainer state of a loaded file (checked to be a crescent checkpoint).

@@ -252,11 +252,37 @@ end
 -- then strips a further prefix (PyTorch's 'module.') and model.init_add_prefix adds one;
 -- names matching a Lua pattern of model.init_skip are left alone; model.init_strict
 -- refuses missing, unexpected or mismatched keys. Prints the load report. The trunk goes
--- to `device` (default cpu).
+-- to `device` (default cpu). A crescent checkpoint's stored config gives model.arch,
+-- width and stem that were left at their defaults (trunk_from_checkpoint).
+local TRUNK_KEYS = { 'arch', 'width', 'stem' }
+
+-- With model.init a crescent checkpoint, the trunk its config describes: each of
+-- model.arch, width and stem left at the default takes the checkpoint's value (one line
+-- says so); one set to another value than the checkpoint's is an error.
+local function trunk_from_checkpoint(cfg)
+  local saved = require('crescent.engine.checkpoint').stored_config(cfg.model.init)
+  local sm = saved and saved.model
+  if type(sm) ~= 'table' then return end
+  local defaults, taken = R.frozen_defaults().model, {}
+  for _, k in ipairs(TRUNK_KEYS) do
+    local mine, theirs = cfg.model[k], sm[k]
+    if theirs ~= nil and mine ~= theirs then
+      if mine ~= defaults[k] then
+        error(string.format("model.%s=%s, but the trunk of model.init '%s' has %s = %s (its config): leave " ..
+          'model.%s out to take it', k, tostring(mine), cfg.model.init, k, tostring(theirs), k), 0)
+      end
+      cfg.model[k] = theirs
+      taken[#taken + 1] = string.format('%s %s', k, tostring(theirs))
+    end
+  end
+  if #taken > 0 then print("model.init: the trunk of the checkpoint's config: " .. table.concat(taken, ', ')) end
+end
+
 function R.frozen_trunk(cfg, train_set, device)
   if cfg.model.arch == 'pixels' then
     return function(x) return x:flatten(1) end, nil
   end
+  if cfg.model.init ~= '' and util.file_exists(cfg.model.init) then trunk_from_checkpoint(cfg) end
   local imgs = train_set.images
   local nchan = imgs.ndim == 4 and imgs.shape[2] or 1
   local make = R.trunk_factory(cfg, nchan, imgs.shape[imgs.ndim])

@@ -96,8 +96,8 @@ describe('exact resume', function()
       run = { dir = dir, name = method }, checkpoint = { every_iters = 3 },
     }
     if method == 'swav' then over.swav = { queue_length = 32, freeze_prototypes_iters = 2 } end
+    if method ~= 'swav' then over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } } end
     if method == 'moco' then
-      over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } }
       over.moco = { queue_length = 32, cosine_momentum = true, bn_splits = 2 }
     end
     return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
@@ -134,6 +134,18 @@ describe('exact resume', function()
       end
     end)
   end
+
+  it('train.epochs=0 with model.init: an evaluation-only run gives the kNN of the run it loads', function()
+    local trained = cr.ssl.simclr.task(ssl_config('simclr', tmp.path('') .. 'eval_src'))
+    cr.train(trained)
+    local path = tmp.path('') .. 'eval_src/simclr/checkpoints/latest.safetensors'
+    local only = cr.ssl.simclr.task(ssl_config('simclr', tmp.path('') .. 'eval_only',
+      { train = { epochs = 0 }, model = { init = path }, knn = { at_start = true } }))
+    cr.train(only)
+    assert.are.equal(0, only.iteration)
+    assert.is_number(trained.metrics.knn_top1)
+    assert.are.equal(trained.metrics.knn_top1, only.metrics.knn_top1)
+  end)
 end)
 
 describe('the checkpoint file', function()

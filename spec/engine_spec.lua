@@ -70,6 +70,21 @@ describe('the step loop', function()
     assert.same({ 1, 3, 4 }, tested)
   end)
 
+  it('with epochs = 0 runs one test phase of the weights it has (an evaluation-only run), none without a test set', function()
+    local task = fake_task { epochs = 0 }
+    local seq = {}
+    task:add_hook { before_phase = function(_, t) seq[#seq + 1] = 'phase:' .. t.phase_name end,
+                    after_train = function() seq[#seq + 1] = 'after_train' end }
+    cr.train(task)
+    assert.same({ 'phase:test', 'after_train' }, seq)
+    assert.same({ 0, 0 }, { task.epoch, task.iteration })
+    local untested = fake_task { epochs = 0, no_test = true }
+    local phases = 0
+    untested:add_hook { before_phase = function() phases = phases + 1 end }
+    cr.train(untested)
+    assert.equal(0, phases)
+  end)
+
   it('runs hooks by priority, then registration order', function()
     local task = fake_task { epochs = 1, steps = 1, no_test = true }
     local order = {}

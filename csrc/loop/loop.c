@@ -100,7 +100,7 @@ typedef struct {
     int phase_exhausted;             /* the last phase: its batches ran out */
     /* the run in progress, kept between loop.step calls: its stage, epoch and phase, the
      * options it started with, and a paused phase's iterator triple and step function */
-    int stage, epoch, train, stop_after_test;
+    int stage, epoch, train, stop_after_test, eval_only; /* eval_only: epochs 0, one test phase */
     int epochs, test_every, has_test;
     double gc_kb, train_batches;
     int paused_ref[4];
@@ -564,6 +564,7 @@ static int cr_loop_drive(lua_State *L, cr_loop_ctx *c, int mode, long budget, lo
         switch (c->stage) {
         case STAGE_START:
             c->signal_stop = 0;
+            c->eval_only = 0;
             lua_pushnil(L);
             lua_setfield(L, RUN_TASK, "signal");
             if ((st = cr_loop_fire_hooks(L, c, CR_LOOP_BEFORE_TRAIN, RUN_TASK, RUN_MSGH, NULL))) return st;
@@ -573,6 +574,14 @@ static int cr_loop_drive(lua_State *L, cr_loop_ctx *c, int mode, long budget, lo
             c->stage = STAGE_NEXT_EPOCH;
             break;
         case STAGE_NEXT_EPOCH:
+            if (c->epochs == 0 && c->epoch == 0 && c->has_test && c->test_every > 0 && !c->eval_only &&
+                !c->signal_stop) {
+                /* train.epochs = 0: an evaluation-only run, one test phase of the weights given */
+                c->eval_only = 1;
+                if ((st = cr_loop_phase_begin(L, c, 0))) return st;
+                c->stage = STAGE_IN_PHASE;
+                break;
+            }
             if (c->signal_stop || c->epoch >= c->epochs) {
                 c->stage = STAGE_FINISH;
                 break;
@@ -619,6 +628,10 @@ static int cr_loop_drive(lua_State *L, cr_loop_ctx *c, int mode, long budget, lo
         }
         case STAGE_AFTER_TEST:
             cr_loop_check_signal(L, c);
+            if (c->eval_only) { /* no epoch was trained */
+                c->stage = STAGE_FINISH;
+                break;
+            }
             cr_loop_set_epoch(L, c, c->epoch + 1);
             c->stage = (c->stop_after_test || c->signal_stop) ? STAGE_FINISH : STAGE_NEXT_EPOCH;
             break;

@@ -75,7 +75,8 @@ function Console:after_phase(task)
   self:end_line()
   if task.phase_name ~= 'test' then return end
   local st = task.storage
-  local parts = { string.format('epoch %d/%d test', task.epoch + 1, task.epochs) }
+  -- train.epochs = 0: the evaluation-only run's one test phase
+  local parts = { task.epochs == 0 and 'eval only: test' or string.format('epoch %d/%d test', task.epoch + 1, task.epochs) }
   for _, name in ipairs { 'top1', 'top5' } do
     local v = st:latest('test/' .. name)
     if v then parts[#parts + 1] = string.format('%s %.2f%%', name, v) end

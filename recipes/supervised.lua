@@ -77,6 +77,7 @@ task:add_hook(cr.hooks.console { every = cfg.train.log_every }) -- progress and 
 -- the run folder: config.lua, TensorBoard events, metrics.jsonl, checkpoints; the start
 -- (its checkpoints, else run.resume_from, else model.init weights, else from scratch)
 local dir, env = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'supervised'))
+cr.engine.run.keep_log(cfg, dir)                                -- log.txt: what this run prints
 task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
 task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
 task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))
@@ -93,6 +94,8 @@ local h = task.storage:history('loss')
 local train_loss = h and h:avg(task.iterations_per_epoch) or 0
 local m = task.metrics
 local function round(v, digits) return tonumber(string.format('%.' .. digits .. 'f', v or 0)) end
-print(require('crescent.util').json { recipe = 'supervised', epochs = task.epoch, test_top1 = round(m.test_top1, 2),
+local results = { recipe = 'supervised', epochs = task.epoch, test_top1 = round(m.test_top1, 2),
   train_loss = round(train_loss, 4), seconds = round(m.seconds, 1), img_per_s = round(m.train_img_per_s, 1),
-  preempted = task.signal })
+  preempted = task.signal }
+print(require('crescent.util').json(results))
+cr.engine.run.write_results(cfg, dir, results)                  -- and results.json

@@ -57,6 +57,15 @@ void cr_io_file_free(cr_io_file *f);
  * writer took that name in the same second); an existing file is never overwritten. */
 typedef struct cr_tb_writer cr_tb_writer;
 
+/* A copy of everything this process writes to stdout and stderr (print, io.write, C's
+ * stdio, child processes), appended to the file `path` (a run folder's log.txt) by a
+ * thread that passes the bytes on to the original stdout and stderr unchanged. In the
+ * file a carriage return drops the line so far, so a progress line rewritten in place
+ * keeps its last state. One copy at a time: starting another stops the first. It stops
+ * at exit (stdio flushed first) or with cr_tee_stop, which waits for every byte. */
+cr_status cr_tee_start(const char *path);
+void cr_tee_stop(void);
+
 /* CRC-32C of n bytes ("123456789" -> 0xE3069283). */
 uint32_t cr_crc32c(const void *data, size_t n);
 /* Creates the event file in `dir` (which must exist and be writable) and writes the

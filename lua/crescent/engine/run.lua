@@ -1,7 +1,8 @@
 -- crescent.engine.run — the run folder of a training recipe, run.dir/<run.name>:
 -- config.lua (the resolved config, loadable with --config), env.txt (versions, CPU, GPU),
--- metrics.jsonl and TensorBoard events (their hooks), and checkpoints/ (the checkpoint
--- hook, which also resumes from there). The config keys a recipe merges:
+-- log.txt (what the run printed: keep_log), results.json (the final figures:
+-- write_results), metrics.jsonl and TensorBoard events (their hooks), and checkpoints/
+-- (the checkpoint hook, which also resumes from there). The config keys a recipe merges:
 --
 --   run.resume = true             resume from the newest valid checkpoint of the folder
 --                                 (given the config it was started with: another one
@@ -167,6 +168,27 @@ function M._prepare(cfg, dir, out)
   f:write(cr.env.format(env), '\n')
   f:close()
   return dir, env
+end
+
+-- From now on, a copy of everything this process prints (stdout and stderr, children's
+-- too) goes to <dir>/log.txt, appended, progress lines in their last state (csrc/io/tee.c;
+-- stopped at exit). Rank 0 alone keeps it; a dry run keeps none.
+function M.keep_log(cfg, dir)
+  if cfg.run.dry_run or not require('crescent.dist.comm').is_main() then return end
+  util.check(require('crescent.ffi').C.cr_tee_start(dir .. '/log.txt'))
+end
+
+-- The run's final figures (the JSON last line) also as <dir>/results.json, written
+-- atomically (rank 0; not in a dry run).
+function M.write_results(cfg, dir, results)
+  if cfg.run.dry_run or not require('crescent.dist.comm').is_main() then return end
+  local tmp = dir .. '/results.json.tmp'
+  local f, err = io.open(tmp, 'w')
+  if not f then error(string.format("cannot write '%s' (%s)", tmp, tostring(err)), 0) end
+  f:write(util.json(results), '\n')
+  f:close()
+  local ok, rerr = os.rename(tmp, dir .. '/results.json')
+  if not ok then error(string.format("cannot write '%s/results.json' (%s)", dir, tostring(rerr)), 0) end
 end
 
 -- The weights of the file m.init (a safetensors file: a checkpoint, an export, a

@@ -225,6 +225,7 @@ function R.task(name, cfg)
   end
   task:add_hook(cr.hooks.console { every = cfg.train.log_every })
   local dir, env = cr.engine.run.prepare(cfg, R.run_dir(task))
+  cr.engine.run.keep_log(cfg, dir)
   task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
   task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
   task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))
@@ -313,7 +314,7 @@ function R.run_dir(task)
   return cr.engine.run.dir(task.config, task.name)
 end
 
--- After cr.train: the JSON last line (checkpoint: the newest one, where the checkpoint
+-- After cr.train: the JSON last line, also the run folder's results.json (checkpoint: the newest one, where the checkpoint
 -- hook keeps it; preempted: the signal that stopped the run early).
 function R.finish(task)
   local path = R.run_dir(task) .. '/checkpoints/latest.safetensors'
@@ -329,6 +330,7 @@ function R.finish(task)
   local shown = {}
   for k, v in pairs(out) do shown[k] = type(v) == 'number' and tonumber(string.format('%.4f', v)) or v end
   print(util.json(shown))
+  cr.engine.run.write_results(task.config, R.run_dir(task), shown)
   return out
 end
 

@@ -1,0 +1,70 @@
+-- run_folder_spec — what a recipe leaves in its run folder besides checkpoints: log.txt
+-- (a copy of everything the run printed, through csrc/io/tee.c) and results.json (the
+-- final JSON line).
+local H = require 'spec.helper'
+local cr = H.cr
+
+local root = require('crescent.native_files').root
+
+local function run(cmd)
+  local p = io.popen(string.format('cd %s && %s; echo "exit=$?"', root, cmd))
+  local out = p:read('*a')
+  p:close()
+  return out, tonumber(out:match('exit=(%d+)%s*$'))
+end
+
+describe('log.txt', function()
+  local tmp = H.tmpdir('run_folder')
+  teardown(tmp.remove)
+
+  it('gets stdout, stderr and children, progress lines in their last state, and passes them on', function()
+    local log = tmp.path('log.txt')
+    local script = table.concat({
+      "package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path",
+      "local C = require('crescent.ffi').C",
+      "print('before'); io.stdout:flush()",
+      string.format("assert(C.cr_tee_start('%s') == 0)", log),
+      "print('one'); io.stdout:flush()",
+      "io.stderr:write('two on stderr\\n')",
+      "io.write('\\rstep 1', '\\rstep 2', '\\rstep 3\\n'); io.stdout:flush()",
+      "os.execute('echo three from a child')",
+      "io.write('last, no newline')",
+    }, '; ')
+    local out, code = run(string.format('luajit -e "%s" 2>&1', script))
+    assert.are.equal(0, code, out)
+    for _, want in ipairs { 'before\n', 'one\n', 'two on stderr\n', '\rstep 1\rstep 2\rstep 3\n', 'three from a child\n',
+                            'last, no newline' } do
+      assert.truthy(out:find(want, 1, true), want .. ' in ' .. out)
+    end
+    local lines = {}
+    for line in (H.read_file(log) .. '\n'):gmatch('([^\n]*)\n') do lines[#lines + 1] = line end
+    table.sort(lines)
+    assert.are.same({ 'last, no newline', 'one', 'step 3', 'three from a child', 'two on stderr' }, lines)
+    -- an error that ends the process is kept too
+    local failing = string.format("package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path; " ..
+      "assert(require('crescent.ffi').C.cr_tee_start('%s') == 0); print('going'); error('boom')", tmp.path('err.txt'))
+    out, code = run(string.format('luajit -e "%s" 2>&1', failing))
+    assert.are.equal(1, code, out)
+    local kept = H.read_file(tmp.path('err.txt'))
+    assert.truthy(kept:find('going\n', 1, true) and kept:find('boom', 1, true), kept)
+    H.assert_error(function() cr.engine.run.keep_log({ run = {} }, tmp.path('missing/folder')) end,
+      "tee: cannot open '" .. tmp.path('missing/folder/log.txt') .. "'")
+  end)
+
+  it('a recipe keeps its log and its results in the run folder', function()
+    local ok, err = pcall(cr.data.fashion_mnist, { split = 'test', limit = 1 })
+    if not ok then
+      pending('Fashion-MNIST is absent: ' .. tostring(err))
+      return
+    end
+    local args = 'train.epochs=1 data.limit=256 model.width=4 train.threads=1 run.dir=' .. tmp.path('runs')
+    local out, code = run('luajit recipes/supervised.lua ' .. args .. ' 2>&1')
+    assert.are.equal(0, code, out)
+    local dir = tmp.path('runs/supervised')
+    local log = H.read_file(dir .. '/log.txt')
+    assert.truthy(log:find('epoch 1/1 test  top1', 1, true), log)
+    local last = out:match('({[^\n]+})\n')
+    assert.are.equal(last .. '\n', H.read_file(dir .. '/results.json'))
+    assert.truthy(log:find(last, 1, true), log)
+  end)
+end)

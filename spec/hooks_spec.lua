@@ -230,6 +230,42 @@ describe('the NaN/Inf guard', function()
   end)
 end)
 
+describe('the diagnostics hook', function()
+  it('stores grad, param and update norms, the lr per group, memory and the time split, changing nothing', function()
+    local t = linear_task { batches = batches(4, 4) }
+    t:add_hook(cr.hooks.diagnostics { every = 2 })
+    local grads = {}
+    t:add_hook { priority = 90, after_backward = function(_, task)
+      grads[task.iteration + 1] = (cr.optim.grad_norm(task.model:parameters()))
+    end }
+    cr.train(t)
+    local s = t.storage
+    local gn = s:history('grad_norm')
+    assert.are.equal(2, gn.n) -- steps 2 and 4
+    H.assert_close(cr.tensor { gn.values[1] }, cr.tensor { grads[2] }, 0, 1e-9)
+    H.assert_close(cr.tensor { gn.values[2] }, cr.tensor { grads[4] }, 0, 1e-9)
+    local pn = 0
+    for _, p in ipairs(t.model:parameters()) do pn = pn + p:double():pow(2):sum():item() end
+    H.assert_close(cr.tensor { (s:latest('param_norm')) }, cr.tensor { math.sqrt(pn) }, 0, 1e-6)
+    assert.is_true(s:latest('update_norm') > 0)
+    assert.are.equal(0.1, s:latest('lr/1'))
+    assert.is_true(s:latest('memory/peak_host_mb') > 1)
+    for _, k in ipairs { 'data', 'forward_backward', 'optimizer', 'hooks' } do assert.is_number(s:latest('time/' .. k)) end
+    -- the first step of SGD with momentum moves by lr * grad
+    local first = linear_task { batches = batches(1, 4) }
+    first:add_hook(cr.hooks.diagnostics { every = 1 })
+    cr.train(first)
+    H.assert_close(cr.tensor { (first.storage:latest('update_norm')) },
+      cr.tensor { 0.1 * first.storage:latest('grad_norm') },
+      0, 1e-5)
+    local plain = linear_task { batches = batches(4, 4) }
+    cr.train(plain)
+    local a, b = params_of(t), params_of(plain)
+    for name, v in pairs(a) do assert.are.equal(0, H.max_diff(v, b[name])) end
+    H.assert_error(function() cr.hooks.diagnostics { every = 0 } end, 'every must be a positive integer')
+  end)
+end)
+
 describe('the freeze hook', function()
   it('keeps matching parameters fixed for the first N iterations', function()
     local t = linear_task { batches = batches(3, 4) }

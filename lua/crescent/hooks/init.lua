@@ -10,6 +10,7 @@ M.nan_guard = require 'crescent.hooks.nan_guard'  -- stop on NaN/Inf loss, grads
 M.freeze = require 'crescent.hooks.freeze'        -- drop named grads for N iterations (30)
 M.eval = require 'crescent.hooks.eval'            -- top-1/top-5 over test phases (40)
 M.knn = require 'crescent.hooks.knn'              -- kNN monitor of SSL features (60)
+M.diagnostics = require 'crescent.hooks.diagnostics'  -- grad/param/update norms, lr, memory, time split (85)
 M.tensorboard = require 'crescent.hooks.tensorboard'  -- TensorBoard event files (95)
 M.jsonl = require 'crescent.hooks.jsonl'          -- metrics.jsonl, a line per logged step (95)
 M.checkpoint = require 'crescent.hooks.checkpoint'  -- checkpoints, retention, auto-resume (98)

@@ -1,7 +1,7 @@
 -- crescent.ssl.recipe — what the self-supervised recipes (recipes/swav.lua, moco.lua,
 -- simclr.lua) share: the config defaults and types, the data sets and the multi-crop
 -- loader, the trunk, the optimizer and lr schedule, the task with its hooks (schedule,
--- timer, NaN guard, the method's own, kNN monitor, console, TensorBoard events,
+-- timer, NaN guard, the method's own, kNN monitor, diagnostics, console, TensorBoard events,
 -- metrics.jsonl and checkpoints (resumed automatically) in the run folder
 -- run.dir/<run.name>: crescent/engine/run.lua), and the end of a run (the JSON last line).
 --
@@ -223,6 +223,7 @@ function R.task(name, cfg)
       temperature = cfg.knn.temperature, at_start = cfg.knn.at_start, model = method.trunk, test_name = eval_name,
       forward = function(x) return method:features(x) end })
   end
+  task:add_hook(cr.hooks.diagnostics { every = cfg.train.log_every })
   task:add_hook(cr.hooks.console { every = cfg.train.log_every })
   local dir, env = cr.engine.run.prepare(cfg, R.run_dir(task))
   cr.engine.run.keep_log(cfg, dir)

@@ -82,6 +82,8 @@ cr.engine.run.keep_log(cfg, dir)                                -- log.txt: what
 task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
 task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
 task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))
+local profile = cr.engine.run.profile_hook(cfg, dir)           -- train.profile=<first>:<count>
+if profile then task:add_hook(profile) end
 cr.dist.setup.task(task)   -- k ranks: rank 0 logs, evaluates and checkpoints; the ranks stop together
 
 print(string.format('supervised: %s width %d (%.2fM params) on fashion_mnist (%d train, %d test), ' ..

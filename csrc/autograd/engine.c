@@ -270,7 +270,11 @@ static cr_status run_rule(cr_engine *e, cr_node *n) {
         return cr_fail(CR_ERR_AUTOGRAD, "backward through %s a second time: its saved tensors "
                        "were freed by the first backward; pass retain_graph=true to the first "
                        "backward", cr_op_name(n->call.op));
-    return cr_grad_table[n->call.op](n, n->buf, e->gin);
+    if (!cr_profile_active()) return cr_grad_table[n->call.op](n, n->buf, e->gin);
+    int64_t span = cr_profile_push(cr_op_backward_name(n->call.op));
+    cr_status st = cr_grad_table[n->call.op](n, n->buf, e->gin);
+    cr_profile_pop(span);
+    return st;
 }
 
 static bool any_grad(const cr_node *n) {

@@ -171,6 +171,11 @@ cr_status cr_call_init(cr_call *c, cr_op op, int nin, int nout);
 void cr_call_release_ins(cr_call *c); /* frees a heap `in` array (not the tensors) */
 /* Runs the kernel of c->op for the device of its first input. */
 cr_status cr_dispatch(cr_call *c);
+/* The profiler's spans (core/profile.c): push a static name, pop with its index. */
+int64_t cr_profile_push(const char *name);
+void cr_profile_pop(int64_t index);
+/* "<op name> backward", a static string (ops/registry.c). */
+const char *cr_op_backward_name(cr_op op);
 /* Releases c->out[*] after a failure. */
 void cr_call_drop_outs(cr_call *c);
 

@@ -174,6 +174,25 @@ void cr_rng_set_state(uint64_t seed, uint64_t offset);
 /* The raw stream, for tests: out[i] = word i%4 of Philox(key=seed, counter=offset+i/4). */
 void cr_rng_philox_words(uint32_t *out, int64_t n, uint64_t seed, uint64_t offset);
 
+/* ---- the profiler: spans of every op, backward rule and named region ----------- */
+/* While on, every op the calling thread dispatches, every backward rule the engine runs
+ * (named "<op> backward") and every region between cr_profile_begin and cr_profile_end
+ * (a step, the optimizer) is recorded with its start and duration in microseconds, its
+ * nesting depth and its self time (its duration less its children's). Only the thread
+ * that called cr_profile_start is recorded. Starting again discards the last record. */
+cr_status cr_profile_start(void);
+void cr_profile_stop(void);
+bool cr_profile_active(void);
+/* A named region (names are copied); returns its index for cr_profile_end, or -1 when
+ * the profiler is off. */
+int64_t cr_profile_begin(const char *name);
+void cr_profile_end(int64_t index);
+/* The record: its length, and event i's fields (start and durations in microseconds
+ * from cr_profile_start; name borrowed until the next start). */
+int64_t cr_profile_count(void);
+cr_status cr_profile_event(int64_t i, const char **name, double *start_us, double *dur_us, double *self_us,
+                           int *depth);
+
 /* ---- the op registry --------------------------------------------------------- */
 #include "crescent_ops.h"
 

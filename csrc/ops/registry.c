@@ -6,6 +6,9 @@
 #define NAME_ENTRY(E, name, kernel, rule) name,
 static const char *op_names[CR_OP_COUNT] = {CR_OPS(NAME_ENTRY)};
 #undef NAME_ENTRY
+#define BACKWARD_NAME_ENTRY(E, name, kernel, rule) name " backward",
+static const char *op_backward_names[CR_OP_COUNT] = {CR_OPS(BACKWARD_NAME_ENTRY)};
+#undef BACKWARD_NAME_ENTRY
 
 /* The cuda column is filled by the CUDA backend when it opens (csrc/cuda/); an op it
  * leaves empty fails with a message naming the op. */
@@ -25,6 +28,9 @@ cr_status cr_grad_none(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
 }
 
 const char *cr_op_name(cr_op op) { return (unsigned)op < CR_OP_COUNT ? op_names[op] : "?"; }
+const char *cr_op_backward_name(cr_op op) {
+    return (unsigned)op < CR_OP_COUNT ? op_backward_names[op] : "? backward";
+}
 int cr_op_count(void) { return CR_OP_COUNT; }
 bool cr_op_differentiable(cr_op op) {
     return (unsigned)op < CR_OP_COUNT && cr_grad_table[op] != cr_grad_none;
@@ -93,5 +99,9 @@ cr_status cr_dispatch(cr_call *c) {
         return cr_fail(CR_ERR_UNSUPPORTED, "%s: the CUDA backend has no kernel for this op yet; "
                        "compute it on the cpu (:cpu()) and move the result back with :cuda()",
                        op_names[c->op]);
-    return k(c);
+    if (!cr_profile_active()) return k(c);
+    int64_t span = cr_profile_push(op_names[c->op]);
+    cr_status st = k(c);
+    cr_profile_pop(span);
+    return st;
 }

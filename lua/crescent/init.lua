@@ -75,6 +75,7 @@ local lazy = {
   io = { 'crescent.io' },
   env = { 'crescent.env' },
   dist = { 'crescent.dist' },
+  profiler = { 'crescent.profiler' },
 }
 local function load_lazy(key)
   local errs = {}

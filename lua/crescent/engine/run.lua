@@ -42,6 +42,8 @@ function M.defaults(opts)
   return {
     -- dry_run (or --dry-run): build everything, report, exit 0 (crescent/engine/dry_run.lua)
     run = { resume = true, resume_from = '', dry_run = false },
+    -- profile = '<first>:<count>': a Chrome trace and op table of those steps (hooks/profile.lua)
+    train = { profile = '' },
     model = M.init_defaults(),
     checkpoint = { save = true, every_epochs = 1, every_iters = 0, keep = 3, best = opts and opts.best or '' },
   }
@@ -51,6 +53,7 @@ M.types = {
   ['run.resume'] = 'boolean',
   ['run.resume_from'] = 'string',
   ['run.dry_run'] = 'boolean',
+  ['train.profile'] = 'string',
   ['model.init'] = 'string',
   ['model.init_prefix'] = 'string',
   ['model.init_remove_prefix'] = 'string',
@@ -99,6 +102,7 @@ M.RESUME_MAY_CHANGE = {
   ['data.root'] = true, ['data.workers'] = true, ['run.dir'] = true, ['run.resume'] = true, ['run.dry_run'] = true,
   ['dist.timeout'] = true, ['dist.quiet'] = true, ['dist.bucket_mb'] = true,
   ['checkpoint.keep'] = true, ['checkpoint.every_epochs'] = true, ['checkpoint.every_iters'] = true,
+  ['train.profile'] = true,
 }
 
 -- Refuses to resume the run in `dir` under a config other than the one it was started
@@ -189,6 +193,13 @@ function M.write_results(cfg, dir, results)
   f:close()
   local ok, rerr = os.rename(tmp, dir .. '/results.json')
   if not ok then error(string.format("cannot write '%s/results.json' (%s)", dir, tostring(rerr)), 0) end
+end
+
+-- The hook of train.profile='<first>:<count>' writing into the run folder, or nil.
+function M.profile_hook(cfg, dir)
+  local first, count = cr.hooks.profile.parse(cfg.train and cfg.train.profile)
+  if not first then return nil end
+  return cr.hooks.profile { first = first, count = count, dir = dir }
 end
 
 -- The weights of the file m.init (a safetensors file: a checkpoint, an export, a

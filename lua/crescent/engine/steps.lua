@@ -6,6 +6,7 @@
 -- run there and the loop can split the step's time into forward+backward and optimizer.
 local cr = require 'crescent'
 local loop = require 'crescent.engine.loop'
+local profiler = require 'crescent.profiler'
 
 local M = {}
 local fire = loop.fire
@@ -26,11 +27,13 @@ end
 
 function M.standard(task, batch)
   local out, loss
+  local region = profiler.begin('forward') -- nil unless cr.profiler is on
   if task.amp and task.amp ~= 'off' then
     out, loss = cr.autocast(task.amp, forward, task, batch)
   else
     out, loss = forward(task, batch)
   end
+  profiler.finish(region)
   task.output = out
   task.loss_tensor = loss
   local ctx = task._loop
@@ -40,11 +43,13 @@ function M.standard(task, batch)
   local scaler = task.scaler
   if scaler then loss = scaler:scale(loss) end
   local steps_now = k == 1 or (task.iteration + 1) % k == 0
+  region = profiler.begin('backward')
   if task.ddp and not steps_now then
     task.ddp:no_sync(loss.backward, loss) -- accumulate on this rank; the k-th backward all-reduces
   else
     loss:backward()
   end
+  profiler.finish(region)
   local v = task.loss_tensor:item()
   task.loss_value = v
   task.storage:put_scalar('loss', v)
@@ -68,8 +73,10 @@ function M.standard(task, batch)
       task.storage:put_scalar('grad_norm', norm)
     end
     if task.clip_value then cr.optim.clip_grad_value(task:trainable_parameters(), task.clip_value) end
+    region = profiler.begin('optimizer')
     opt:step()
     opt:zero_grad()
+    profiler.finish(region)
   end
 end
 

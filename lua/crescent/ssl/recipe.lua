@@ -230,6 +230,8 @@ function R.task(name, cfg)
   task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
   task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
   task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))
+  local profile = cr.engine.run.profile_hook(cfg, dir)
+  if profile then task:add_hook(profile) end
   return cr.dist.setup.task(task)
 end
 

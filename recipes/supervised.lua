@@ -73,6 +73,8 @@ task:add_hook(cr.hooks.schedule())                              -- the lr every 
 task:add_hook(cr.hooks.timer())                                 -- time, img/s, ETA
 task:add_hook(cr.hooks.nan_guard { every = 100 })               -- stop on NaN/Inf
 task:add_hook(cr.hooks.eval { topk = { 1, 5 } })                -- test top-1/top-5
+local ema = cr.engine.run.ema_hook(cfg, model)                -- model.ema=0.999: test the averaged weights
+if ema then task:add_hook(ema) end
 task:add_hook(cr.hooks.diagnostics { every = cfg.train.log_every }) -- norms, lr, memory, time split
 task:add_hook(cr.hooks.console { every = cfg.train.log_every }) -- progress and test lines
 -- the run folder: config.lua, TensorBoard events, metrics.jsonl, checkpoints; the start

@@ -266,6 +266,50 @@ describe('the diagnostics hook', function()
   end)
 end)
 
+describe('the EMA hook', function()
+  it('averages the weights after every step, tests with the average, and keeps it in checkpoints', function()
+    local tl = list_loader(batches(2, 4))
+    local t = linear_task { batches = batches(5, 4), test_loader = tl, test_every = 1 }
+    local ema = cr.hooks.ema { model = t.model, momentum = 0.8, start = 1 }
+    t:add_hook(ema)
+    local expect, in_test = {}, {}
+    t:add_hook { priority = 99, after_step = function(_, task)
+      if task.phase_name ~= 'train' then return end
+      for _, np in ipairs(task.model:named_parameters()) do
+        local w = np[2]:detach():clone()
+        local e = expect[np[1]]
+        -- step 1 copies (start = 1), then e = 0.8 e + 0.2 w
+        expect[np[1]] = (e == nil or task.iteration <= 1) and w or e * 0.8 + w * 0.2
+      end
+    end, before_step = function(_, task)
+      if task.phase_name == 'test' then in_test[#in_test + 1] = task.model:named_parameters()[1][2]:clone() end
+    end }
+    cr.train(t)
+    local avg = {}
+    for name, e in pairs(ema:tensor_state()) do avg[name] = e:clone() end
+    for name, e in pairs(expect) do H.assert_close(avg[name], e, 1e-6, 1e-5, name) end
+    -- the test phase ran on the average; afterwards the model has its trained weights back
+    H.assert_close(in_test[1], avg[t.model:named_parameters()[1][1]], 0, 0)
+    assert.is_true(H.max_diff(t.model:named_parameters()[1][2], avg[t.model:named_parameters()[1][1]]) > 0)
+    assert.is_false(ema.swapped)
+    assert.are.equal(42, t:with_eval_weights(function(x)
+      H.assert_close(t.model:named_parameters()[1][2], avg[t.model:named_parameters()[1][1]], 0, 0)
+      return x
+    end, 42))
+    -- a checkpoint holds the average under hook_state.ema.<name>, and a load restores it
+    local path = os.tmpname()
+    cr.engine.checkpoint.save(t, path)
+    assert.is_truthy(cr.load(path)['hook_state.ema.0.weight'])
+    local u = linear_task { batches = batches(5, 4) }
+    local ema2 = cr.hooks.ema { model = u.model, momentum = 0.8 }
+    u:add_hook(ema2)
+    cr.engine.checkpoint.load(u, path)
+    os.remove(path)
+    for name, e in pairs(avg) do assert.are.equal(0, H.max_diff(ema2:tensor_state()[name] or e * 0 + 1 / 0, e)) end
+    H.assert_error(function() cr.hooks.ema { model = u.model, momentum = 1 } end, 'momentum must be a number in [0, 1)')
+  end)
+end)
+
 describe('the freeze hook', function()
   it('keeps matching parameters fixed for the first N iterations', function()
     local t = linear_task { batches = batches(3, 4) }

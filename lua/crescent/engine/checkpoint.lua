@@ -34,8 +34,8 @@ char *strerror(int errnum);
 local M = {}
 
 M.FORMAT = 'crescent.checkpoint'
-local OPT_PREFIX, STATE_PREFIX = 'optimizer.', 'method_state.'
-M.OPT_PREFIX, M.STATE_PREFIX = OPT_PREFIX, STATE_PREFIX
+local OPT_PREFIX, STATE_PREFIX, HOOK_PREFIX = 'optimizer.', 'method_state.', 'hook_state.'
+M.OPT_PREFIX, M.STATE_PREFIX, M.HOOK_PREFIX = OPT_PREFIX, STATE_PREFIX, HOOK_PREFIX
 local NAME_PATTERN = '^ckpt%-e(%d+)%-i(%d+)%.safetensors$'
 
 -- The file name of a checkpoint taken at this point of the run.
@@ -87,9 +87,10 @@ function M.state(task)
   if task.model and task.model.named_state then
     for _, e in ipairs(task.model:named_state()) do
       local name = e[1]
-      if name:sub(1, #OPT_PREFIX) == OPT_PREFIX or name:sub(1, #STATE_PREFIX) == STATE_PREFIX then
-        error(string.format("checkpoint: the model's '%s' clashes with the checkpoint's own '%s' and '%s' keys; " ..
-          'rename that submodule', name, OPT_PREFIX, STATE_PREFIX), 0)
+      if name:sub(1, #OPT_PREFIX) == OPT_PREFIX or name:sub(1, #STATE_PREFIX) == STATE_PREFIX or
+          name:sub(1, #HOOK_PREFIX) == HOOK_PREFIX then
+        error(string.format("checkpoint: the model's '%s' clashes with the checkpoint's own '%s', '%s' and '%s' " ..
+          'keys; rename that submodule', name, OPT_PREFIX, STATE_PREFIX, HOOK_PREFIX), 0)
       end
       add(name, e[2])
     end
@@ -128,6 +129,11 @@ function M.state(task)
   end
   for _, h in ipairs(task.hooks or {}) do
     if type(h.state_dict) == 'function' and h.name then trainer.hooks[h.name] = h:state_dict() end
+    -- a hook's tensors (the EMA of the weights): hook_state.<hook>.<key>
+    if type(h.tensor_state) == 'function' and h.name then
+      local ts = h:tensor_state()
+      for _, key in ipairs(sorted_keys(ts)) do add(HOOK_PREFIX .. h.name .. '.' .. key, ts[key]) end
+    end
   end
   if task.scaler then trainer.loss_scaler = task.scaler:state_dict() end
   return tensors, trainer
@@ -185,13 +191,18 @@ end
 function M.load(task, path)
   local tensors, metadata = cr.load(path)
   local trainer = trainer_of(path, metadata)
-  local model_sd, opt_state, method_state = {}, {}, {}
+  local model_sd, opt_state, method_state, hook_tensors = {}, {}, {}, {}
   for name, t in pairs(tensors) do
     if name:sub(1, #OPT_PREFIX) == OPT_PREFIX then
       local pname, buf = name:sub(#OPT_PREFIX + 1):match('^(.+)%.([^.]+)$')
       if not pname then bad(path, "tensor '" .. name .. "' is not optimizer.<parameter>.<buffer>") end
       opt_state[pname] = opt_state[pname] or {}
       opt_state[pname][buf] = t
+    elseif name:sub(1, #HOOK_PREFIX) == HOOK_PREFIX then
+      local hook, key = name:sub(#HOOK_PREFIX + 1):match('^([^.]+)%.(.+)$')
+      if not hook then bad(path, "tensor '" .. name .. "' is not hook_state.<hook>.<key>") end
+      hook_tensors[hook] = hook_tensors[hook] or {}
+      hook_tensors[hook][key] = t
     elseif name:sub(1, #STATE_PREFIX) == STATE_PREFIX then
       local key, field = name:sub(#STATE_PREFIX + 1):match('^(.+)%.([^.]+)$')
       if not key then bad(path, "tensor '" .. name .. "' is not method_state.<key>.<field>") end
@@ -240,6 +251,13 @@ function M.load(task, path)
         bad(path, 'holds method state but the model has no load_extra_state(state)')
       end
       local ok, err = pcall(method.load_extra_state, method, method_state)
+      if not ok then bad(path, tostring(err)) end
+    end
+  end
+  for _, h in ipairs(task.hooks or {}) do
+    local ts = h.name and hook_tensors[h.name]
+    if ts and type(h.load_tensor_state) == 'function' then
+      local ok, err = pcall(h.load_tensor_state, h, ts)
       if not ok then bad(path, tostring(err)) end
     end
   end

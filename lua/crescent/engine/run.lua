@@ -38,13 +38,17 @@ function M.init_defaults()
            init_strict = true }
 end
 
+-- ema: 0 (off) or the momentum of an EMA of the weights (0.9999); ema_eval: the test
+-- phases and the kNN use the average (crescent/hooks/ema.lua).
+local EMA_DEFAULTS = { ema = 0, ema_eval = true }
+
 function M.defaults(opts)
   return {
     -- dry_run (or --dry-run): build everything, report, exit 0 (crescent/engine/dry_run.lua)
     run = { resume = true, resume_from = '', dry_run = false },
+    model = cr.config.merge(M.init_defaults(), EMA_DEFAULTS),
     -- profile = '<first>:<count>': a Chrome trace and op table of those steps (hooks/profile.lua)
     train = { profile = '' },
-    model = M.init_defaults(),
     checkpoint = { save = true, every_epochs = 1, every_iters = 0, keep = 3, best = opts and opts.best or '' },
   }
 end
@@ -60,6 +64,8 @@ M.types = {
   ['model.init_add_prefix'] = 'string',
   ['model.init_skip'] = 'list',
   ['model.init_strict'] = 'boolean',
+  ['model.ema'] = { type = 'number', min = 0, max = 0.999999999 },
+  ['model.ema_eval'] = 'boolean',
   ['checkpoint.every_epochs'] = { type = 'integer', min = 0 },
   ['checkpoint.every_iters'] = { type = 'integer', min = 0 },
   ['checkpoint.keep'] = { type = 'integer', min = 1 },
@@ -195,6 +201,13 @@ function M.write_results(cfg, dir, results)
   if not ok then error(string.format("cannot write '%s/results.json' (%s)", dir, tostring(rerr)), 0) end
 end
 
+-- The EMA hook of model.ema for the task's model, or nil when model.ema is 0.
+function M.ema_hook(cfg, model)
+  local m = cfg.model
+  if not m or (m.ema or 0) == 0 then return nil end
+  return cr.hooks.ema { model = model, momentum = m.ema, evaluate = m.ema_eval }
+end
+
 -- The hook of train.profile='<first>:<count>' writing into the run folder, or nil.
 function M.profile_hook(cfg, dir)
   local first, count = cr.hooks.profile.parse(cfg.train and cfg.train.profile)
@@ -223,7 +236,11 @@ function M.load_weights(model, m)
       end
     end
   end
-  local skip = { '^' .. ckpt.OPT_PREFIX:gsub('%.', '%%.'), '^' .. ckpt.STATE_PREFIX:gsub('%.', '%%.') }
+  local skip = {}
+  for _, internal in ipairs { ckpt.OPT_PREFIX, ckpt.STATE_PREFIX, ckpt.HOOK_PREFIX } do
+    -- a checkpoint's own keys are not weights, unless init_prefix picks them (the EMA's)
+    if prefix:sub(1, #internal) ~= internal then skip[#skip + 1] = '^' .. internal:gsub('%.', '%%.') end
+  end
   for _, pat in ipairs(type(m.init_skip) == 'string' and { m.init_skip } or m.init_skip or {}) do skip[#skip + 1] = pat end
   local ok, report = pcall(cr.io.load_into, model, path, { select_prefix = prefix, remove_prefix = m.init_remove_prefix,
     add_prefix = m.init_add_prefix, skip = skip, strict = m.init_strict })

@@ -182,6 +182,15 @@ function Task:trainable_parameters()
   return self._trainable
 end
 
+-- fn(...) on the weights evaluation uses: the averaged ones when an EMA hook evaluates
+-- with them (crescent/hooks/ema.lua), else the model's own.
+function Task:with_eval_weights(fn, ...)
+  for _, h in ipairs(self.hooks) do
+    if type(h.with_weights) == 'function' then return h:with_weights(fn, ...) end
+  end
+  return fn(...)
+end
+
 -- The current learning rate of the first param group (for writers).
 function Task:lr()
   local opt = self.optimizer

@@ -14,6 +14,7 @@ M.diagnostics = require 'crescent.hooks.diagnostics'  -- grad/param/update norms
 M.tensorboard = require 'crescent.hooks.tensorboard'  -- TensorBoard event files (95)
 M.jsonl = require 'crescent.hooks.jsonl'          -- metrics.jsonl, a line per logged step (95)
 M.checkpoint = require 'crescent.hooks.checkpoint'  -- checkpoints, retention, auto-resume (98)
+M.ema = require 'crescent.hooks.ema'              -- an EMA of the weights, evaluated with (3)
 M.profile = require 'crescent.hooks.profile'      -- op-level profile of a few steps, Chrome trace (1)
 
 -- The usual set for a supervised run: schedule, timer, NaN guard, eval (when there is

@@ -21,8 +21,12 @@ function Knn:measure(task, label)
   local t0 = now()
   local opts = { batch_size = self.batch_size, forward = self.forward }
   local model = self.model or task.model
-  local ftr, ytr = features.extract(model, self.train_set, opts)
-  local fte, yte = features.extract(model, self.test_set, opts)
+  -- the weights evaluation uses (an EMA's average when the task keeps one)
+  local ftr, ytr, fte, yte = task:with_eval_weights(function()
+    local a, b = features.extract(model, self.train_set, opts)
+    local c, d = features.extract(model, self.test_set, opts)
+    return a, b, c, d
+  end)
   if not ytr or not yte then
     error('knn: the train and test sets need labels', 0)
   end

@@ -223,6 +223,8 @@ function R.task(name, cfg)
       temperature = cfg.knn.temperature, at_start = cfg.knn.at_start, model = method.trunk, test_name = eval_name,
       forward = function(x) return method:features(x) end })
   end
+  local ema = cr.engine.run.ema_hook(cfg, method) -- model.ema: an average of the weights, evaluated with
+  if ema then task:add_hook(ema) end
   task:add_hook(cr.hooks.diagnostics { every = cfg.train.log_every })
   task:add_hook(cr.hooks.console { every = cfg.train.log_every })
   local dir, env = cr.engine.run.prepare(cfg, R.run_dir(task))

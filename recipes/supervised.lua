@@ -52,6 +52,7 @@ local test_loader = cr.data.Loader(test_set, { batch_size = 500, shuffle = false
 -- device), then moved to the run's device before the optimizer takes its parameters
 local model = nn.models[cfg.model.arch] { stem = 'cifar', width = cfg.model.width, in_channels = 1, num_classes = 10 }
 model:to(device)
+local freeze = cr.engine.run.freeze(cfg, model)   -- model.freeze=<pattern>: fixed, in eval mode
 local ddp = cr.dist.setup.model(cfg, model)   -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP
 
 -- optimizer: SGD with Nesterov momentum, no weight decay on biases and BatchNorm weights
@@ -59,7 +60,11 @@ local ddp = cr.dist.setup.model(cfg, model)   -- k ranks: SyncBatchNorm (dist.sy
 -- warmup from 0 then cosine to 0, applied every step
 local peak, _, scaled = cr.optim.from_config.scaled_lr(cfg.optim, cfg.data.batch_size)
 if scaled then print(scaled) end
-local optimizer = cr.optim.from_config.build(model:named_parameters(), cfg.optim, peak, defaults.optim)
+local trainable = {}
+for _, np in ipairs(model:named_parameters()) do
+  if np[2].requires_grad then trainable[#trainable + 1] = np end
+end
+local optimizer = cr.optim.from_config.build(trainable, cfg.optim, peak, defaults.optim)
 local warmup = cfg.train.epochs > 0 and math.min(1, cfg.optim.warmup_epochs / cfg.train.epochs) or 0
 local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = peak, to = 0 }
 
@@ -73,6 +78,7 @@ task:add_hook(cr.hooks.schedule())                              -- the lr every 
 task:add_hook(cr.hooks.timer())                                 -- time, img/s, ETA
 task:add_hook(cr.hooks.nan_guard { every = 100 })               -- stop on NaN/Inf
 task:add_hook(cr.hooks.eval { topk = { 1, 5 } })                -- test top-1/top-5
+if freeze then task:add_hook(freeze) end                       -- model.freeze_iters: for the first steps
 local ema = cr.engine.run.ema_hook(cfg, model)                -- model.ema=0.999: test the averaged weights
 if ema then task:add_hook(ema) end
 task:add_hook(cr.hooks.diagnostics { every = cfg.train.log_every }) -- norms, lr, memory, time split

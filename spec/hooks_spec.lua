@@ -327,6 +327,53 @@ describe('the freeze hook', function()
   end)
 end)
 
+describe('model.freeze (cr.engine.run.freeze)', function()
+  local function bn_task(freeze_iters)
+    cr.manual_seed(5)
+    local model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
+    local cfg = { model = { freeze = '^[01]%.', freeze_iters = freeze_iters } }
+    local said = {}
+    local print0 = _G.print
+    rawset(_G, 'print', function(s) said[#said + 1] = s end)
+    local ok, hook = pcall(cr.engine.run.freeze, cfg, model)
+    rawset(_G, 'print', print0)
+    assert(ok, hook)
+    local trainable = {}
+    for _, np in ipairs(model:named_parameters()) do if np[2].requires_grad then trainable[#trainable + 1] = np end end
+    local t = Task { model = model, optimizer = cr.optim.SGD(trainable, { lr = 0.1 }), epochs = 1, test_every = 0,
+      loss = function(out, b) return cr.cross_entropy(out, b.target) end, train_loader = list_loader(batches(4, 8)) }
+    if hook then t:add_hook(hook) end
+    return t, model, said[1]
+  end
+
+  it('for the whole run: fixed parameters, BatchNorm in eval mode with its statistics unchanged', function()
+    local t, model, line = bn_task(0)
+    assert.are.equal("model.freeze: 0.000M parameters matching '^[01]%.' fixed for the whole run", line)
+    local w, mean = model['0'].weight:clone(), model['1'].running_mean:clone()
+    cr.train(t)
+    assert.are.equal(0, H.max_diff(model['0'].weight, w))
+    assert.are.equal(0, H.max_diff(model['1'].running_mean, mean))
+    assert.is_false(model['1'].training)
+    assert.is_true(model['3'].training)
+  end)
+
+  it('for the first freeze_iters steps: fixed and in eval mode, then trained again', function()
+    local t, model, line = bn_task(2)
+    assert.truthy(line:find('fixed for the first 2 steps', 1, true), line)
+    local w, mean = model['0'].weight:clone(), model['1'].running_mean:clone()
+    local seen = {}
+    t:add_hook { priority = 99, after_step = function(_, task)
+      seen[task.iteration] = { model['1'].training, H.max_diff(model['0'].weight, w), H.max_diff(model['1'].running_mean, mean) }
+    end }
+    cr.train(t)
+    assert.are.same({ false, 0, 0 }, seen[1])
+    assert.are.same({ false, 0, 0 }, seen[2])
+    assert.is_true(seen[3][1] and seen[3][2] > 0 and seen[3][3] > 0)
+    H.assert_error(function() cr.engine.run.freeze({ model = { freeze = '^nothing', freeze_iters = 0 } }, model) end,
+      "model.freeze: no parameter name matches the Lua pattern '^nothing'")
+  end)
+end)
+
 describe('the eval hook', function()
   it('reports top-1/top-k into the storage and task.metrics', function()
     -- a model that outputs its input: logits given, so the accuracy is known

@@ -40,7 +40,9 @@ end
 
 -- ema: 0 (off) or the momentum of an EMA of the weights (0.9999); ema_eval: the test
 -- phases and the kNN use the average (crescent/hooks/ema.lua).
-local EMA_DEFAULTS = { ema = 0, ema_eval = true }
+-- freeze: a Lua pattern over parameter names kept fixed (their modules in eval mode) for
+-- the first freeze_iters steps, or the whole run with 0 (crescent/hooks/freeze.lua).
+local EMA_DEFAULTS = { ema = 0, ema_eval = true, freeze = '', freeze_iters = 0 }
 
 function M.defaults(opts)
   return {
@@ -66,6 +68,8 @@ M.types = {
   ['model.init_strict'] = 'boolean',
   ['model.ema'] = { type = 'number', min = 0, max = 0.999999999 },
   ['model.ema_eval'] = 'boolean',
+  ['model.freeze'] = 'string',
+  ['model.freeze_iters'] = { type = 'integer', min = 0 },
   ['checkpoint.every_epochs'] = { type = 'integer', min = 0 },
   ['checkpoint.every_iters'] = { type = 'integer', min = 0 },
   ['checkpoint.keep'] = { type = 'integer', min = 1 },
@@ -199,6 +203,32 @@ function M.write_results(cfg, dir, results)
   f:close()
   local ok, rerr = os.rename(tmp, dir .. '/results.json')
   if not ok then error(string.format("cannot write '%s/results.json' (%s)", dir, tostring(rerr)), 0) end
+end
+
+-- model.freeze on `model`, before its optimizer is made: for the whole run (freeze_iters
+-- 0) the parameters stop requiring grad and their modules stay in eval mode
+-- (Module:freeze); for the first freeze_iters steps, the hook returned (nil otherwise)
+-- drops their grads and keeps their modules in eval mode. One line says what froze.
+function M.freeze(cfg, model)
+  local m = cfg.model
+  if not m or (m.freeze or '') == '' then return nil end
+  local n = 0
+  for _, np in ipairs(model:named_parameters()) do
+    if np[1]:find(m.freeze) then n = n + np[2]:numel() end
+  end
+  if n == 0 then
+    local names = {}
+    for i, np in ipairs(model:named_parameters()) do if i <= 4 then names[i] = "'" .. np[1] .. "'" end end
+    error(string.format("model.freeze: no parameter name matches the Lua pattern '%s'; names look like %s", m.freeze,
+      table.concat(names, ', ')), 0)
+  end
+  print(string.format("model.freeze: %.3fM parameters matching '%s' fixed %s", n / 1e6, m.freeze,
+    m.freeze_iters > 0 and ('for the first ' .. m.freeze_iters .. ' steps') or 'for the whole run'))
+  if m.freeze_iters == 0 then
+    model:freeze(m.freeze)
+    return nil
+  end
+  return cr.hooks.freeze { pattern = m.freeze, iterations = m.freeze_iters, modes = true }
 end
 
 -- The EMA hook of model.ema for the task's model, or nil when model.ema is 0.

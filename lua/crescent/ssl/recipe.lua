@@ -195,6 +195,7 @@ function R.task(name, cfg)
   -- built on the cpu (the same initial weights for a seed on any device), then moved
   local method = mod.build(cfg, { trunk = make_trunk, feat_dim = feat_dim, nchan = nchan, views = views }):to(device)
   -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP, before the optimizer takes the parameters
+  local freeze = cr.engine.run.freeze(cfg, method) -- model.freeze: before DDP and the optimizer see the parameters
   local ddp = cr.dist.setup.model(cfg, method)
   local loader = cr.data.Loader(train_set, { batch_size = cfg.data.batch_size, shuffle = true, drop_last = true,
                                              seed = cfg.train.seed, views = views, workers = cfg.data.workers,
@@ -223,6 +224,7 @@ function R.task(name, cfg)
       temperature = cfg.knn.temperature, at_start = cfg.knn.at_start, model = method.trunk, test_name = eval_name,
       forward = function(x) return method:features(x) end })
   end
+  if freeze then task:add_hook(freeze) end
   local ema = cr.engine.run.ema_hook(cfg, method) -- model.ema: an average of the weights, evaluated with
   if ema then task:add_hook(ema) end
   task:add_hook(cr.hooks.diagnostics { every = cfg.train.log_every })

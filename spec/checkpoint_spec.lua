@@ -29,7 +29,8 @@ local function supervised_task(dir, opts)
   task:add_hook(cr.hooks.schedule())
   task:add_hook(cr.hooks.checkpoint { dir = dir, every_epochs = opts.every_epochs or 1,
     every_iters = opts.every_iters or 0, keep = opts.keep or 3, verbose = false, warn = opts.warn,
-    resume = opts.resume, best = opts.best, resume_from = opts.resume_from, init = opts.init, save = opts.save })
+    resume = opts.resume, best = opts.best, resume_from = opts.resume_from, init = opts.init, save = opts.save,
+    async = opts.async })
   if opts.stop_at then
     task:add_hook { name = 'stop', after_step = function(_, t)
       if t.iteration == opts.stop_at then t:request_stop('spec') end
@@ -248,6 +249,34 @@ describe('auto-resume', function()
     local fresh = cr.config.merge(other, { run = { resume = false } })
     cr.engine.run.prepare(fresh, dir, { write = function() end })
     assert.are.same(fresh, dofile(dir .. '/config.lua'))
+  end)
+end)
+
+describe('async checkpoints', function()
+  local tmp = H.tmpdir('ckpt_async')
+  teardown(tmp.remove)
+
+  it('are the same files, bit for bit, as synchronous ones, with the same links and retention', function()
+    local sync = supervised_task(tmp.path('sync'), { every_iters = 4, keep = 2 })
+    cr.train(sync)
+    local async = supervised_task(tmp.path('async'), { every_iters = 4, keep = 2, async = true })
+    cr.train(async)
+    local a, b = ckpt.list(tmp.path('sync')), ckpt.list(tmp.path('async'))
+    assert.are.equal(#a, #b)
+    for i = 1, #a do
+      assert.are.equal(a[i].name, b[i].name)
+      assert.is_true(H.read_file(a[i].path) == H.read_file(b[i].path), a[i].name)
+    end
+    assert.are.equal(H.read_file(tmp.path('sync') .. '/latest.safetensors'),
+      H.read_file(tmp.path('async') .. '/latest.safetensors'))
+  end)
+
+  it('a write that fails stops the run at a later step, naming the file', function()
+    local t = supervised_task('/proc/self', { every_iters = 2, async = true }) -- a folder no file can be made in
+    local err = H.error_of(function() cr.train(t) end)
+    assert.truthy(err:find('checkpoint: writing /proc/self/ckpt-e0000-i000000002.safetensors (every 2 iterations) ' ..
+      'failed', 1, true), err)
+    assert.is_true(t.iteration >= 3 and t.iteration < 18, 'stopped at ' .. t.iteration)
   end)
 end)
 

@@ -29,6 +29,17 @@ cr_status cr_io_save_safetensors(const char *path, const char *const *names,
                                  cr_tensor *const *tensors, int64_t n,
                                  const char *metadata_json);
 
+/* The same write on a thread of its own (a checkpoint off the step path): the tensors
+ * are retained until the file is written and must not change meanwhile (pass copies);
+ * names, path and metadata are copied. cr_io_save_done tells whether it has finished;
+ * cr_io_save_wait waits, frees the job and returns the write's status (with its message,
+ * as cr_io_save_safetensors would have set it). */
+typedef struct cr_io_save_job cr_io_save_job;
+cr_status cr_io_save_async(cr_io_save_job **out, const char *path, const char *const *names,
+                           cr_tensor *const *tensors, int64_t n, const char *metadata_json);
+bool cr_io_save_done(cr_io_save_job *job);
+cr_status cr_io_save_wait(cr_io_save_job *job);
+
 /* A loaded file: its tensors sorted by name, and its metadata. */
 typedef struct cr_io_file cr_io_file;
 

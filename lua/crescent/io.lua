@@ -127,6 +127,43 @@ function M.save(path, tensors, metadata)
   return path
 end
 
+-- cr.io.save_async(path, tensors, metadata) -> a job: the same file, written by a thread
+-- of its own from copies taken now, so the caller goes on at once (a checkpoint off the
+-- step path). job:done() tells whether it has finished; job:wait() waits and raises the
+-- write's error, if any (a job nobody waits for is waited for when collected).
+local Job = {}
+Job.__index = Job
+
+function Job:done() return self.ptr == nil or C.cr_io_save_done(self.ptr) end
+
+function Job:wait()
+  local p = self.ptr
+  if p == nil then return self.path end
+  self.ptr, self.copies = nil, nil
+  ffi.gc(p, nil)
+  if C.cr_io_save_wait(p) ~= 0 then fail(ffi.string(C.cr_last_error())) end
+  return self.path
+end
+
+function M.save_async(path, tensors, metadata)
+  check_path('save_async', path)
+  local names, list = entries_of('save_async', tensors)
+  local meta = metadata_json('save_async', metadata)
+  local n = #names
+  local copies = {}
+  for i = 1, n do -- contiguous host copies: the thread only reads them
+    local c = list[i]:detach():contiguous() -- may share the tensor's memory: copied below
+    copies[i] = c.device == 'cpu' and c:clone() or c:cpu()
+    assert(copies[i]:is_contiguous())
+  end
+  local cnames, ctensors = ffi.new(names_ct, n + 1), ffi.new(tensors_ct, n + 1)
+  for i = 1, n do cnames[i - 1], ctensors[i - 1] = names[i], copies[i] end
+  local box = ffi.new('cr_io_save_job*[1]')
+  util.retry(C.cr_io_save_async(box, path, cnames, ctensors, n, meta), C.cr_io_save_async, box, path, cnames,
+    ctensors, n, meta)
+  return setmetatable({ ptr = ffi.gc(box[0], C.cr_io_save_wait), path = path, copies = copies }, Job)
+end
+
 -- cr.load(path) -> tensors (name -> tensor), metadata (string -> string)
 function M.load(path)
   check_path('load', path)

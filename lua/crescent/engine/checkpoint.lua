@@ -139,16 +139,26 @@ function M.state(task)
   return tensors, trainer
 end
 
--- Writes the task's checkpoint to path (atomically: cr.save). extra.best is stored too.
-function M.save(task, path, extra)
+local function contents(task, extra)
   local tensors, trainer = M.state(task)
   trainer.best = extra and extra.best or nil
-  cr.save(path, tensors, {
+  return tensors, {
     format = M.FORMAT, crescent = tostring(cr.version), trainer = cjson.encode(trainer),
     config = type(task.config) == 'table' and cr.config.dump(task.config) or nil,
     env = extra and extra.env or nil,
-  })
+  }
+end
+
+-- Writes the task's checkpoint to path (atomically: cr.save). extra.best is stored too.
+function M.save(task, path, extra)
+  cr.save(path, contents(task, extra))
   return path
+end
+
+-- The same checkpoint, taken now (copies of every tensor) and written by a thread of its
+-- own while training goes on: returns the job (cr.io.save_async; job:wait()).
+function M.save_async(task, path, extra)
+  return cr.io.save_async(path, contents(task, extra))
 end
 
 -- ---- load ----------------------------------------------------------------------------

@@ -51,7 +51,9 @@ function M.defaults(opts)
     model = cr.config.merge(M.init_defaults(), EMA_DEFAULTS),
     -- profile = '<first>:<count>': a Chrome trace and op table of those steps (hooks/profile.lua)
     train = { profile = '' },
-    checkpoint = { save = true, every_epochs = 1, every_iters = 0, keep = 3, best = opts and opts.best or '' },
+    -- async: written by a thread while training goes on (hooks/checkpoint.lua)
+    checkpoint = { save = true, every_epochs = 1, every_iters = 0, keep = 3, best = opts and opts.best or '',
+                   async = true },
   }
 end
 
@@ -74,6 +76,7 @@ M.types = {
   ['checkpoint.every_iters'] = { type = 'integer', min = 0 },
   ['checkpoint.keep'] = { type = 'integer', min = 1 },
   ['checkpoint.best'] = 'string',
+  ['checkpoint.async'] = 'boolean',
 }
 
 -- The folder of this run: run.dir/<run.name, or `default_name`>.
@@ -112,7 +115,7 @@ M.RESUME_MAY_CHANGE = {
   ['data.root'] = true, ['data.workers'] = true, ['run.dir'] = true, ['run.resume'] = true, ['run.dry_run'] = true,
   ['dist.timeout'] = true, ['dist.quiet'] = true, ['dist.bucket_mb'] = true,
   ['checkpoint.keep'] = true, ['checkpoint.every_epochs'] = true, ['checkpoint.every_iters'] = true,
-  ['train.profile'] = true,
+  ['train.profile'] = true, ['checkpoint.async'] = true,
 }
 
 -- Refuses to resume the run in `dir` under a config other than the one it was started
@@ -293,7 +296,7 @@ function M.checkpoint_hook(cfg, dir, env)
   return cr.hooks.checkpoint { dir = dir .. '/checkpoints', every_epochs = c.every_epochs,
     every_iters = c.every_iters, keep = c.keep, best = c.best, resume = cfg.run.resume and c.save,
     resume_from = cfg.run.resume_from ~= '' and cfg.run.resume_from or nil, init = init, save = c.save,
-    seed = cfg.train and cfg.train.seed, env = env and cr.env.json(env) }
+    seed = cfg.train and cfg.train.seed, env = env and cr.env.json(env), async = c.async }
 end
 
 return M

@@ -3,7 +3,7 @@
 --
 --   task:add_hook(cr.hooks.checkpoint{dir = 'runs/exp1/checkpoints', every_epochs = 1,
 --     every_iters = 0, keep = 3, best = 'knn_top1', best_mode = 'max', resume = true,
---     resume_from = nil, init = nil, save = true, seed = nil})
+--     resume_from = nil, init = nil, save = true, seed = nil, async = false})
 --
 -- Before the loop (setup) the run starts, and one line says how: with resume = true, from
 -- the newest valid checkpoint of `dir` (a truncated or corrupt one is skipped with a
@@ -13,7 +13,11 @@
 -- checkpoint ckpt-e<epochs done>-i<iteration>.safetensors is written every `every_epochs`
 -- epochs (once the epoch's phases are over), every `every_iters` iterations,
 -- after a step that a signal interrupted (SIGTERM/SIGINT/SIGUSR1: the loop stops there),
--- and at the end of training. Writes are atomic; latest.safetensors links the newest,
+-- and at the end of training. With async = true a checkpoint is copied at the step
+-- boundary and written by a thread of its own while the next steps run (big_vision's
+-- async checkpointing); its links and line follow once it is on disk, a failed write
+-- stops the run at the next step, and a signal or the end of the run waits for the
+-- file. Writes are atomic; latest.safetensors links the newest,
 -- best.safetensors the one with the best task.metrics[best] (higher is better, or lower
 -- with best_mode = 'min'); the newest `keep` and the best are kept, older ones removed.
 local util = require 'crescent.util'
@@ -64,22 +68,43 @@ end
 
 function Checkpoint:save(task, why)
   if self.read_only or not self.writes then return end -- a distributed run's ranks other than 0 resume only
+  self:complete() -- the previous write first: one at a time, in order
   util.mkdir_p(self.dir)
   local name = ckpt.file_name(task)
   local value = self.best_metric and task.metrics[self.best_metric]
   local better = self.best_metric and self:improves(value)
   if better then self.best = { metric = self.best_metric, value = value, file = name } end
-  ckpt.save(task, self.dir .. '/' .. name, { best = self.best, env = self.env })
-  ckpt.point(self.dir, 'latest.safetensors', name)
-  if better then ckpt.point(self.dir, 'best.safetensors', name) end
+  local path, extra = self.dir .. '/' .. name, { best = self.best, env = self.env }
+  local job
+  if self.async then job = ckpt.save_async(task, path, extra) else ckpt.save(task, path, extra) end
+  self.pending = { job = job, name = name, better = better, value = value, why = why }
+  self.last_saved, self.saved_metric = task.iteration, value
+  if not job then self:complete() end
+end
+
+-- Once the file of the last save is written (waiting for it when asked): the latest and
+-- best links, retention, the line. A failed write is an error here, so the run stops
+-- before a later checkpoint can hide it.
+function Checkpoint:complete()
+  local p = self.pending
+  if not p then return end
+  self.pending = nil
+  if p.job then
+    local ok, err = pcall(p.job.wait, p.job)
+    if not ok then
+      error(string.format("checkpoint: writing %s/%s (%s) failed: %s; the run stops here (its earlier checkpoints " ..
+        'are intact)', self.dir, p.name, p.why, tostring(err)), 0)
+    end
+  end
+  ckpt.point(self.dir, 'latest.safetensors', p.name)
+  if p.better then ckpt.point(self.dir, 'best.safetensors', p.name) end
   local keep_best = self.best and self.best.file
   for i, c in ipairs(ckpt.list(self.dir)) do
-    if i > self.keep and c.name ~= keep_best and c.name ~= name then os.remove(c.path) end
+    if i > self.keep and c.name ~= keep_best and c.name ~= p.name then os.remove(c.path) end
   end
-  self.last_saved, self.saved_metric = task.iteration, value
   if self.verbose then
-    say(string.format("checkpoint %s/%s (%s)%s", self.dir, name, why,
-      better and string.format(', best %s %.4g', self.best_metric, value) or ''))
+    say(string.format("checkpoint %s/%s (%s)%s", self.dir, p.name, p.why,
+      p.better and string.format(', best %s %.4g', self.best_metric, p.value) or ''))
   end
 end
 
@@ -96,8 +121,11 @@ end
 
 function Checkpoint:after_step(task)
   if task.phase_name ~= 'train' then return end
+  -- a write that ended meanwhile: links, retention, line (or its error)
+  if self.pending and self.pending.job and self.pending.job:done() then self:complete() end
   if task.signal then
     self:save(task, task.signal)
+    self:complete() -- the process is about to exit: the file first
   elseif self.every_iters > 0 and task.iteration % self.every_iters == 0 then
     self:save(task, 'every ' .. self.every_iters .. ' iterations')
   end
@@ -106,9 +134,13 @@ end
 -- The end of training: the final state, unless it is saved already with its metrics. Not
 -- after an error (the state may be what went wrong).
 function Checkpoint:after_train(task)
-  if task.exception ~= nil or task.iteration == 0 then return end
+  if task.exception ~= nil or task.iteration == 0 then
+    pcall(self.complete, self) -- an earlier write still lands (its own error would mask the run's)
+    return
+  end
   local value = self.best_metric and task.metrics[self.best_metric]
   if self.last_saved ~= task.iteration or value ~= self.saved_metric then self:save(task, 'end of training') end
+  self:complete()
 end
 
 function Checkpoint:state_dict() return { best = self.best } end
@@ -145,7 +177,7 @@ return function(opts)
     name = 'checkpoint', priority = opts.priority or 98, dir = opts.dir,
     every_epochs = count(opts, 'every_epochs', 1), every_iters = count(opts, 'every_iters', 0), keep = keep,
     best_metric = best, best_mode = mode, resume = opts.resume ~= false, warn = opts.warn,
-    verbose = opts.verbose ~= false, env = opts.env, writes = opts.save ~= false,
+    verbose = opts.verbose ~= false, env = opts.env, writes = opts.save ~= false, async = opts.async == true,
     resume_from = opts.resume_from, init = opts.init, seed = opts.seed,
   }, Checkpoint)
 end

@@ -253,8 +253,6 @@ describe('auto-resume', function()
 end)
 
 describe('async checkpoints', function()
-  local tmp = H.tmpdir('ckpt_async')
-  teardown(tmp.remove)
 
   it('are the same files, bit for bit, as synchronous ones, with the same links and retention', function()
     local sync = supervised_task(tmp.path('sync'), { every_iters = 4, keep = 2 })

@@ -14,12 +14,13 @@ local cr = require 'crescent'
 local recipe = cr.ssl.recipe
 local util = require 'crescent.util'
 
-local defaults = cr.config.merge(recipe.frozen_defaults(), {
+local defaults = cr.config.merge(recipe.frozen_defaults { 'optim', 'train.epochs' }, {
   data = { split = 'test' },
   extract = { out = '' },
 })
 local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
-  ['data.split'] = { type = 'string', choices = { 'train', 'test', 'both' } },
+  ['data.split'] = { type = 'string', choices = { 'train', 'test', 'both' }, doc = 'whose features to write' },
+  ['extract.out'] = { type = 'string', doc = "the output file prefix ('': <run.dir>/<run.name>/features)" },
 } })
 
 local device = recipe.setup(cfg)

@@ -16,15 +16,19 @@ local cr = require 'crescent'
 local util = require 'crescent.util'
 local recipe = cr.ssl.recipe
 
-local defaults = cr.config.merge(recipe.frozen_defaults(), {
+local defaults = cr.config.merge(recipe.frozen_defaults { 'run' }, {
   train = { epochs = 30 },
   optim = { lr = 0.1, momentum = 0.9, weight_decay = 0, batch_size = 256 },
   knn = { k = 200, temperature = 0.1, enabled = true },
 })
 local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
-  ['optim.name'] = { type = 'string', choices = { 'sgd' } }, -- the probe is SGD on standardised features
-  ['optim.batch_size'] = { type = 'integer', min = 1 },
-  ['knn.k'] = { type = 'integer', min = 1 },
+  ['optim.name'] = { type = 'string', choices = { 'sgd' }, doc = 'the probe is SGD on standardised features' },
+  ['optim.batch_size'] = { type = 'integer', min = 1, doc = "the probe's batch" },
+  ['optim.momentum'] = { type = 'number', min = 0, doc = "the probe's SGD momentum" },
+  ['train.epochs'] = { type = 'integer', min = 0, doc = "the probe's epochs (cosine lr)" },
+  ['knn.enabled'] = { type = 'boolean', doc = 'also a kNN on the same features' },
+  ['knn.k'] = { type = 'integer', min = 1, doc = 'its neighbours' },
+  ['knn.temperature'] = { type = 'number', min = 0, doc = "its vote temperature, exp(similarity / T)" },
 } })
 
 local device = recipe.setup(cfg)

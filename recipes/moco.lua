@@ -23,12 +23,7 @@ local defaults = cr.config.merge(recipe.defaults(), {
   dist = { sync_bn = false },    -- per-rank BatchNorm, as MoCo's: SyncBN would undo shuffle-BN
   moco = cr.ssl.moco.defaults,
 })
-local cfg = cr.config.parse(arg, defaults, { types = recipe.types {
-  ['moco.queue_length'] = { type = 'integer', min = 1 },
-  ['moco.temperature'] = { type = 'number', min = 0 },
-  ['moco.momentum'] = { type = 'number', min = 0, max = 1 },
-  ['moco.bn_splits'] = { type = 'integer', min = 1 },
-} })
+local cfg = cr.config.parse(arg, defaults, { types = recipe.types(cr.ssl.moco.types) })
 
 local task = cr.ssl.moco.task(cfg)
 print(recipe.banner(task))

@@ -20,9 +20,7 @@ local defaults = cr.config.merge(recipe.defaults(), {
   optim = { lr = 0.5, weight_decay = 1e-6, warmup_epochs = 0.5, final_lr = 0 },
   simclr = cr.ssl.simclr.defaults,
 })
-local cfg = cr.config.parse(arg, defaults, { types = recipe.types {
-  ['simclr.temperature'] = { type = 'number', min = 0 },
-} })
+local cfg = cr.config.parse(arg, defaults, { types = recipe.types(cr.ssl.simclr.types) })
 
 local task = cr.ssl.simclr.task(cfg)
 print(recipe.banner(task))

@@ -26,11 +26,12 @@ local defaults = cr.config.merge(cr.config.common(), {
                                           warmup_epochs = 0.3 },
 }, cr.engine.run.defaults { best = 'test_top1' })
 local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.run.types, cr.optim.from_config.types, {
-  ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50' } },
-  ['model.width'] = { type = 'integer', min = 1 },
-  ['optim.warmup_epochs'] = { type = 'number', min = 0 },
-  ['train.test_every'] = { type = 'integer', min = 0 },
-  ['train.log_every'] = { type = 'integer', min = 1 },
+  ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50' }, doc = 'the network' },
+  ['model.width'] = { type = 'integer', min = 1, doc = "the first stage's width (64: torchvision's)" },
+  ['optim.warmup_epochs'] = { type = 'number', min = 0, doc = 'linear lr warm-up from 0, in epochs' },
+  ['train.test_every'] = { type = 'integer', min = 0, doc = 'a test phase after every N epochs and the last (0: never)' },
+  ['train.log_every'] = { type = 'integer', min = 1, doc = 'a progress line, metrics and diagnostics every N steps' },
+  ['data.augment'] = { type = 'boolean', doc = 'random crop (padding 4) and horizontal flip of the training images' },
 }) })
 
 if cfg.data.name ~= 'fashion_mnist' then

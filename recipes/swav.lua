@@ -21,16 +21,7 @@ local defaults = cr.config.merge(recipe.defaults(), {
   optim = { lr = 0.6, weight_decay = 1e-6, warmup_epochs = 1, final_lr = 0.0006 },
   swav = cr.ssl.swav.defaults,
 })
-local cfg = cr.config.parse(arg, defaults, { types = recipe.types {
-  ['swav.prototypes'] = { type = 'integer', min = 2 },
-  ['swav.temperature'] = { type = 'number', min = 0 },
-  ['swav.epsilon'] = { type = 'number', min = 0 },
-  ['swav.sinkhorn_iterations'] = { type = 'integer', min = 0 },
-  ['swav.queue_length'] = { type = 'integer', min = 0 },
-  ['swav.queue_start_epoch'] = { type = 'integer', min = 0 },
-  ['swav.queue_start_iteration'] = { type = 'integer', min = 0 },
-  ['swav.freeze_prototypes_iters'] = { type = 'integer', min = 0 },
-} })
+local cfg = cr.config.parse(arg, defaults, { types = recipe.types(cr.ssl.swav.types) })
 
 local task = cr.ssl.swav.task(cfg)
 print(recipe.banner(task))

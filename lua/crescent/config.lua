@@ -39,28 +39,30 @@ function M.common()
 end
 
 local COMMON_TYPES = {
-  ['train.epochs'] = { type = 'integer', min = 0 },
-  ['train.device'] = { type = 'string', choices = { 'auto', 'cpu', 'cuda' } },
-  ['train.amp'] = { type = 'string', choices = { 'off', 'bf16', 'f16' } },
-  ['train.deterministic'] = 'boolean',
-  ['train.seed'] = { type = 'integer', min = 0 },
-  ['train.threads'] = { type = 'integer', min = 0 },
-  ['train.repl_on_signal'] = 'boolean',
-  ['data.name'] = 'string',
-  ['data.root'] = 'string',
-  ['data.batch_size'] = { type = 'integer', min = 1 },
-  ['data.workers'] = { type = 'integer', min = 0 },
-  ['data.limit'] = { type = 'integer', min = 0 },
-  ['optim.name'] = 'string',
-  ['optim.lr'] = { type = 'number', min = 0 },
-  ['optim.weight_decay'] = { type = 'number', min = 0 },
-  ['run.name'] = 'string',
-  ['run.dir'] = 'string',
-  ['dist.timeout'] = { type = 'number', min = 0 },
-  ['dist.bucket_mb'] = { type = 'number', min = 0 },
-  ['dist.sync_bn'] = 'boolean',
-  ['dist.find_unused'] = 'boolean',
-  ['dist.quiet'] = 'boolean',
+  ['train.epochs'] = { type = 'integer', min = 0, doc = 'epochs to train (0: an evaluation-only run)' },
+  ['train.device'] = { type = 'string', choices = { 'auto', 'cpu', 'cuda' },
+                       doc = 'auto: the first usable GPU, else the CPU (one line says which and why)' },
+  ['train.amp'] = { type = 'string', choices = { 'off', 'bf16', 'f16' },
+                    doc = 'mixed precision: forward and loss under autocast; f16 adds a loss scaler' },
+  ['train.deterministic'] = { type = 'boolean', doc = 'GPU: only algorithms that give the same bits every run' },
+  ['train.seed'] = { type = 'integer', min = 0, doc = 'the seed of the weights, the shuffle and the augmentations' },
+  ['train.threads'] = { type = 'integer', min = 0, doc = 'CPU threads (0: every core)' },
+  ['train.repl_on_signal'] = { type = 'boolean', doc = '`kill -USR2 <pid>` opens the REPL at the next step boundary' },
+  ['data.name'] = { type = 'string', doc = 'the data set' },
+  ['data.root'] = { type = 'string', doc = "where the data set is ('': its own search order)" },
+  ['data.batch_size'] = { type = 'integer', min = 1, doc = 'images per batch (per rank)' },
+  ['data.workers'] = { type = 'integer', min = 0, doc = 'loader threads that assemble batches ahead (0: inline)' },
+  ['data.limit'] = { type = 'integer', min = 0, doc = 'use only the first N samples of each split (0: all)' },
+  ['optim.name'] = { type = 'string', doc = 'the optimizer' },
+  ['optim.lr'] = { type = 'number', min = 0, doc = 'the (peak) learning rate' },
+  ['optim.weight_decay'] = { type = 'number', min = 0, doc = 'L2 weight decay' },
+  ['run.name'] = { type = 'string', doc = "the run folder's name ('': the recipe's)" },
+  ['run.dir'] = { type = 'string', doc = 'where run folders go' },
+  ['dist.timeout'] = { type = 'number', min = 0, doc = 'seconds a collective may wait before every rank exits' },
+  ['dist.bucket_mb'] = { type = 'number', min = 0, doc = "the size of DDP's gradient buckets" },
+  ['dist.sync_bn'] = { type = 'boolean', doc = 'BatchNorm statistics over the global batch on k ranks' },
+  ['dist.find_unused'] = { type = 'boolean', doc = 'a parameter without a gradient counts as zero instead of an error' },
+  ['dist.quiet'] = { type = 'boolean', doc = 'ranks other than 0 write nothing to stdout' },
 }
 
 -- ---- helpers ----------------------------------------------------------------------------
@@ -196,7 +198,9 @@ local function schema(defaults, types)
     if not leaves[key] then
       error("config: opts.types names '" .. tostring(key) .. "', which is not a key of the defaults", 0)
     end
-    leaves[key] = normalise_type(key, spec, leaves[key])
+    local before = leaves[key]
+    leaves[key] = normalise_type(key, spec, before)
+    leaves[key].doc = leaves[key].doc or before.doc -- a type given again keeps the key's description
   end
   return { leaves = leaves, sections = sections, order = order }
 end
@@ -476,13 +480,38 @@ end
 -- Every key with its type and default, one a line.
 function M.help(defaults, opts)
   local s = schema(defaults, opts and opts.types)
-  local lines = { 'usage: luajit <recipe>.lua [--config file.lua] [key.sub=value ...]', '', 'keys:' }
+  local lines = { 'usage: luajit <recipe>.lua [--config file.lua] [--dry-run] [key.sub=value ...]', '', 'keys:' }
   for _, key in ipairs(s.order) do
     local d = M.get(defaults, key)
     lines[#lines + 1] = string.format('  %-28s %-26s default %s', key, type_desc(s.leaves[key]),
       type(d) == 'table' and ser(d, '', key) or (type(d) == 'string' and string.format('%q', d) or tostring(d)))
+    if s.leaves[key].doc then lines[#lines + 1] = '      ' .. s.leaves[key].doc end
   end
   return table.concat(lines, '\n') .. '\n'
+end
+
+-- A copy of cfg without the dotted keys (or whole sections) listed: the keys a recipe
+-- does not read are not its keys. A section left empty goes too.
+function M.without(cfg, keys)
+  local out = deep_copy(cfg)
+  for _, key in ipairs(keys) do
+    local parent, last = out, key
+    for part, rest in key:gmatch('([^.]+)%.(.+)') do parent, last = parent and parent[part], rest end
+    if type(parent) == 'table' then parent[last] = nil end
+    local section = key:match('^([^.]+)%.')
+    if section and type(out[section]) == 'table' and next(out[section]) == nil then out[section] = nil end
+  end
+  return out
+end
+
+-- The keys of defaults (with opts.types) that have no description, sorted.
+function M.undocumented(defaults, opts)
+  local s = schema(defaults, opts and opts.types)
+  local out = {}
+  for _, key in ipairs(s.order) do
+    if type(s.leaves[key].doc) ~= 'string' or s.leaves[key].doc == '' then out[#out + 1] = key end
+  end
+  return out
 end
 
 -- ---- parse ----------------------------------------------------------------------------------
@@ -550,6 +579,7 @@ local CAPTURED = setmetatable({}, { __tostring = function() return 'crescent.con
 
 function M.parse(argv, defaults, opts)
   if capture and not capture.cfg then
+    capture.defaults, capture.opts = defaults, opts
     capture.cfg = M.check(capture.overrides, defaults, opts)
     error(CAPTURED, 0)
   end
@@ -626,6 +656,8 @@ end
 -- without running it (the recipe stops inside its cr.config.parse). From the REPL:
 --   task = cr.ssl.swav.task(cr.config.load('recipes/swav.lua', {train = {epochs = 1}}))
 -- A file that returns a table (a --config file) gives that table with overrides merged.
+-- For a recipe, a second result holds what it declared: {defaults =, opts = {types = }}
+-- (cr.config.undocumented(r.defaults, r.opts), cr.config.help(...)).
 function M.load(path, overrides)
   if type(path) ~= 'string' then error('cr.config.load(path, overrides): path must be a string', 2) end
   if overrides ~= nil and type(overrides) ~= 'table' then
@@ -641,7 +673,7 @@ function M.load(path, overrides)
   _G.arg = saved_arg
   local cap = capture
   capture = outer
-  if cap.cfg then return cap.cfg end
+  if cap.cfg then return cap.cfg, cap end
   if not ok then error(res, 0) end
   if type(res) == 'table' then return M.merge(res, overrides or {}) end
   error('cr.config.load: ' .. path .. ' neither calls cr.config.parse nor returns a config table', 2)

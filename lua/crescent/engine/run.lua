@@ -58,25 +58,29 @@ function M.defaults(opts)
 end
 
 M.types = {
-  ['run.resume'] = 'boolean',
-  ['run.resume_from'] = 'string',
-  ['run.dry_run'] = 'boolean',
-  ['train.profile'] = 'string',
-  ['model.init'] = 'string',
-  ['model.init_prefix'] = 'string',
-  ['model.init_remove_prefix'] = 'string',
-  ['model.init_add_prefix'] = 'string',
-  ['model.init_skip'] = 'list',
-  ['model.init_strict'] = 'boolean',
-  ['model.ema'] = { type = 'number', min = 0, max = 0.999999999 },
-  ['model.ema_eval'] = 'boolean',
-  ['model.freeze'] = 'string',
-  ['model.freeze_iters'] = { type = 'integer', min = 0 },
-  ['checkpoint.every_epochs'] = { type = 'integer', min = 0 },
-  ['checkpoint.every_iters'] = { type = 'integer', min = 0 },
-  ['checkpoint.keep'] = { type = 'integer', min = 1 },
-  ['checkpoint.best'] = 'string',
-  ['checkpoint.async'] = 'boolean',
+  ['run.resume'] = { type = 'boolean', doc = 'go on from the newest checkpoint of the run folder (false: start afresh, ' ..
+                                            'the earlier run moved aside)' },
+  ['run.resume_from'] = { type = 'string', doc = "when the folder has none: go on from this checkpoint of another run" },
+  ['run.dry_run'] = { type = 'boolean', doc = 'build everything, print the plan, exit without training (--dry-run)' },
+  ['train.profile'] = { type = 'string', doc = "'<first>:<count>': a Chrome trace and op table of those steps" },
+  ['model.init'] = { type = 'string', doc = 'start from the weights of this safetensors file (fine-tuning)' },
+  ['model.init_prefix'] = { type = 'string', doc = "take the file's keys under this prefix (auto: trunk. for an SSL " ..
+                                                   'checkpoint into a plain network)' },
+  ['model.init_remove_prefix'] = { type = 'string', doc = "strip this prefix from the file's names (PyTorch's module.)" },
+  ['model.init_add_prefix'] = { type = 'string', doc = "add this prefix to the file's names" },
+  ['model.init_skip'] = { type = 'list', doc = 'Lua patterns of names left alone on both sides' },
+  ['model.init_strict'] = { type = 'boolean', doc = 'refuse missing, unexpected or mismatched keys' },
+  ['model.ema'] = { type = 'number', min = 0, max = 0.999999999,
+                    doc = 'keep an exponential moving average of the weights with this momentum (0: none)' },
+  ['model.ema_eval'] = { type = 'boolean', doc = 'test phases and the kNN use the average' },
+  ['model.freeze'] = { type = 'string', doc = 'a Lua pattern of parameter names kept fixed, their modules in eval mode' },
+  ['model.freeze_iters'] = { type = 'integer', min = 0, doc = 'model.freeze for the first N steps (0: the whole run)' },
+  ['checkpoint.save'] = { type = 'boolean', doc = 'write checkpoints (false: none, and no resume from the folder)' },
+  ['checkpoint.every_epochs'] = { type = 'integer', min = 0, doc = 'a checkpoint every N epochs (0: never)' },
+  ['checkpoint.every_iters'] = { type = 'integer', min = 0, doc = 'and every N steps (0: never)' },
+  ['checkpoint.keep'] = { type = 'integer', min = 1, doc = 'keep the newest N checkpoints (and the best)' },
+  ['checkpoint.best'] = { type = 'string', doc = "the task.metrics key that picks best.safetensors ('': none)" },
+  ['checkpoint.async'] = { type = 'boolean', doc = 'write checkpoints on a thread of their own while training goes on' },
 }
 
 -- The folder of this run: run.dir/<run.name, or `default_name`>.

@@ -22,11 +22,13 @@ function Knn:measure(task, label)
   local opts = { batch_size = self.batch_size, forward = self.forward }
   local model = self.model or task.model
   -- the weights evaluation uses (an EMA's average when the task keeps one)
-  local ftr, ytr, fte, yte = task:with_eval_weights(function()
+  local function both()
     local a, b = features.extract(model, self.train_set, opts)
     local c, d = features.extract(model, self.test_set, opts)
     return a, b, c, d
-  end)
+  end
+  local ftr, ytr, fte, yte
+  if task.with_eval_weights then ftr, ytr, fte, yte = task:with_eval_weights(both) else ftr, ytr, fte, yte = both() end
   if not ytr or not yte then
     error('knn: the train and test sets need labels', 0)
   end

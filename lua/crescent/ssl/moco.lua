@@ -171,6 +171,16 @@ end
 -- at batch 256, as MoCo's 8 GPUs and its CIFAR demo).
 M.defaults = { queue_length = 4096, temperature = 0.2, momentum = 0.99, cosine_momentum = false, bn_splits = 8 }
 
+-- The section's keys as recipes take them: type, range and what each does.
+M.types = {
+  ['moco.queue_length'] = { type = 'integer', min = 1, doc = 'negative keys kept from earlier batches' },
+  ['moco.temperature'] = { type = 'number', min = 0, doc = "InfoNCE's temperature" },
+  ['moco.momentum'] = { type = 'number', min = 0, max = 1, doc = "the key encoder's EMA momentum" },
+  ['moco.cosine_momentum'] = { type = 'boolean', doc = 'raise the momentum to 1 along a cosine (BYOL-style)' },
+  ['moco.bn_splits'] = { type = 'integer', min = 1,
+                         doc = "BatchNorm over this many groups of the batch in both encoders (MoCo's GPUs)" },
+}
+
 -- build(cfg, parts) -> MoCo, from the recipe config (crescent.ssl.recipe makes parts).
 function M.build(cfg, parts)
   local m = cfg.moco

@@ -46,11 +46,16 @@ end
 -- its own, and `extra` the recipe's.
 local function with_types(base, extra)
   local t = {
-    ['model.width'] = { type = 'integer', min = 1 },
-    ['model.stem'] = { type = 'string', choices = { 'auto', 'cifar', 'imagenet' } },
-    ['data.name'] = { type = 'string', choices = { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder' } },
-    ['data.size'] = { type = 'integer', min = 1 },
-    ['data.val_split'] = { type = 'number', min = 0 },
+    ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50' }, doc = 'the trunk' },
+    ['model.width'] = { type = 'integer', min = 1, doc = "the trunk's first stage width (64: torchvision's)" },
+    ['model.stem'] = { type = 'string', choices = { 'auto', 'cifar', 'imagenet' },
+                       doc = 'cifar: 3x3 conv, no pool; imagenet: 7x7/2 and a pool; auto: cifar up to 64 px' },
+    ['data.name'] = { type = 'string', choices = { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder' },
+                      doc = 'the data set (image_folder: data.root with class folders)' },
+    ['data.size'] = { type = 'integer', min = 1, doc = 'image side for synthetic and image_folder images' },
+    ['data.skip_bad'] = { type = 'boolean', doc = 'image_folder: skip files that do not decode instead of stopping' },
+    ['data.val_split'] = { type = 'number', min = 0, doc = 'hold out this fraction (< 1) or number of training ' ..
+                                                           'images for the kNN instead of the test set' },
   }
   for _, more in ipairs { base, extra or {} } do
     for k, v in pairs(more) do t[k] = v end
@@ -58,21 +63,37 @@ local function with_types(base, extra)
   return t
 end
 
+-- The docs and ranges of the SSL recipes' own keys.
+local SSL_TYPES = {
+  ['model.hidden_dim'] = { type = 'integer', min = 0, doc = "the projection head's hidden width (0: one Linear)" },
+  ['model.out_dim'] = { type = 'integer', min = 1, doc = 'the embedding size' },
+  ['model.head_bn'] = { type = 'boolean', doc = "BatchNorm1d after the head's hidden Linear" },
+  ['optim.warmup_epochs'] = { type = 'number', min = 0, doc = 'linear lr warm-up from 0, in epochs' },
+  ['optim.final_lr'] = { type = 'number', min = 0, doc = 'the lr the cosine schedule ends at' },
+  ['knn.k'] = { type = 'integer', min = 1, doc = 'neighbours of the kNN monitor' },
+  ['knn.temperature'] = { type = 'number', min = 0, doc = "the kNN's vote temperature, exp(similarity / T)" },
+  ['knn.every'] = { type = 'integer', min = 0, doc = 'a kNN every N epochs too (0: at the end only)' },
+  ['knn.at_start'] = { type = 'boolean', doc = 'a kNN of the network at init (the random baseline)' },
+  ['train.log_every'] = { type = 'integer', min = 1, doc = 'a progress line, metrics and diagnostics every N steps' },
+  ['crops.size'] = { type = 'list', doc = 'multi-crop: the side of each crop size, global crops first' },
+  ['crops.num'] = { type = 'list', doc = 'multi-crop: how many crops of each size' },
+  ['crops.min_scale'] = { type = 'list', doc = "RandomResizedCrop's smallest area share, per crop size" },
+  ['crops.max_scale'] = { type = 'list', doc = "RandomResizedCrop's largest area share, per crop size" },
+  ['augment.flip'] = { type = 'number', min = 0, max = 1, doc = 'horizontal flip probability' },
+  ['augment.jitter'] = { type = 'number', min = 0, max = 1, doc = 'colour jitter probability' },
+  ['augment.brightness'] = { type = 'number', min = 0, doc = 'colour jitter: brightness strength' },
+  ['augment.contrast'] = { type = 'number', min = 0, doc = 'colour jitter: contrast strength' },
+  ['augment.saturation'] = { type = 'number', min = 0, doc = 'colour jitter: saturation strength (colour images)' },
+  ['augment.hue'] = { type = 'number', min = 0, max = 0.5, doc = 'colour jitter: hue strength (colour images)' },
+  ['augment.grayscale'] = { type = 'number', min = 0, max = 1, doc = 'grey-scale probability (colour images)' },
+  ['augment.blur'] = { type = 'number', min = 0, max = 1, doc = 'Gaussian blur probability' },
+  ['augment.blur_sigma'] = { type = 'list', doc = "the blur's sigma range {min, max}" },
+  -- a probability whose default, 0, would otherwise make it an integer key
+  ['augment.solarize'] = { type = 'number', min = 0, max = 1, doc = 'solarize probability (threshold 128)' },
+}
+
 function R.types(extra)
-  return with_types({
-    ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50' } },
-    ['model.hidden_dim'] = { type = 'integer', min = 0 },
-    ['model.out_dim'] = { type = 'integer', min = 1 },
-    ['model.head_bn'] = 'boolean',
-    ['optim.warmup_epochs'] = { type = 'number', min = 0 },
-    ['optim.final_lr'] = { type = 'number', min = 0 },
-    ['knn.k'] = { type = 'integer', min = 1 },
-    ['knn.temperature'] = { type = 'number', min = 0 },
-    ['knn.every'] = { type = 'integer', min = 0 },
-    ['train.log_every'] = { type = 'integer', min = 1 },
-    -- a probability whose default, 0, would otherwise make it an integer key
-    ['augment.solarize'] = { type = 'number', min = 0, max = 1 },
-  }, cr.config.merge(cr.engine.run.types, cr.optim.from_config.types, extra or {}))
+  return with_types(SSL_TYPES, cr.config.merge(cr.engine.run.types, cr.optim.from_config.types, extra or {}))
 end
 
 -- The run's device, thread count and seed (cr.engine.run.setup): first thing a recipe does.
@@ -301,18 +322,25 @@ function R.frozen_trunk(cfg, train_set, device)
 end
 
 -- The config keys of the frozen-feature recipes (linear_eval.lua, extract.lua).
-function R.frozen_defaults()
-  return cr.config.merge(cr.config.common(), {
+-- `drop`: keys (or sections) of cr.config.common() this recipe does not read.
+function R.frozen_defaults(drop)
+  local common = cr.config.without(cr.config.common(), {
+    'train.amp', 'train.repl_on_signal', 'data.workers', 'dist.sync_bn', 'dist.bucket_mb', 'dist.find_unused' })
+  return cr.config.merge(cr.config.without(common, drop or {}), {
     data = { batch_size = 500, size = 32, skip_bad = false, val_split = 0 },
     model = cr.config.merge({ arch = 'resnet18', width = 16, stem = 'auto' }, cr.engine.run.init_defaults()),
   })
 end
 
 function R.frozen_types(extra)
-  return with_types({
-    ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50', 'pixels' } },
-    ['model.init_skip'] = 'list',
-  }, extra)
+  local init_types = {}
+  for k, v in pairs(cr.engine.run.types) do
+    if k:match('^model%.init') then init_types[k] = v end
+  end
+  return with_types(cr.config.merge(init_types, {
+    ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50', 'pixels' },
+                       doc = "the trunk (pixels: the raw normalised image, the baseline)" },
+  }), extra)
 end
 
 -- ---- the end of a run ----------------------------------------------------------------

@@ -64,6 +64,9 @@ function SimCLR:extra_repr() return string.format('temperature=%g', self.tempera
 -- ---- recipes ------------------------------------------------------------------------
 M.defaults = { temperature = 0.5 }
 
+-- The section's keys as recipes take them: type, range and what each does.
+M.types = { ['simclr.temperature'] = { type = 'number', min = 0, doc = "NT-Xent's temperature" } }
+
 function M.build(cfg, parts)
   local total = 0
   for _, n in ipairs(cfg.crops.num) do total = total + n end

@@ -226,6 +226,19 @@ M.defaults = { prototypes = 100, temperature = 0.1, epsilon = 0.05, sinkhorn_ite
                crops_for_assign = { 0, 1 }, queue_length = 0, queue_start_epoch = 0, queue_start_iteration = 0,
                freeze_prototypes_iters = 100 }
 
+-- The section's keys as recipes take them: type, range and what each does.
+M.types = {
+  ['swav.prototypes'] = { type = 'integer', min = 2, doc = 'the number of prototypes (clusters)' },
+  ['swav.temperature'] = { type = 'number', min = 0, doc = "the softmax temperature of the swapped prediction" },
+  ['swav.epsilon'] = { type = 'number', min = 0, doc = "Sinkhorn's entropic regularisation (the codes' sharpness)" },
+  ['swav.sinkhorn_iterations'] = { type = 'integer', min = 0, doc = 'Sinkhorn-Knopp iterations per batch' },
+  ['swav.crops_for_assign'] = { type = 'list', doc = 'the crops (0-based) whose codes the others predict' },
+  ['swav.queue_length'] = { type = 'integer', min = 0, doc = 'earlier embeddings added to the Sinkhorn batch (0: none)' },
+  ['swav.queue_start_epoch'] = { type = 'integer', min = 0, doc = 'the queue is used from this epoch on' },
+  ['swav.queue_start_iteration'] = { type = 'integer', min = 0, doc = 'or from this step on, when earlier' },
+  ['swav.freeze_prototypes_iters'] = { type = 'integer', min = 0, doc = 'the prototypes get no update for the first N steps' },
+}
+
 -- build(cfg, parts) -> SwAV, from the recipe config (crescent.ssl.recipe makes parts).
 function M.build(cfg, parts)
   local s, total = cfg.swav, 0

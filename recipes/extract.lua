@@ -6,7 +6,8 @@
 --   luajit recipes/extract.lua model.init=runs/swav/checkpoints/latest.safetensors data.split=test
 --   luajit recipes/extract.lua model.init=... data.split=both extract.out=feats/swav
 --
--- Files: <extract.out>_<split>.safetensors; extract.out defaults to
+-- Files: <extract.out>_<split>.safetensors (extract.format=npy: <extract.out>_<split>_features.npy
+-- and _labels.npy for numpy.load; both: all three); extract.out defaults to
 -- <run.dir>/<run.name or 'extract'>/features. The last line on stdout is one JSON object.
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
@@ -16,11 +17,13 @@ local util = require 'crescent.util'
 
 local defaults = cr.config.merge(recipe.frozen_defaults { 'optim', 'train.epochs' }, {
   data = { split = 'test' },
-  extract = { out = '' },
+  extract = { out = '', format = 'safetensors' },
 })
 local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
   ['data.split'] = { type = 'string', choices = { 'train', 'test', 'both' }, doc = 'whose features to write' },
   ['extract.out'] = { type = 'string', doc = "the output file prefix ('': <run.dir>/<run.name>/features)" },
+  ['extract.format'] = { type = 'string', choices = { 'safetensors', 'npy', 'both' },
+                         doc = 'safetensors (features and labels in one file), NumPy .npy files, or both' },
 } })
 
 local device = recipe.setup(cfg)
@@ -46,13 +49,24 @@ for _, split in ipairs(splits) do
                                                              device = device })
   local tensors = { features = feats }
   if labels then tensors.labels = labels end
-  local path = out .. '_' .. split .. '.safetensors'
-  cr.save(path, tensors, { split = split, model = cfg.model.arch, init = cfg.model.init,
-                           config = cr.config.dump(cfg) })
+  local paths = {}
+  if cfg.extract.format ~= 'npy' then
+    paths[#paths + 1] = out .. '_' .. split .. '.safetensors'
+    cr.save(paths[#paths], tensors, { split = split, model = cfg.model.arch, init = cfg.model.init,
+                                      config = cr.config.dump(cfg) })
+  end
+  if cfg.extract.format ~= 'safetensors' then
+    for _, what in ipairs { 'features', 'labels' } do
+      if tensors[what] then
+        paths[#paths + 1] = string.format('%s_%s_%s.npy', out, split, what)
+        cr.io.save_npy(paths[#paths], tensors[what])
+      end
+    end
+  end
   local secs = cr.engine.loop.now() - t0
-  print(string.format('extract: %s [%d, %d] -> %s (%.1fs, %.0f img/s)', split, feats.shape[1], feats.shape[2], path,
-    secs, feats.shape[1] / secs))
-  result.files[#result.files + 1] = path
+  print(string.format('extract: %s [%d, %d] -> %s (%.1fs, %.0f img/s)', split, feats.shape[1], feats.shape[2],
+    table.concat(paths, ', '), secs, feats.shape[1] / secs))
+  for _, path in ipairs(paths) do result.files[#result.files + 1] = path end
   result[split .. '_shape'] = feats.shape
 end
 print(util.json(result))

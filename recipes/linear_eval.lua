@@ -9,14 +9,15 @@
 --
 -- A crescent checkpoint's config gives the trunk (model.arch, model.width, model.stem);
 -- for other files, set them to match.
--- The last line on stdout is one JSON object: linear_top1, linear_top5, knn_top1, ...
+-- The last line on stdout is one JSON object: linear_top1, linear_top5, knn_top1, ...; the
+-- run folder runs/<run.name, default linear_eval> keeps config.lua, log.txt and results.json.
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local recipe = cr.ssl.recipe
 
-local defaults = cr.config.merge(recipe.frozen_defaults { 'run' }, {
+local defaults = cr.config.merge(recipe.frozen_defaults(), {
   train = { epochs = 30 },
   optim = { lr = 0.1, momentum = 0.9, weight_decay = 0, batch_size = 256 },
   knn = { k = 200, temperature = 0.1, enabled = true },
@@ -32,6 +33,9 @@ local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
 } })
 
 local device = recipe.setup(cfg)
+-- the run folder: config.lua, env.txt, log.txt (what this prints) and results.json
+local run_dir = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'linear_eval'))
+cr.engine.run.keep_log(cfg, run_dir)
 local train_set, test_set, eval_name = recipe.datasets(cfg)   -- eval_name 'val' with data.val_split
 if not test_set then error('linear_eval: the data set has no test split (image_folder: add a val/ folder)', 0) end
 local forward, trunk = recipe.frozen_trunk(cfg, train_set, device)
@@ -57,6 +61,8 @@ local task = cr.ssl.linear_probe.task {
 }
 cr.train(task)
 local m = task.metrics
-print(util.json { recipe = 'linear_eval', model = cfg.model.arch, init = cfg.model.init, epochs = task.epoch,
-                     linear_top1 = m.test_top1, linear_top5 = m.test_top5, knn_top1 = knn_top1, evaluated_on = eval_name,
-                     seconds = cr.engine.loop.now() - t0 })
+local results = { recipe = 'linear_eval', model = cfg.model.arch, init = cfg.model.init, epochs = task.epoch,
+                  linear_top1 = m.test_top1, linear_top5 = m.test_top5, knn_top1 = knn_top1, evaluated_on = eval_name,
+                  seconds = cr.engine.loop.now() - t0 }
+print(util.json(results))
+cr.engine.run.write_results(cfg, run_dir, results)

@@ -164,6 +164,37 @@ function M.save_async(path, tensors, metadata)
   return setmetatable({ ptr = ffi.gc(box[0], C.cr_io_save_wait), path = path, copies = copies }, Job)
 end
 
+-- cr.io.save_npy(path, tensor): one tensor as a NumPy .npy file (format 1.0, C order,
+-- little-endian), for numpy.load. bf16 has no NumPy dtype: convert it first (:float()).
+local NPY_DESCR = { f32 = '<f4', f64 = '<f8', f16 = '<f2', i64 = '<i8', i32 = '<i4', u8 = '|u1', bool = '|b1' }
+local NPY_SIZE = { f32 = 4, f64 = 8, f16 = 2, i64 = 8, i32 = 4, u8 = 1, bool = 1 }
+
+function M.save_npy(path, t)
+  check_path('save_npy', path)
+  if not is_tensor(t) then fail('save_npy: expected a tensor, got ' .. kind(t)) end
+  local descr = NPY_DESCR[t.dtype]
+  if not descr then
+    fail(string.format("save_npy: NumPy has no dtype for %s; convert it first (t:float())", t.dtype))
+  end
+  local c = t:detach():contiguous()
+  if c.device ~= 'cpu' then c = c:cpu() end
+  local dims = {}
+  for i, d in ipairs(c.shape) do dims[i] = tostring(d) end
+  local shape = #dims == 1 and ('(' .. dims[1] .. ',)') or ('(' .. table.concat(dims, ', ') .. ')')
+  local header = string.format("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape)
+  local total = 10 + #header + 1 -- magic, version, length, header and its newline
+  header = header .. string.rep(' ', (64 - total % 64) % 64) .. '\n'
+  local tmp = path .. '.tmp'
+  local f, err = io.open(tmp, 'wb')
+  if not f then fail(string.format("save_npy: cannot write '%s' (%s)", tmp, tostring(err))) end
+  f:write('\147NUMPY\1\0', string.char(#header % 256, math.floor(#header / 256)), header)
+  f:write(ffi.string(c:data_ptr(), c:numel() * NPY_SIZE[c.dtype]))
+  f:close()
+  local ok, rerr = os.rename(tmp, path)
+  if not ok then fail(string.format("save_npy: cannot write '%s' (%s)", path, tostring(rerr))) end
+  return path
+end
+
 -- cr.load(path) -> tensors (name -> tensor), metadata (string -> string)
 function M.load(path)
   check_path('load', path)

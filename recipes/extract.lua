@@ -6,7 +6,8 @@
 --   luajit recipes/extract.lua model.init=runs/swav/checkpoints/latest.safetensors data.split=test
 --   luajit recipes/extract.lua model.init=... data.split=both extract.out=feats/swav
 --
--- Files: <extract.out>_<split>.safetensors (extract.format=npy: <extract.out>_<split>_features.npy
+-- On k ranks (mpirun -np k luajit recipes/extract.lua ...) each rank extracts a share and
+-- rank 0 writes the whole. Files: <extract.out>_<split>.safetensors (extract.format=npy: <extract.out>_<split>_features.npy
 -- and _labels.npy for numpy.load; both: all three); extract.out defaults to
 -- <run.dir>/<run.name or 'extract'>/features. The last line on stdout is one JSON object.
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
@@ -39,23 +40,44 @@ else
   if dir then util.mkdir_p(dir) end
 end
 
+-- The features and labels of ds; on k ranks (mpirun -np k) each extracts a contiguous
+-- share and every rank gets the whole, in order (rank 0 writes the files).
+local W = cr.dist.world_size()
+local function extract(ds)
+  local opts = { batch_size = cfg.data.batch_size, forward = forward, device = device }
+  if W == 1 then return cr.ssl.extract_features(trunk, ds, opts) end
+  local n = #ds
+  if n < W then error(string.format('extract: %d samples cannot be shared by %d ranks', n, W), 0) end
+  local per = math.ceil(n / W)
+  local first = cr.dist.rank() * per
+  local count = math.max(0, math.min(per, n - first))
+  local part = count > 0 and ds:range(first, count) or ds:range(0, 1) -- an idle rank's stand-in, dropped below
+  local f, y = cr.ssl.extract_features(trunk, part, opts)
+  local function gathered(t)
+    local padded = cr.zeros({ per, unpack(t.shape, 2) }, { dtype = t.dtype })
+    if count > 0 then padded:narrow(0, 0, count):copy_(t) end
+    return cr.dist.all_gather(padded):narrow(0, 0, n):contiguous()
+  end
+  return gathered(f), y and gathered(y) or nil
+end
+
 local splits = cfg.data.split == 'both' and { 'train', 'test' } or { cfg.data.split }
 local result = { recipe = 'extract', model = cfg.model.arch, init = cfg.model.init, files = {} }
 for _, split in ipairs(splits) do
   local ds = split == 'train' and train_set or test_set
   if not ds then error("extract: the data set has no '" .. split .. "' split (image_folder: add a val/ folder)", 0) end
   local t0 = cr.engine.loop.now()
-  local feats, labels = cr.ssl.extract_features(trunk, ds, { batch_size = cfg.data.batch_size, forward = forward,
-                                                             device = device })
+  local feats, labels = extract(ds)
   local tensors = { features = feats }
   if labels then tensors.labels = labels end
   local paths = {}
-  if cfg.extract.format ~= 'npy' then
+  local writes = cr.dist.is_main()
+  if writes and cfg.extract.format ~= 'npy' then
     paths[#paths + 1] = out .. '_' .. split .. '.safetensors'
     cr.save(paths[#paths], tensors, { split = split, model = cfg.model.arch, init = cfg.model.init,
                                       config = cr.config.dump(cfg) })
   end
-  if cfg.extract.format ~= 'safetensors' then
+  if writes and cfg.extract.format ~= 'safetensors' then
     for _, what in ipairs { 'features', 'labels' } do
       if tensors[what] then
         paths[#paths + 1] = string.format('%s_%s_%s.npy', out, split, what)

@@ -95,6 +95,23 @@ describe('distributed cpu ranks (mpirun -np 2)', function()
     assert.is_true(d < 1e-12, string.format('%s differs by %g', tostring(where), d))
   end)
 
+  it('extract on 2 ranks writes the features of 1 rank, each rank extracting a share', function()
+    local ok, err = pcall(cr.data.fashion_mnist, { split = 'test', limit = 1 })
+    if not ok then pending('Fashion-MNIST is absent: ' .. tostring(err)) return end
+    local args = 'data.limit=21 data.batch_size=4 model.width=4 train.threads=1 data.split=test extract.out='
+    local out, code = mpirun(2, 'recipes/extract.lua', args .. tmp.path('two'))
+    assert.are.equal(0, code, out)
+    local p = io.popen(string.format('cd %s && luajit recipes/extract.lua %s%s 2>&1; echo "exit=$?"', root, args,
+      tmp.path('one')))
+    local out1 = p:read('*a')
+    p:close()
+    assert.truthy(out1:find('exit=0', 1, true), out1)
+    local a, b = cr.load(tmp.path('two_test.safetensors')), cr.load(tmp.path('one_test.safetensors'))
+    assert.are.same({ 21, 32 }, a.features.shape)
+    assert.are.equal(0, (a.labels - b.labels):abs():max():item())
+    assert.is_true((a.features - b.features):abs():max():item() < 1e-5)
+  end)
+
   it('a rank that stops taking part ends every rank after dist.timeout, naming the collective', function()
     local out, code, secs = mpirun(2, 'spec/dist/failure.lua', 'hang 2')
     assert.are_not.equal(0, code, out)

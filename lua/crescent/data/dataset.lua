@@ -126,11 +126,21 @@ end
 -- The first n samples, as views (no copy).
 function Dataset:head(n)
   if n >= self.n then return self end
+  return self:range(0, n)
+end
+
+-- Samples first .. first + count - 1 (0-based), as views (no copy): a rank's share.
+function Dataset:range(first, count)
+  if type(first) ~= 'number' or type(count) ~= 'number' or first < 0 or count < 1 or first + count > self.n or
+      first ~= math.floor(first) or count ~= math.floor(count) then
+    error(string.format('range: samples %s .. %s + %s - 1 are not within the %d samples', tostring(first),
+      tostring(first), tostring(count), self.n), 2)
+  end
   local o = {}
   for k, v in pairs(fields[self]) do o[k] = v end
-  o.images = self.images:narrow(0, 0, n)
-  o.labels = self.labels and self.labels:narrow(0, 0, n) or nil
-  o.n = n
+  o.images = self.images:narrow(0, first, count)
+  o.labels = self.labels and self.labels:narrow(0, first, count) or nil
+  o.n = count
   return wrap(o)
 end
 

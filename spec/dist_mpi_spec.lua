@@ -95,6 +95,20 @@ describe('distributed cpu ranks (mpirun -np 2)', function()
     assert.is_true(d < 1e-12, string.format('%s differs by %g', tostring(where), d))
   end)
 
+  it('optim.scaling follows the ranks: the global batch of 2 ranks doubles a linearly scaled lr', function()
+    local args = 'data.name=synthetic data.size=16 data.limit=64 model.width=4 train.threads=1 data.batch_size=16 ' ..
+      "'crops.size={16}' optim.lr=0.3 optim.base_batch_size=16 optim.scaling=linear --dry-run run.dir=" .. tmp.path('sc')
+    local out, code = mpirun(2, 'recipes/simclr.lua', args)
+    assert.are.equal(0, code, out)
+    assert.truthy(out:find('lr 0.6 = 0.3 x (32 / 16) for a global batch of 32 (16 x 2 ranks x 1 accumulated)', 1, true),
+      out)
+    local p = io.popen(string.format('cd %s && luajit recipes/simclr.lua %s 2>&1', root, args))
+    local one = p:read('*a')
+    p:close()
+    assert.truthy(one:find('lr 0.3 = 0.3 x (16 / 16) for a global batch of 16 (16 x 1 rank x 1 accumulated)', 1, true),
+      one)
+  end)
+
   it('extract on 2 ranks writes the features of 1 rank, each rank extracting a share', function()
     local ok, err = pcall(cr.data.fashion_mnist, { split = 'test', limit = 1 })
     if not ok then pending('Fashion-MNIST is absent: ' .. tostring(err)) return end

@@ -34,7 +34,8 @@ function M.common()
     run = { name = '', dir = 'runs' },   -- name '': the recipe names the run
     -- k ranks (crescent/dist/setup.lua): a collective's timeout in seconds, DDP's bucket
     -- size, BatchNorm -> SyncBatchNorm, unused parameters' grads as zero, rank 0 alone on stdout
-    dist = { timeout = 1800, bucket_mb = 25, sync_bn = false, find_unused = false, quiet = true },
+    dist = { timeout = 1800, bucket_mb = 25, sync_bn = false, find_unused = false, broadcast_buffers = true,
+             quiet = true },
   }
 end
 
@@ -62,6 +63,8 @@ local COMMON_TYPES = {
   ['dist.bucket_mb'] = { type = 'number', min = 0, doc = "the size of DDP's gradient buckets" },
   ['dist.sync_bn'] = { type = 'boolean', doc = 'BatchNorm statistics over the global batch on k ranks' },
   ['dist.find_unused'] = { type = 'boolean', doc = 'a parameter without a gradient counts as zero instead of an error' },
+  ['dist.broadcast_buffers'] = { type = 'boolean', doc = "rank 0's buffers (BatchNorm statistics) go to every " ..
+                                                         'rank after each backward' },
   ['dist.quiet'] = { type = 'boolean', doc = 'ranks other than 0 write nothing to stdout' },
 }
 

@@ -11,6 +11,7 @@
 --   dist.bucket_mb = 25       DDP's gradient buckets
 --   dist.sync_bn = false      BatchNorm -> SyncBatchNorm (the SSL recipes turn it on)
 --   dist.find_unused = false  parameters without a gradient count as zero instead of an error
+--   dist.broadcast_buffers = true  rank 0's buffers go to every rank after each backward
 --   dist.quiet = true         ranks other than 0 write nothing to stdout
 --
 -- data.batch_size is per rank: k ranks train on a global batch of k * data.batch_size.
@@ -69,7 +70,8 @@ function M.model(cfg, model)
   if not comm.is_distributed() then return nil end
   local d = dist_cfg(cfg)
   if d.sync_bn then require('crescent.dist.sync_bn').convert(model) end
-  return require('crescent.dist.ddp')(model, { bucket_mb = d.bucket_mb, find_unused = d.find_unused })
+  return require('crescent.dist.ddp')(model, { bucket_mb = d.bucket_mb, find_unused = d.find_unused,
+                                               broadcast_buffers = d.broadcast_buffers })
 end
 
 -- The Loader option that shards a training set over the ranks (nil alone).

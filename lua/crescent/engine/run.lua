@@ -117,7 +117,7 @@ end
 M.RESUME_MAY_CHANGE = {
   ['train.threads'] = true, ['train.device'] = true, ['train.log_every'] = true, ['train.repl_on_signal'] = true,
   ['data.root'] = true, ['data.workers'] = true, ['run.dir'] = true, ['run.resume'] = true, ['run.dry_run'] = true,
-  ['dist.timeout'] = true, ['dist.quiet'] = true, ['dist.bucket_mb'] = true,
+  ['dist.timeout'] = true, ['dist.quiet'] = true, ['dist.bucket_mb'] = true, ['dist.broadcast_buffers'] = true,
   ['checkpoint.keep'] = true, ['checkpoint.every_epochs'] = true, ['checkpoint.every_iters'] = true,
   ['train.profile'] = true, ['checkpoint.async'] = true,
 }

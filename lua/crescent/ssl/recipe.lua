@@ -325,7 +325,8 @@ end
 -- `drop`: keys (or sections) of cr.config.common() this recipe does not read.
 function R.frozen_defaults(drop)
   local common = cr.config.without(cr.config.common(), {
-    'train.amp', 'train.repl_on_signal', 'data.workers', 'dist.sync_bn', 'dist.bucket_mb', 'dist.find_unused' })
+    'train.amp', 'train.repl_on_signal', 'data.workers', 'dist.sync_bn', 'dist.bucket_mb', 'dist.find_unused',
+    'dist.broadcast_buffers' })
   return cr.config.merge(cr.config.without(common, drop or {}), {
     data = { batch_size = 500, size = 32, skip_bad = false, val_split = 0 },
     model = cr.config.merge({ arch = 'resnet18', width = 16, stem = 'auto' }, cr.engine.run.init_defaults()),

@@ -72,7 +72,8 @@ typedef struct cr_tb_writer cr_tb_writer;
  * stdio, child processes), appended to the file `path` (a run folder's log.txt) by a
  * thread that passes the bytes on to the original stdout and stderr unchanged. In the
  * file a carriage return drops the line so far, so a progress line rewritten in place
- * keeps its last state. One copy at a time: starting another stops the first. It stops
+ * keeps its last state; lines of stdout and stderr stay whole (between the two streams
+ * the order is the order the thread read them). One copy at a time: starting another stops the first. It stops
  * at exit (stdio flushed first) or with cr_tee_stop, which waits for every byte. */
 cr_status cr_tee_start(const char *path);
 void cr_tee_stop(void);

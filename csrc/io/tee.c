@@ -20,8 +20,8 @@ static struct {
     int read_end[2]; /* the pipes' read ends, one per stream */
     int file;
     pthread_t thread;
-    char line[TEE_LINE_MAX]; /* the file's current line (a '\r' empties it) */
-    size_t len;
+    char line[2][TEE_LINE_MAX]; /* each stream's current line for the file (a '\r' empties it) */
+    size_t len[2];
 } copier;
 
 static void write_all(int fd, const char *p, size_t n) {
@@ -36,17 +36,20 @@ static void write_all(int fd, const char *p, size_t n) {
     }
 }
 
-/* The bytes for the file: whole lines; '\r' starts the line again. */
-static void to_file(const char *p, size_t n) {
+/* The bytes of stream s for the file: whole lines, so lines of stdout and stderr never
+ * mix; '\r' starts the line again. */
+static void to_file(int s, const char *p, size_t n) {
+    char *line = copier.line[s];
+    size_t *len = &copier.len[s];
     for (size_t i = 0; i < n; i++) {
         char ch = p[i];
         if (ch == '\r') {
-            copier.len = 0;
+            *len = 0;
         } else {
-            if (copier.len < TEE_LINE_MAX) copier.line[copier.len++] = ch;
-            if (ch == '\n' || copier.len == TEE_LINE_MAX) {
-                write_all(copier.file, copier.line, copier.len);
-                copier.len = 0;
+            if (*len < TEE_LINE_MAX) line[(*len)++] = ch;
+            if (ch == '\n' || *len == TEE_LINE_MAX) {
+                write_all(copier.file, line, *len);
+                *len = 0;
             }
         }
     }
@@ -72,11 +75,13 @@ static void *tee_main(void *arg) {
                 continue;
             }
             write_all(copier.saved[s], buf, (size_t)r);
-            to_file(buf, (size_t)r);
+            to_file(s, buf, (size_t)r);
         }
     }
-    if (copier.len > 0) write_all(copier.file, copier.line, copier.len); /* a last line without '\n' */
-    copier.len = 0;
+    for (int s = 0; s < 2; s++) { /* a last line without '\n' */
+        if (copier.len[s] > 0) write_all(copier.file, copier.line[s], copier.len[s]);
+        copier.len[s] = 0;
+    }
     return NULL;
 }
 
@@ -118,7 +123,7 @@ cr_status cr_tee_start(const char *path) {
      * still show as they are printed */
     if (isatty(1)) setvbuf(stdout, NULL, _IOLBF, BUFSIZ);
     copier.file = file;
-    copier.len = 0;
+    copier.len[0] = copier.len[1] = 0;
     for (int s = 0; s < 2; s++) {
         copier.saved[s] = fcntl(s + 1, F_DUPFD_CLOEXEC, 3);
         copier.read_end[s] = pipes[s][0];

@@ -91,6 +91,13 @@ end
 
 local exists = util.file_exists
 
+-- cfg.run[key] when the recipe has that key (a frozen-feature recipe has no resume or
+-- dry run): an optional read.
+local function run_option(cfg, key)
+  local run = rawget(cfg, 'run')
+  return type(run) == 'table' and rawget(run, key) or nil
+end
+
 -- The run's device check (train.device, with one line about the choice, and
 -- train.deterministic on a GPU), the distributed group when a launcher started k ranks
 -- (crescent/dist/setup.lua), thread count and seed: first thing a recipe does. Returns
@@ -164,11 +171,11 @@ end
 
 function M._prepare(cfg, dir, out)
   out = out or io.stdout
-  if cfg.run.dry_run then -- nothing moved or written; a resume under another config is still an error
-    if cfg.run.resume and #ckpt.list(dir .. '/checkpoints') > 0 then check_same_config(cfg, dir) end
+  if run_option(cfg, 'dry_run') then -- nothing moved or written; a resume under another config is still an error
+    if run_option(cfg, 'resume') and #ckpt.list(dir .. '/checkpoints') > 0 then check_same_config(cfg, dir) end
     return dir, nil
   end
-  if not cfg.run.resume and #ckpt.list(dir .. '/checkpoints') > 0 then
+  if not run_option(cfg, 'resume') and #ckpt.list(dir .. '/checkpoints') > 0 then
     local aside = dir .. '.old-' .. os.date('!%Y%m%d-%H%M%S')
     local n = 1
     while exists(aside) do n = n + 1 aside = dir .. '.old-' .. os.date('!%Y%m%d-%H%M%S') .. '-' .. n end
@@ -195,14 +202,14 @@ end
 -- too) goes to <dir>/log.txt, appended, progress lines in their last state (csrc/io/tee.c;
 -- stopped at exit). Rank 0 alone keeps it; a dry run keeps none.
 function M.keep_log(cfg, dir)
-  if cfg.run.dry_run or not require('crescent.dist.comm').is_main() then return end
+  if run_option(cfg, 'dry_run') or not require('crescent.dist.comm').is_main() then return end
   util.check(require('crescent.ffi').C.cr_tee_start(dir .. '/log.txt'))
 end
 
 -- The run's final figures (the JSON last line) also as <dir>/results.json, written
 -- atomically (rank 0; not in a dry run).
 function M.write_results(cfg, dir, results)
-  if cfg.run.dry_run or not require('crescent.dist.comm').is_main() then return end
+  if run_option(cfg, 'dry_run') or not require('crescent.dist.comm').is_main() then return end
   local tmp = dir .. '/results.json.tmp'
   local f, err = io.open(tmp, 'w')
   if not f then error(string.format("cannot write '%s' (%s)", tmp, tostring(err)), 0) end

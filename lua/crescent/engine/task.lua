@@ -33,11 +33,13 @@ local KNOWN = {
 }
 local AMP = { off = true, bf16 = true, f16 = true }
 
+-- cfg.section.key when the config has it: an optional field, not a key every config
+-- must declare (raw reads: recipe_keys_spec notes reads of undeclared keys).
 local function cfg_get(cfg, section, key)
   if type(cfg) ~= 'table' then return nil end
-  local s = cfg[section]
+  local s = rawget(cfg, section)
   if type(s) ~= 'table' then return nil end
-  return s[key]
+  return rawget(s, key)
 end
 
 local util = require 'crescent.util'

@@ -146,8 +146,10 @@ function R.datasets(cfg)
   return rest, held_out, 'val'
 end
 
--- The multi-crop transform of cfg.crops and cfg.augment, checked against the images.
-function R.views(cfg, ds)
+-- The multi-crop transform of cfg.crops and cfg.augment, checked against the images;
+-- method_opts: the method's own transform options (SwAV's crops_for_assign, checked
+-- against the crops), from its view_options(cfg).
+function R.views(cfg, ds, method_opts)
   local c, a = cfg.crops, cfg.augment
   local n = #c.size
   for _, k in ipairs { 'num', 'min_scale', 'max_scale' } do
@@ -174,11 +176,7 @@ function R.views(cfg, ds)
                           saturation = a.saturation, hue = a.hue }
   end
   if a.blur > 0 then opts.blur = { p = a.blur, sigma = a.blur_sigma } end
-  local total = 0
-  for i = 1, n do total = total + c.num[i] end
-  if cfg.swav then
-    opts.total_num_crops, opts.crops_for_assign = total, cfg.swav.crops_for_assign
-  end
+  for k, v in pairs(method_opts or {}) do opts[k] = v end
   return cr.data.transforms.multicrop(opts)
 end
 
@@ -210,7 +208,7 @@ function R.task(name, cfg)
   local mod = require('crescent.ssl.' .. name)
   local device = R.setup(cfg)
   local train_set, test_set, eval_name = R.datasets(cfg)
-  local views = R.views(cfg, train_set)
+  local views = R.views(cfg, train_set, mod.view_options and mod.view_options(cfg))
   local nchan = train_set.images.ndim == 4 and train_set.images.shape[2] or 1
   local make_trunk, feat_dim = R.trunk_factory(cfg, nchan, train_set.images.shape[train_set.images.ndim])
   -- built on the cpu (the same initial weights for a seed on any device), then moved

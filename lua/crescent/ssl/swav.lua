@@ -239,6 +239,10 @@ M.types = {
   ['swav.freeze_prototypes_iters'] = { type = 'integer', min = 0, doc = 'the prototypes get no update for the first N steps' },
 }
 
+-- The multi-crop options SwAV adds (crescent.ssl.recipe.views): its assignment crops,
+-- checked against the crops there.
+function M.view_options(cfg) return { crops_for_assign = cfg.swav.crops_for_assign } end
+
 -- build(cfg, parts) -> SwAV, from the recipe config (crescent.ssl.recipe makes parts).
 function M.build(cfg, parts)
   local s, total = cfg.swav, 0

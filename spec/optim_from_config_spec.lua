@@ -46,6 +46,21 @@ describe('cr.optim.from_config', function()
     for i = 1, #a do assert.are.equal(0, H.max_diff(a[i][2], b[i][2])) end
   end)
 
+  it('takes lr multipliers by parameter name from the config', function()
+    local _, named = params()
+    local opt = fc.build(named, fc.defaults { lr = 0.1, lr_mult = { { '^2%.', 10 } } })
+    local by = {}
+    for _, g in ipairs(opt.param_groups) do
+      for _, n in ipairs(g.names) do by[n] = g.lr end
+    end
+    assert.is_true(math.abs(by['2.weight'] - 1) < 1e-12)
+    assert.are.equal(0.1, by['0.weight'])
+    H.assert_error(function() fc.build(named, fc.defaults { lr_mult = { '^2%.' } }) end,
+      "optim.lr_mult[1] must be a pair {'<Lua pattern>', multiplier}")
+    local cfg = cr.config.load('recipes/simclr.lua', { optim = { lr_mult = { { '^head%.', 2 } } } })
+    assert.are.same({ { '^head%.', 2 } }, cfg.optim.lr_mult)
+  end)
+
   it("refuses an option set for another optimizer, and an unknown name", function()
     local _, named = params()
     H.assert_error(function() fc.build(named, fc.defaults { betas = { 0.5, 0.9 } }) end,

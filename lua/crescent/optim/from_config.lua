@@ -14,6 +14,7 @@
 --   name = 'sgd' | 'lars' | 'adamw'       momentum, nesterov (sgd, lars); betas, eps (adamw);
 --                                         trust_coefficient, lars_clip, exclude_bias_norm (lars)
 --   no_decay_bias_norm = false            biases and norm weights get no weight decay
+--   lr_mult = {}                          {{'<Lua pattern>', m}, ...}: lr multipliers by name
 --   accum_steps = 1                       the optimizer steps every k batches (the loss / k;
 --                                         under DDP, one all-reduce per k batches)
 --   clip_norm = 0, clip_value = 0         clip the grads' global L2 norm / each value (0: off)
@@ -38,7 +39,7 @@ local OWN = {
 function M.defaults(over)
   local d = { name = 'sgd', lr = 0.1, weight_decay = 0, momentum = 0.9, nesterov = false,
               betas = { 0.9, 0.999 }, eps = 1e-8, trust_coefficient = 0.001, lars_clip = false,
-              exclude_bias_norm = true, no_decay_bias_norm = false, accum_steps = 1, clip_norm = 0,
+              exclude_bias_norm = true, no_decay_bias_norm = false, lr_mult = {}, accum_steps = 1, clip_norm = 0,
               clip_value = 0, base_batch_size = 0, scaling = 'off' }
   for k, v in pairs(over or {}) do d[k] = v end
   return d
@@ -56,6 +57,8 @@ M.types = {
   ['optim.lars_clip'] = { type = 'boolean', doc = "LARC's clip mode: the ratio capped at 1 (lars)" },
   ['optim.exclude_bias_norm'] = { type = 'boolean', doc = 'biases and norm weights get plain SGD (lars)' },
   ['optim.no_decay_bias_norm'] = { type = 'boolean', doc = 'no weight decay on biases and norm weights' },
+  ['optim.lr_mult'] = { type = 'list', doc = "lr multipliers by parameter name, {{'<Lua pattern>', m}, ...} " ..
+                                             '(the first match wins; the schedule keeps the ratios)' },
   ['optim.accum_steps'] = { type = 'integer', min = 1, doc = 'an optimizer step every N batches (gradient accumulation)' },
   ['optim.clip_norm'] = { type = 'number', min = 0, doc = "clip the grads' global L2 norm to this (0: off)" },
   ['optim.clip_value'] = { type = 'number', min = 0, doc = 'clip each grad value to [-v, v] (0: off)' },
@@ -108,6 +111,15 @@ function M.build(named_params, o, lr, defaults)
     end
   end
   local opts = { lr = lr or o.lr, weight_decay = o.weight_decay, no_decay_bias_norm = o.no_decay_bias_norm }
+  if o.lr_mult and #o.lr_mult > 0 then
+    for i, rule in ipairs(o.lr_mult) do
+      if type(rule) ~= 'table' or type(rule[1]) ~= 'string' or type(rule[2]) ~= 'number' then
+        fail(string.format("optim.lr_mult[%d] must be a pair {'<Lua pattern>', multiplier}, e.g. " ..
+          "optim.lr_mult=\"{{'^head%%.', 10}}\"", i))
+      end
+    end
+    opts.lr_mult = o.lr_mult
+  end
   if o.name == 'sgd' or o.name == 'lars' then opts.momentum, opts.nesterov = o.momentum, o.nesterov end
   if o.name == 'adamw' then opts.betas, opts.eps = o.betas, o.eps end
   if o.name == 'lars' then

@@ -13,6 +13,7 @@
 --   checkpoint.save = true        write checkpoints (false: none, and no resume)
 --   checkpoint.every_epochs = 1, checkpoint.every_iters = 0 (0: never), checkpoint.keep = 3,
 --   checkpoint.best = ''          a task.metrics key (knn_top1, test_top1) to keep the best by
+--   checkpoint.async = true       written by a thread while training goes on
 --
 -- How a run starts, in big_vision's order, said in one line: the newest checkpoint of
 -- its folder (run.resume), else run.resume_from = <checkpoint> (weights, optimizer,
@@ -24,7 +25,9 @@
 --
 --   local defaults = cr.config.merge(cr.config.common(), cr.engine.run.defaults{best = 'test_top1'})
 --   local dir, env = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'supervised'))
---   task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))   -- nil: checkpoint.save=false
+--   task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))   -- starts the run; writes checkpoints
+--   cr.engine.run.keep_log(cfg, dir)      -- log.txt;  cr.engine.run.write_results(cfg, dir, t) -- results.json
+-- Every key, with its description: M.types below (and --help).
 --   local device = cr.engine.run.setup(cfg)   -- first thing: device, threads, seed
 local cr = require 'crescent'
 local util = require 'crescent.util'
@@ -42,13 +45,13 @@ end
 -- phases and the kNN use the average (crescent/hooks/ema.lua).
 -- freeze: a Lua pattern over parameter names kept fixed (their modules in eval mode) for
 -- the first freeze_iters steps, or the whole run with 0 (crescent/hooks/freeze.lua).
-local EMA_DEFAULTS = { ema = 0, ema_eval = true, freeze = '', freeze_iters = 0 }
+local TRAINING_MODEL_DEFAULTS = { ema = 0, ema_eval = true, freeze = '', freeze_iters = 0 }
 
 function M.defaults(opts)
   return {
     -- dry_run (or --dry-run): build everything, report, exit 0 (crescent/engine/dry_run.lua)
     run = { resume = true, resume_from = '', dry_run = false },
-    model = cr.config.merge(M.init_defaults(), EMA_DEFAULTS),
+    model = cr.config.merge(M.init_defaults(), TRAINING_MODEL_DEFAULTS),
     -- profile = '<first>:<count>': a Chrome trace and op table of those steps (hooks/profile.lua)
     train = { profile = '' },
     -- async: written by a thread while training goes on (hooks/checkpoint.lua)
@@ -124,7 +127,7 @@ end
 M.RESUME_MAY_CHANGE = {
   ['train.threads'] = true, ['train.device'] = true, ['train.log_every'] = true, ['train.repl_on_signal'] = true,
   ['data.root'] = true, ['data.workers'] = true, ['run.dir'] = true, ['run.resume'] = true, ['run.dry_run'] = true,
-  ['dist.timeout'] = true, ['dist.quiet'] = true, ['dist.bucket_mb'] = true, ['dist.broadcast_buffers'] = true,
+  ['dist.timeout'] = true, ['dist.quiet'] = true, ['dist.bucket_mb'] = true,
   ['checkpoint.keep'] = true, ['checkpoint.every_epochs'] = true, ['checkpoint.every_iters'] = true,
   ['train.profile'] = true, ['checkpoint.async'] = true,
 }

@@ -1,12 +1,13 @@
 -- crescent.hooks.ema — an exponential moving average of the model's weights (mmengine's
 -- EMAHook, timm's ModelEmaV2): after every optimizer step, ema = m * ema + (1 - m) * w
--- for each floating parameter (the fused C EMA, cr.ssl.ema_update), buffers (BatchNorm's
--- running statistics) copied. With evaluate = true the test phases and the kNN monitor
+-- for each floating parameter (the fused C EMA, cr.ssl.ema_update); buffers are not
+-- averaged: evaluation uses the model's own (BatchNorm's running statistics), as
+-- mmengine's default copies them. With evaluate = true the test phases and the kNN monitor
 -- run on the averaged weights (swapped in, then back). The average travels in checkpoints
 -- (hook_state.ema.<name>), so a resumed run goes on with it; model.init_prefix=
 -- hook_state.ema. loads it as the weights of another run.
 --
---   task:add_hook(cr.hooks.ema{momentum = 0.9999, evaluate = true, start = 0})
+--   task:add_hook(cr.hooks.ema{model = task.model, momentum = 0.9999, evaluate = true, start = 0})
 --   luajit recipes/supervised.lua model.ema=0.999
 local cr = require 'crescent'
 

@@ -241,8 +241,9 @@ describe('auto-resume', function()
     local other = cr.config.merge(cfg, { optim = { lr = 0.2 }, crops = { num = { 2, 4 } }, model = { width = 8 } })
     local msg = H.error_of(function() cr.engine.run.prepare(other, dir) end)
     assert.is_truthy(msg:find("the run in '" .. dir .. "' was started with another config", 1, true), msg)
-    assert.is_truthy(msg:find('3 keys differ:\n  crops.num: {2, 6} in the run, {2, 4} now\n' ..
-      '  model.width: (absent) in the run, 8 now\n  optim.lr: 0.1 in the run, 0.2 now\n', 1, true), msg)
+    -- (model.width, absent from the earlier config, is a key of a newer crescent: not compared)
+    assert.is_truthy(msg:find('2 keys differ:\n  crops.num: {2, 6} in the run, {2, 4} now\n' ..
+      '  optim.lr: 0.1 in the run, 0.2 now\n', 1, true), msg)
     assert.is_truthy(msg:find('run.resume=false', 1, true) and msg:find('another run.name', 1, true), msg)
     assert.are.same(again, dofile(dir .. '/config.lua')) -- the folder still describes its training
     -- starting afresh moves the earlier run aside and takes the new config

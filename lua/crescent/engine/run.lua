@@ -144,7 +144,8 @@ local function check_same_config(cfg, dir)
   end
   local lines = {}
   for _, d in ipairs(cr.config.diff(earlier, cfg)) do
-    if not M.RESUME_MAY_CHANGE[d[1]] then
+    -- a key the earlier config lacks came with a newer crescent: nothing to compare it with
+    if not M.RESUME_MAY_CHANGE[d[1]] and d[2] ~= nil then
       lines[#lines + 1] = string.format('  %s: %s in the run, %s now', d[1], cr.config.format_value(d[2]),
         cr.config.format_value(d[3]))
     end

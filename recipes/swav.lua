@@ -4,7 +4,7 @@
 -- below can be overridden from the command line or a --config file:
 --
 --   luajit recipes/swav.lua
---   luajit recipes/swav.lua train.epochs=10 swav.prototypes=300 crops.num={2,6} knn.every=2
+--   luajit recipes/swav.lua train.epochs=10 swav.prototypes=300 'crops.num={2,6}' knn.every=2
 --   luajit recipes/swav.lua --config myrun.lua        (a file returning a table of overrides)
 --   luajit recipes/swav.lua --help                    (every key, its type and default)
 --

@@ -199,6 +199,17 @@ local function sorted_names(t, pattern)
   return out
 end
 
+-- Runs the twin on dir/<config> with its mode's arguments, its output into dir/twin_<log>.log;
+-- a failure ends the bench naming that log.
+local function run_twin(method, dir, config, args, log)
+  local ok = os.execute(string.format('%s %s/bench/ssl_reference_torch.py --method %s --config %s/%s %s > %s/twin_%s.log 2>&1',
+    py, root, method, dir, config, args, dir, log))
+  if ok ~= 0 and ok ~= true then
+    io.stderr:write(string.format('parity_components: the twin failed; see %s/twin_%s.log\n', dir, log))
+    os.exit(1)
+  end
+end
+
 for _, method in ipairs(methods) do
   local dir = root .. '/build/parity/components/' .. method
   print(string.format('== %s: %d steps on identical weights and batches', method, steps))
@@ -206,22 +217,11 @@ for _, method in ipairs(methods) do
   local knn_top1 = method == 'moco' and knn_features(dir) or nil
   local twin = {}
   for _, dtype in ipairs { 'float64', 'float32' } do
-    local cmd = string.format('%s %s/bench/ssl_reference_torch.py --method %s --config %s/config.json --compare %s ' ..
-      '--dtype %s > %s/twin_%s.log 2>&1', py, root, method, dir, dir, dtype, dir, dtype)
-    local ok = os.execute(cmd)
-    if ok ~= 0 and ok ~= true then
-      io.stderr:write(string.format('parity_components: the twin failed; see %s/twin_%s.log\n', dir, dtype))
-      os.exit(1)
-    end
+    run_twin(method, dir, 'config.json', string.format('--compare %s --dtype %s', dir, dtype), dtype)
     twin[dtype] = cr.load(dir .. '/twin_' .. dtype .. '.safetensors')
   end
   augment_samples(c.cfg, dir)
-  local ok = os.execute(string.format('%s %s/bench/ssl_reference_torch.py --method %s --config %s/config.json ' ..
-    '--augment %s > %s/twin_augment.log 2>&1', py, root, method, dir, dir, dir))
-  if ok ~= 0 and ok ~= true then
-    io.stderr:write(string.format('parity_components: the twin failed; see %s/twin_augment.log\n', dir))
-    os.exit(1)
-  end
+  run_twin(method, dir, 'config.json', '--augment ' .. dir, 'augment')
   local f = assert(io.open(dir .. '/augment.json'))
   for _, r in ipairs(cjson.decode(f:read('*a'))) do
     local pass = r.distance <= r.limit
@@ -259,12 +259,7 @@ for _, method in ipairs(methods) do
     out:close()
     local task = cr.ssl[method].task(cfg)
     local total = task.train_loader:num_batches() * cfg.train.epochs
-    local done = os.execute(string.format('%s %s/bench/ssl_reference_torch.py --method %s --config %s/schedule_config.json ' ..
-      '--lr-schedule %s/lr_schedule.json > %s/twin_schedule.log 2>&1', py, root, method, dir, dir, dir))
-    if done ~= 0 and done ~= true then
-      io.stderr:write(string.format('parity_components: the twin failed; see %s/twin_schedule.log\n', dir))
-      os.exit(1)
-    end
+    run_twin(method, dir, 'schedule_config.json', '--lr-schedule ' .. dir .. '/lr_schedule.json', 'schedule')
     local g = assert(io.open(dir .. '/lr_schedule.json'))
     local theirs = cjson.decode(g:read('*a'))
     g:close()

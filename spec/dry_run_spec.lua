@@ -4,15 +4,8 @@
 local H = require 'spec.helper'
 local cr = H.cr
 
-local root = require('crescent.native_files').root
-
 -- Runs a recipe with arguments; returns its output (stdout and stderr) and exit code.
-local function recipe(name, args)
-  local p = io.popen(string.format('cd %s && luajit recipes/%s.lua %s 2>&1; echo "exit=$?"', root, name, args))
-  local out = p:read('*a')
-  p:close()
-  return out, tonumber(out:match('exit=(%d+)%s*$'))
-end
+local function recipe(name, args) return H.shell(string.format('luajit recipes/%s.lua %s', name, args)) end
 
 describe('--dry-run', function()
   local ok, err = pcall(cr.data.fashion_mnist, { split = 'test', limit = 1 })

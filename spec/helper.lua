@@ -158,6 +158,16 @@ function H.tmpdir(tag)
   return t
 end
 
+-- Runs a shell command from the repository root: its output (stdout and stderr) and its
+-- exit code.
+function H.shell(cmd)
+  local root = require('crescent.native_files').root
+  local p = io.popen(string.format('cd %s && (%s) 2>&1; echo "exit=$?"', root, cmd))
+  local out = p:read('*a')
+  p:close()
+  return out, tonumber(out:match('exit=(%d+)%s*$'))
+end
+
 -- A file's whole content.
 function H.read_file(path)
   local f = assert(io.open(path, 'rb'))

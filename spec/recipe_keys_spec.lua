@@ -23,10 +23,8 @@ end
 describe('recipe keys', function()
   for _, name in ipairs(RECIPES) do
     it(name .. ': --help lists every key with a description, and each key takes its default', function()
-      local p = io.popen(string.format('cd %s && luajit recipes/%s.lua --help 2>&1; echo "exit=$?"', root, name))
-      local text = p:read('*a')
-      p:close()
-      assert.truthy(text:find('exit=0', 1, true), text)
+      local text, code = H.shell('luajit recipes/' .. name .. '.lua --help')
+      assert.are.equal(0, code, text)
       local listed, undescribed = {}, {}
       local lines = {}
       for line in text:gmatch('[^\n]+') do lines[#lines + 1] = line end

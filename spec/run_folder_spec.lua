@@ -4,14 +4,7 @@
 local H = require 'spec.helper'
 local cr = H.cr
 
-local root = require('crescent.native_files').root
-
-local function run(cmd)
-  local p = io.popen(string.format('cd %s && %s; echo "exit=$?"', root, cmd))
-  local out = p:read('*a')
-  p:close()
-  return out, tonumber(out:match('exit=(%d+)%s*$'))
-end
+local run = H.shell
 
 describe('log.txt', function()
   local tmp = H.tmpdir('run_folder')

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../core/internal.h"
@@ -93,7 +94,15 @@ void cr_tee_stop(void) {
      * drains them and sees their ends */
     dup2(copier.saved[0], 1);
     dup2(copier.saved[1], 2);
-    pthread_join(copier.thread, NULL);
+    /* a child that outlives us (a daemon) still holds a write end: give the copier 2 s to
+     * drain, then leave it (and its descriptors) to the exit rather than hang */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 2;
+    if (pthread_timedjoin_np(copier.thread, NULL, &until) != 0) {
+        pthread_detach(copier.thread);
+        return;
+    }
     for (int s = 0; s < 2; s++) {
         close(copier.read_end[s]);
         close(copier.saved[s]);

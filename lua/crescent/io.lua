@@ -111,17 +111,25 @@ local function check_path(what, path)
 end
 
 -- cr.save(path, tensors, metadata): see the top of this file.
-function M.save(path, tensors, metadata)
-  check_path('save', path)
-  local names, list = entries_of('save', tensors)
-  local meta = metadata_json('save', metadata)
+-- What save and save_async pass to C: the names, the tensors (host(t) of each), their
+-- count and the metadata JSON, with the C arrays. The Lua values stay referenced by the
+-- caller's locals until the C call returns.
+local function save_args(what, path, tensors, metadata, host)
+  check_path(what, path)
+  local names, list = entries_of(what, tensors)
+  local meta = metadata_json(what, metadata)
   local n = #names
-  for i = 1, n do -- GPU tensors are written from host copies
-    if list[i].device ~= 'cpu' then list[i] = list[i]:cpu() end
-  end
+  for i = 1, n do list[i] = host(list[i]) end
   local cnames, ctensors = ffi.new(names_ct, n + 1), ffi.new(tensors_ct, n + 1)
   for i = 1, n do cnames[i - 1], ctensors[i - 1] = names[i], list[i] end
-  -- names (Lua strings) and list stay referenced until the call returns
+  return cnames, ctensors, n, meta, names, list
+end
+
+-- GPU tensors are written from host copies
+local function on_host(t) return t.device ~= 'cpu' and t:cpu() or t end
+
+function M.save(path, tensors, metadata)
+  local cnames, ctensors, n, meta, names, list = save_args('save', path, tensors, metadata, on_host) -- luacheck: ignore 211
   util.retry(C.cr_io_save_safetensors(path, cnames, ctensors, n, meta),
     C.cr_io_save_safetensors, path, cnames, ctensors, n, meta)
   return path
@@ -145,19 +153,14 @@ function Job:wait()
   return self.path
 end
 
+-- A contiguous host copy that shares no memory with t: the writer thread only reads it.
+local function snapshot(t)
+  local c = t:detach():contiguous() -- may share t's memory: copied below
+  return c.device == 'cpu' and c:clone() or c:cpu()
+end
+
 function M.save_async(path, tensors, metadata)
-  check_path('save_async', path)
-  local names, list = entries_of('save_async', tensors)
-  local meta = metadata_json('save_async', metadata)
-  local n = #names
-  local copies = {}
-  for i = 1, n do -- contiguous host copies: the thread only reads them
-    local c = list[i]:detach():contiguous() -- may share the tensor's memory: copied below
-    copies[i] = c.device == 'cpu' and c:clone() or c:cpu()
-    assert(copies[i]:is_contiguous())
-  end
-  local cnames, ctensors = ffi.new(names_ct, n + 1), ffi.new(tensors_ct, n + 1)
-  for i = 1, n do cnames[i - 1], ctensors[i - 1] = names[i], copies[i] end
+  local cnames, ctensors, n, meta, _, copies = save_args('save_async', path, tensors, metadata, snapshot)
   local box = ffi.new('cr_io_save_job*[1]')
   util.retry(C.cr_io_save_async(box, path, cnames, ctensors, n, meta), C.cr_io_save_async, box, path, cnames,
     ctensors, n, meta)

@@ -24,6 +24,8 @@ end
 
 function Ema:setup(task)
   self.params = floating(task.model:named_parameters())
+  self.sources = {}
+  for i, np in ipairs(self.params) do self.sources[i] = np[2] end
   if self.shadow then return end -- restored from a checkpoint (load_tensor_state)
   self.shadow = {}
   cr.no_grad(function()
@@ -37,9 +39,7 @@ function Ema:after_step(task)
   local k = task.accum_steps or 1
   if task.iteration % k ~= 0 then return end
   local m = task.iteration <= self.start and 0 or self.momentum -- before `start`: follow the weights
-  local sources = {}
-  for i, np in ipairs(self.params) do sources[i] = np[2] end
-  cr.no_grad(function() cr.ssl.ema_update(self.shadow, sources, m) end)
+  cr.no_grad(function() cr.ssl.ema_update(self.shadow, self.sources, m) end)
 end
 
 -- Exchanges the model's weights with the average (twice: back again).

@@ -9,7 +9,11 @@
 -- default allows) and bf16 autocast (crescent's activations are channels-last anyway;
 -- the twin converts to channels_last); the twin also gives the model FLOPs behind the
 -- model-FLOPs utilisation (MFU, against the GPU's dense bf16 peak).
---   luajit bench/gpu_swav.lua [batch=64] [sup_batch=256] [steps=20] [warmup=5]
+--   luajit bench/gpu_swav.lua [batch=64] [sup_batch=256] [steps=20] [warmup=5] [profile=0]
+-- profile=1: no timing and no twin; each crescent step profiled over `steps` steps after
+-- `warmup`, the ops that took the most time printed as a table. Run it with
+-- CUDA_LAUNCH_BLOCKING=1 so that each op's time is its GPU time:
+--   CUDA_LAUNCH_BLOCKING=1 luajit bench/gpu_swav.lua profile=1 steps=3
 -- Last line: {"bench": "gpu_swav", "crescent": {...}, "torch": {...}, "ratio_swav_bf16": r, ...}
 package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
 local cjson = require 'cjson'
@@ -17,7 +21,8 @@ local cr = require 'crescent'
 package.path = 'bench/?.lua;' .. package.path
 local harness = require 'harness'
 
-local args = harness.args('bench/gpu_swav.lua', { { 'batch', 64 }, { 'sup_batch', 256 }, { 'steps', 20 }, { 'warmup', 5 } })
+local args = harness.args('bench/gpu_swav.lua', { { 'batch', 64 }, { 'sup_batch', 256 }, { 'steps', 20 }, { 'warmup', 5 },
+                                                    { 'profile', 0 } })
 
 if not cr.cuda.is_available() then
   local why = cr.cuda.why_not()
@@ -28,6 +33,15 @@ end
 
 local function rate(step, images)
   for _ = 1, args.warmup do step() end
+  if args.profile == 1 then
+    cr.cuda.synchronize()
+    cr.profiler.start()
+    for _ = 1, args.steps do step() end
+    cr.cuda.synchronize()
+    cr.profiler.stop()
+    print(cr.profiler.table(25))
+    return nil
+  end
   cr.cuda.synchronize()
   local t0 = harness.now()
   for _ = 1, args.steps do step() end
@@ -76,11 +90,13 @@ local figures = {}
 for _, run in ipairs({ { 'swav', swav_rate }, { 'supervised', supervised_rate } }) do
   for _, amp in ipairs({ 'bf16', 'off' }) do
     local key = run[1] .. (amp == 'off' and '_f32' or '_bf16')
+    if args.profile == 1 then print(string.format('--- profile of %d %s steps', args.steps, key)) end
     local ok, r = pcall(run[2], amp)
     if ok then figures[key] = r else print(string.format('crescent %s failed: %s', key, tostring(r))) end
     collectgarbage('collect')
   end
 end
+if args.profile == 1 then return end
 local mem = cr.cuda.memory_stats(0)
 print(string.format('crescent %s: peak GPU memory %.2f GiB', cr.version, mem.peak_allocated_bytes / 2 ^ 30))
 

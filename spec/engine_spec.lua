@@ -137,6 +137,19 @@ describe('the step loop', function()
     assert.equal('enough', task.stop_reason)
   end)
 
+  it('lets the collector free a finished task, its hooks and its loop context once nothing holds them', function()
+    local gone = setmetatable({}, { __mode = 'k' })
+    do
+      local task = fake_task { epochs = 1 }
+      local hook = { after_step = function() end }
+      task:add_hook(hook)
+      cr.train(task)
+      gone[task], gone[hook] = true, true
+    end
+    for _ = 1, 3 do collectgarbage() end
+    assert.is_nil(next(gone), 'a finished task stays alive (the loop context held it)')
+  end)
+
   it('times data, step and hooks', function()
     local task = fake_task {
       epochs = 1, no_test = true,

@@ -371,20 +371,22 @@ describe('pooling inputs', function()
     local W = cr.Tensor._wrap
     local g = distinct({ 1, 1, 2, 2 })
     local good = cr.tensor({ 0, 3, 8, 15 }, { dtype = 'i64' }):view({ 1, 1, 2, 2 })
-    local gx = W.call(C.cr_op_max_pool2d_backward, g, good, 4, 4)
+    local ffi = require 'ffi'
+    local p = ffi.new('cr_pool2d_params', { { 2, 2 }, { 0, 0 }, { 0, 0 }, { 1, 1 }, false, true })
+    local gx = W.call(C.cr_op_max_pool2d_backward, g, good, 4, 4, p)
     assert.same({ 1, 1, 4, 4 }, gx.shape)
     H.assert_close(gx:sum(), g:sum(), 1e-12, 0)
     local bad = cr.tensor({ 0, 3, 8, 16 }, { dtype = 'i64' }):view({ 1, 1, 2, 2 })
-    H.assert_error(function() W.call(C.cr_op_max_pool2d_backward, g, bad, 4, 4) end,
+    H.assert_error(function() W.call(C.cr_op_max_pool2d_backward, g, bad, 4, 4, p) end,
       'max_pool2d_backward', 'index 16', 'outside the 4 x 4')
-    H.assert_error(function() W.call(C.cr_op_max_pool2d_backward, g, good:double(), 4, 4) end,
+    H.assert_error(function() W.call(C.cr_op_max_pool2d_backward, g, good:double(), 4, 4, p) end,
       'max_pool2d_backward', 'indices must be i64')
-    H.assert_error(function() W.call(C.cr_op_max_pool2d_backward, g, good, 0, 4) end,
+    H.assert_error(function() W.call(C.cr_op_max_pool2d_backward, g, good, 0, 4, p) end,
       'max_pool2d_backward', 'input size')
+    H.assert_error(function() W.call(C.cr_op_max_pool2d_backward, g, good, 6, 6, p) end,
+      'max_pool2d_backward', 'does not match the pooled shape')
     H.assert_error(function() W.call(C.cr_op_adaptive_avg_pool2d_backward, g:long(), 4, 4) end,
       'adaptive_avg_pool2d_backward', 'f32 or f64')
-    local ffi = require 'ffi'
-    local p = ffi.new('cr_pool2d_params', { { 2, 2 }, { 0, 0 }, { 0, 0 }, { 1, 1 }, false, true })
     H.assert_error(function() W.call(C.cr_op_avg_pool2d_backward, g, 6, 6, p) end,
       'avg_pool2d_backward', 'does not match the pooled shape')
     assert.same({ 1, 1, 4, 5 }, W.call(C.cr_op_avg_pool2d_backward, g, 4, 5, p).shape)

@@ -115,6 +115,43 @@ enum { DRIVE_RUN, DRIVE_STEPS, DRIVE_PHASE };
 
 static const char *const CR_LOOP_MT = "crescent.loop.ctx";
 static const char *const CR_LOOP_TB_KEY = "crescent.loop.traceback";
+static const char *const CR_LOOP_LIVE_KEY = "crescent.loop.live";
+
+/* A context's Lua references (its task, hooks, a paused phase's iterator) live in its
+ * userdata's environment table, not in the registry: the task holds its context
+ * (task._loop), so registry references would keep both alive for ever; this way the
+ * collector frees the pair once nothing else holds them. The registry maps each live
+ * context to its userdata through a weak-valued table. Pushes the environment table. */
+static void cr_loop_push_refs(lua_State *L, cr_loop_ctx *c) {
+    lua_getfield(L, LUA_REGISTRYINDEX, CR_LOOP_LIVE_KEY);
+    lua_pushlightuserdata(L, c);
+    lua_rawget(L, -2);
+    lua_getfenv(L, -1);
+    lua_replace(L, -3);
+    lua_pop(L, 1);
+}
+
+/* Pushes the value of reference ref (nil for LUA_NOREF). */
+static void cr_loop_get_ref(lua_State *L, cr_loop_ctx *c, int ref) {
+    cr_loop_push_refs(L, c);
+    lua_rawgeti(L, -1, ref);
+    lua_remove(L, -2);
+}
+
+/* Pops the top value and returns a reference to it. */
+static int cr_loop_make_ref(lua_State *L, cr_loop_ctx *c) {
+    cr_loop_push_refs(L, c);
+    lua_insert(L, -2);
+    int ref = luaL_ref(L, -2);
+    lua_pop(L, 1);
+    return ref;
+}
+
+static void cr_loop_drop_ref(lua_State *L, cr_loop_ctx *c, int ref) {
+    cr_loop_push_refs(L, c);
+    luaL_unref(L, -1, ref);
+    lua_pop(L, 1);
+}
 
 static double cr_loop_now(void) {
     struct timespec ts;
@@ -126,25 +163,15 @@ static cr_loop_ctx *cr_loop_check_ctx(lua_State *L, int idx) {
     return (cr_loop_ctx *)luaL_checkudata(L, idx, CR_LOOP_MT);
 }
 
-static void cr_loop_release(lua_State *L, cr_loop_ctx *c) {
+/* __gc: the references go with the environment table; the slots are C memory. */
+static int cr_loop_gc(lua_State *L) {
+    cr_loop_ctx *c = cr_loop_check_ctx(L, 1);
     for (int e = 0; e < CR_LOOP_EVENT_COUNT; e++) {
-        for (int i = 0; i < c->nslots[e]; i++) {
-            luaL_unref(L, LUA_REGISTRYINDEX, c->slots[e][i].hook_ref);
-            luaL_unref(L, LUA_REGISTRYINDEX, c->slots[e][i].fn_ref);
-            luaL_unref(L, LUA_REGISTRYINDEX, c->slots[e][i].label_ref);
-        }
         free(c->slots[e]);
         c->slots[e] = NULL;
         c->nslots[e] = 0;
     }
-    for (int i = 0; i < 4; i++) luaL_unref(L, LUA_REGISTRYINDEX, c->paused_ref[i]);
-    luaL_unref(L, LUA_REGISTRYINDEX, c->task_ref);
-    luaL_unref(L, LUA_REGISTRYINDEX, c->timing_ref);
     c->task_ref = c->timing_ref = LUA_NOREF;
-}
-
-static int cr_loop_gc(lua_State *L) {
-    cr_loop_release(L, cr_loop_check_ctx(L, 1));
     return 0;
 }
 
@@ -159,12 +186,19 @@ static int cr_loop_new(lua_State *L) {
     luaL_getmetatable(L, CR_LOOP_MT);
     lua_setmetatable(L, -2);
     int ud = lua_gettop(L);
+    lua_newtable(L);
+    lua_setfenv(L, ud);
+    lua_getfield(L, LUA_REGISTRYINDEX, CR_LOOP_LIVE_KEY);
+    lua_pushlightuserdata(L, c);
+    lua_pushvalue(L, ud);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
 
     lua_getfield(L, 1, "timing");
     if (!lua_istable(L, -1)) return luaL_error(L, "loop.new: task.timing must be a table");
-    c->timing_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    c->timing_ref = cr_loop_make_ref(L, c);
     lua_pushvalue(L, 1);
-    c->task_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    c->task_ref = cr_loop_make_ref(L, c);
 
     for (int e = 0; e < CR_LOOP_EVENT_COUNT; e++) {
         lua_getfield(L, 2, cr_loop_event_names[e]);
@@ -186,11 +220,11 @@ static int cr_loop_new(lua_State *L) {
             if (!lua_isfunction(L, -1))
                 return luaL_error(L, "loop.new: events.%s[%d][2] must be a function",
                                   cr_loop_event_names[e], i + 1);
-            s->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+            s->fn_ref = cr_loop_make_ref(L, c);
             lua_rawgeti(L, -1, 1);
-            s->hook_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+            s->hook_ref = cr_loop_make_ref(L, c);
             lua_rawgeti(L, -1, 3);
-            s->label_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+            s->label_ref = cr_loop_make_ref(L, c);
             c->nslots[e] = i + 1;
             lua_pop(L, 1);
         }
@@ -221,8 +255,8 @@ static int cr_loop_fire_hooks(lua_State *L, cr_loop_ctx *c, int e, int task_idx,
     double total = 0;
     for (int i = 0; i < n; i++) {
         double t0 = cr_loop_now();
-        lua_rawgeti(L, LUA_REGISTRYINDEX, s[i].fn_ref);
-        lua_rawgeti(L, LUA_REGISTRYINDEX, s[i].hook_ref);
+        cr_loop_get_ref(L, c, s[i].fn_ref);
+        cr_loop_get_ref(L, c, s[i].hook_ref);
         lua_pushvalue(L, task_idx);
         if (msgh_idx) {
             int st = lua_pcall(L, 2, 0, msgh_idx);
@@ -247,7 +281,7 @@ static int cr_loop_fire(lua_State *L) {
     double t = cr_loop_now();
     if (e == CR_LOOP_AFTER_FORWARD && !c->saw_fwd) { c->fwd_t = t; c->saw_fwd = 1; }
     lua_settop(L, 2);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, c->task_ref);
+    cr_loop_get_ref(L, c, c->task_ref);
     double hs = 0;
     cr_loop_fire_hooks(L, c, e, 3, 0, &hs);
     c->inner_hooks += hs;
@@ -484,11 +518,11 @@ static void cr_loop_fire_after_failure(lua_State *L, cr_loop_ctx *c, int e) {
     for (int i = 0; i < c->nslots[e]; i++) {
         cr_loop_slot *s = &c->slots[e][i];
         double t0 = cr_loop_now();
-        lua_rawgeti(L, LUA_REGISTRYINDEX, s->fn_ref);
-        lua_rawgeti(L, LUA_REGISTRYINDEX, s->hook_ref);
+        cr_loop_get_ref(L, c, s->fn_ref);
+        cr_loop_get_ref(L, c, s->hook_ref);
         lua_pushvalue(L, RUN_TASK);
         if (lua_pcall(L, 2, 0, RUN_MSGH)) {
-            lua_rawgeti(L, LUA_REGISTRYINDEX, s->label_ref);
+            cr_loop_get_ref(L, c, s->label_ref);
             fprintf(stderr, "crescent: hook %s.%s failed while handling an error: %s\n",
                     lua_isstring(L, -1) ? lua_tostring(L, -1) : "?", cr_loop_event_names[e],
                     lua_isstring(L, -2) ? lua_tostring(L, -2) : "(non-string error)");
@@ -502,7 +536,7 @@ static void cr_loop_fire_after_failure(lua_State *L, cr_loop_ctx *c, int e) {
 /* Forgets a paused phase's iterator and step function. */
 static void cr_loop_drop_paused(lua_State *L, cr_loop_ctx *c) {
     for (int i = 0; i < 4; i++) {
-        luaL_unref(L, LUA_REGISTRYINDEX, c->paused_ref[i]);
+        cr_loop_drop_ref(L, c, c->paused_ref[i]);
         c->paused_ref[i] = LUA_NOREF;
     }
 }
@@ -661,10 +695,10 @@ static int cr_loop_body(lua_State *L) {
     long budget = (long)luaL_checknumber(L, 4);
     lua_settop(L, RUN_OPTS);
     lua_pushcfunction(L, cr_loop_msgh);                    /* RUN_MSGH */
-    lua_rawgeti(L, LUA_REGISTRYINDEX, c->task_ref);        /* RUN_TASK */
-    lua_rawgeti(L, LUA_REGISTRYINDEX, c->timing_ref);      /* RUN_TIMING */
+    cr_loop_get_ref(L, c, c->task_ref);        /* RUN_TASK */
+    cr_loop_get_ref(L, c, c->timing_ref);      /* RUN_TIMING */
     for (int i = 0; i < 4; i++)                            /* RUN_ITER_F/S/C, RUN_STEP_FN */
-        lua_rawgeti(L, LUA_REGISTRYINDEX, c->paused_ref[i]);
+        cr_loop_get_ref(L, c, c->paused_ref[i]);
     cr_loop_drop_paused(L, c);
     lua_getfield(L, RUN_TASK, "batch_size");               /* RUN_SIZE_FN */
     if (!lua_isfunction(L, RUN_SIZE_FN)) return luaL_error(L, "loop.run: task.batch_size must be a method");
@@ -690,7 +724,7 @@ static int cr_loop_body(lua_State *L) {
         /* paused inside a phase: keep its iterator and step function for the next call */
         for (int i = 3; i >= 0; i--) {
             lua_pushvalue(L, RUN_ITER_F + i);
-            c->paused_ref[i] = luaL_ref(L, LUA_REGISTRYINDEX);
+            c->paused_ref[i] = cr_loop_make_ref(L, c);
         }
     }
     lua_pushnumber(L, (double)done);
@@ -775,7 +809,7 @@ static int cr_loop_hook_times(lua_State *L) {
         for (int i = 0; i < c->nslots[e]; i++) {
             cr_loop_slot *s = &c->slots[e][i];
             lua_createtable(L, 0, 4);
-            lua_rawgeti(L, LUA_REGISTRYINDEX, s->label_ref);
+            cr_loop_get_ref(L, c, s->label_ref);
             lua_setfield(L, -2, "label");
             lua_pushstring(L, cr_loop_event_names[e]);
             lua_setfield(L, -2, "event");
@@ -821,6 +855,16 @@ int luaopen_crescent_loop(lua_State *L) {
     if (luaL_newmetatable(L, CR_LOOP_MT)) {
         lua_pushcfunction(L, cr_loop_gc);
         lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, LUA_REGISTRYINDEX, CR_LOOP_LIVE_KEY);
+    if (lua_isnil(L, -1)) {
+        lua_newtable(L); /* lightuserdata ctx -> its userdata, weak values */
+        lua_newtable(L);
+        lua_pushliteral(L, "v");
+        lua_setfield(L, -2, "__mode");
+        lua_setmetatable(L, -2);
+        lua_setfield(L, LUA_REGISTRYINDEX, CR_LOOP_LIVE_KEY);
     }
     lua_pop(L, 1);
     static const luaL_Reg fns[] = {{"new", cr_loop_new},           {"run", cr_loop_run},

@@ -295,8 +295,10 @@ typedef struct {
     bool fast; /* f32 rows through cr_expf_fast */
 } ce_ctx;
 
-/* log-sum-exp over the classes of position q, and the sum of its logits. */
-static double ce_lse(const ce_ctx *c, int64_t q, double *xsum) {
+/* log-sum-exp over the classes of position q relative to their max: log sum exp(x_k - mx),
+ * with mx in *mxo and (xsum non-NULL) sum (x_k - mx) in *xsum. Every use takes x_k - mx
+ * first, so logits as large as 1e30 keep their exact differences. */
+static double ce_lse(const ce_ctx *c, int64_t q, double *mxo, double *xsum) {
     int64_t n = q / c->s.inner, j = q % c->s.inner, is = c->s.inner;
     int64_t base = n * c->s.C * is + j;
     double mx = -INFINITY, sum = 0, xs = 0;
@@ -309,7 +311,7 @@ static double ce_lse(const ce_ctx *c, int64_t q, double *xsum) {
 #pragma omp simd reduction(+ : sum, xs)
         for (int64_t k = 0; k < c->s.C; k++) {
             sum += cr_expf_fast(r[k] - fm);
-            xs += r[k];
+            xs += r[k] - fm;
         }
     } else {
         for (int64_t k = 0; k < c->s.C; k++) {
@@ -320,22 +322,23 @@ static double ce_lse(const ce_ctx *c, int64_t q, double *xsum) {
         for (int64_t k = 0; k < c->s.C; k++) {
             double v = ldv(c->x, c->dt, base + k * is);
             sum += fexp ? cr_expf_fast((float)(v - mx)) : exp(v - mx);
-            xs += v;
+            xs += v - mx;
         }
     }
     if (xsum) *xsum = xs;
-    return mx + log(sum);
+    *mxo = mx;
+    return log(sum);
 }
 
 static double ce_pos(const void *ctx, int64_t q, bool *ignored) {
     const ce_ctx *c = ctx;
     int64_t n = q / c->s.inner, j = q % c->s.inner, is = c->s.inner, C = c->s.C;
     int64_t base = n * C * is + j;
-    double xsum, lse = ce_lse(c, q, &xsum);
+    double mx, xsum, lse = ce_lse(c, q, &mx, &xsum); /* all relative to mx */
     if (c->p) { /* soft: -sum_c q_c logp_c with q = (1 - eps) p + eps / C */
         double acc = 0;
         for (int64_t k = 0; k < C; k++)
-            acc += ldv(c->p, c->dt, base + k * is) * (lse - ldv(c->x, c->dt, base + k * is));
+            acc += ldv(c->p, c->dt, base + k * is) * (lse - (ldv(c->x, c->dt, base + k * is) - mx));
         return (1 - c->eps) * acc + c->eps * (lse - xsum / (double)C);
     }
     int64_t y = c->t[q];
@@ -343,7 +346,7 @@ static double ce_pos(const void *ctx, int64_t q, bool *ignored) {
         *ignored = true;
         return 0;
     }
-    double nll = lse - ldv(c->x, c->dt, base + y * is);
+    double nll = lse - (ldv(c->x, c->dt, base + y * is) - mx);
     return c->eps == 0 ? nll : (1 - c->eps) * nll + c->eps * (lse - xsum / (double)C);
 }
 
@@ -402,17 +405,17 @@ cr_status cr_cpu_cross_entropy_backward(cr_call *c) {
         double g = scale ? scale[q] : one;
         bool ignored = !soft && ce.t[q] == ce.ignore;
         if (ignored) g = 0;
-        double lse = ignored ? 0 : ce_lse(&ce, q, NULL);
+        double mx = 0, lse = ignored ? 0 : ce_lse(&ce, q, &mx, NULL); /* log softmax_k = x_k - mx - lse */
         if (ce.fast && !soft && is == 1 && dt == CR_DT_F32 && dxp) { /* [N, C] rows */
             const float *xr = (const float *)ce.x + base;
-            float *dr = (float *)dxp + base, gf = (float)g, l = (float)lse;
+            float *dr = (float *)dxp + base, gf = (float)g, l = (float)lse, m = (float)mx;
             float off = (float)(eps / (double)C);
             if (ignored) {
                 memset(dr, 0, (size_t)C * sizeof *dr);
                 continue;
             }
 #pragma omp simd
-            for (int64_t k = 0; k < C; k++) dr[k] = gf * (cr_expf_fast(xr[k] - l) - off);
+            for (int64_t k = 0; k < C; k++) dr[k] = gf * (cr_expf_fast(xr[k] - m - l) - off);
             dr[ce.t[q]] -= gf * (float)(1 - eps);
             continue;
         }
@@ -424,15 +427,15 @@ cr_status cr_cpu_cross_entropy_backward(cr_call *c) {
         }
         for (int64_t k = 0; k < C; k++) {
             int64_t i = base + k * is;
-            double v = ldv(ce.x, dt, i);
+            double v = ldv(ce.x, dt, i) - mx - lse; /* log softmax */
             if (dxp) {
                 double qk = eps / (double)C;
                 if (soft) qk += (1 - eps) * ldv(ce.p, dt, i);
                 else if (k == ce.t[q]) qk += 1 - eps;
-                double e = ce.fast && dt == CR_DT_F32 ? cr_expf_fast((float)(v - lse)) : exp(v - lse);
+                double e = ce.fast && dt == CR_DT_F32 ? cr_expf_fast((float)v) : exp(v);
                 stv(dxp, dt, i, ignored ? 0.0 : g * (e * psum - qk));
             }
-            if (dpp) stv(dpp, dt, i, -g * (1 - eps) * (v - lse));
+            if (dpp) stv(dpp, dt, i, -g * (1 - eps) * v);
         }
     }
 done:

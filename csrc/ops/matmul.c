@@ -117,6 +117,7 @@ static bool plain_layout(int64_t rows, int64_t cols, int64_t *s0, int64_t *s1) {
     return false;
 }
 
+#ifdef CR_HAVE_DNNL
 /* Fills a [rows, cols] operand's strides into s {batch, row, col} for the fast path and
  * says whether oneDNN can read it in place (plain matrices, batches that do not overlap
  * or are one shared matrix). */
@@ -131,6 +132,7 @@ static bool dnnl_operand(const cr_tensor *t, bool batched, int64_t batch, int64_
     int64_t extent = (rows - 1) * s[1] + (cols - 1) * s[2] + 1;
     return s[0] >= extent;
 }
+#endif
 
 /* out = beta * bias + alpha * (a @ b) for [n,k]@[k,m] (batched: [B,n,k]@[B,k,m]); bias
  * may be NULL (then beta is unused). out is a fresh contiguous tensor. */
@@ -150,7 +152,9 @@ static cr_status run_gemm(cr_tensor *out, cr_tensor *a, cr_tensor *b, bool batch
     size_t es = cr_dtype_size(g.dt);
 
     /* c starts as beta * bias broadcast to [n, m] (or as the fused oneDNN bias row) */
+#ifdef CR_HAVE_DNNL
     bool fast = cr_fast_paths_enabled();
+#endif
     if (bias && beta != 0.0) {
         int64_t bs0 = 0, bs1 = 0;
         if (bias->ndim == 2) {

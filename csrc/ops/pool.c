@@ -245,9 +245,11 @@ cr_status cr_grad_max_pool2d(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     cr_tensor *ind;
     cr_status s = cr_saved_out(n, 1, &ind);
     if (s) return s;
+    cr_pool2d_params p;
+    params_from_call(&n->call, &p);
     const cr_input_meta *m = &n->in_meta[0];
     return cr_op_max_pool2d_backward(&gin[0], gout[0], ind, m->shape[m->ndim - 2],
-                                     m->shape[m->ndim - 1]);
+                                     m->shape[m->ndim - 1], &p);
 }
 
 cr_status cr_cpu_max_pool2d_backward(cr_call *c) {
@@ -318,7 +320,7 @@ static cr_status run_backward(cr_call *c, cr_tensor **gx, int nin, cr_tensor **i
 }
 
 cr_status cr_op_max_pool2d_backward(cr_tensor **gx, cr_tensor *gout, cr_tensor *indices,
-                                    int64_t in_h, int64_t in_w) {
+                                    int64_t in_h, int64_t in_w, const cr_pool2d_params *p) {
     const char *op = "max_pool2d_backward";
     *gx = NULL;
     CR_CHECK_TENSOR(op, gout, "grad_output");
@@ -333,8 +335,18 @@ cr_status cr_op_max_pool2d_backward(cr_tensor **gx, cr_tensor *gout, cr_tensor *
                        "%s %s", op, cr_shape_str(gout, a, sizeof a),
                        cr_dtype_name(indices->dtype), cr_shape_str(indices, b, sizeof b));
     }
+    int64_t oshape[4]; /* the params must map an in_h x in_w input onto gout's plane */
+    if ((s = check_params(op, gout->ndim, shape, p, true, oshape))) return s;
+    if (memcmp(oshape, gout->shape, sizeof(int64_t) * (size_t)gout->ndim)) {
+        char a[160], b[160];
+        return cr_fail(CR_ERR_ARG, "%s: grad_output %s does not match the pooled shape %s of "
+                       "a %lld x %lld input", op, cr_shape_str(gout, a, sizeof a),
+                       cr_dims_str(gout->ndim, oshape, b, sizeof b), (long long)in_h,
+                       (long long)in_w);
+    }
     cr_call c;
     if ((s = cr_call_init(&c, CR_OP_MAX_POOL2D_BACKWARD, 2, 1))) return s;
+    params_to_call(&c, p);
     c.i[10] = in_h, c.i[11] = in_w;
     cr_tensor *ins[2] = {gout, indices};
     return run_backward(&c, gx, 2, ins, gout->ndim, shape, gout->dtype);

@@ -62,10 +62,11 @@ __device__ __forceinline__ int64_t position_base(const crk_loss &p, int64_t q) {
     return (q / p.inner) * p.C * p.inner + q % p.inner;
 }
 
-// log-sum-exp over the classes of the position at `base`, and (xsum non-NULL) the sum
-// of its logits; every lane gets both.
+// log-sum-exp over the classes of the position at `base` relative to their max, log sum
+// exp(x_k - mx), with mx in *mxo and (xsum non-NULL) sum (x_k - mx) in *xsum; every lane
+// gets all three (ops/loss.c's ce_lse: huge logits keep their exact differences).
 template <typename T, int L>
-__device__ double log_sum_exp(const crk_loss &p, int64_t base, int lane, double *xsum) {
+__device__ double log_sum_exp(const crk_loss &p, int64_t base, int lane, double *mxo, double *xsum) {
     const T *x = (const T *)p.x;
     const int64_t is = p.inner;
     double mx = -INFINITY;
@@ -78,11 +79,12 @@ __device__ double log_sum_exp(const crk_loss &p, int64_t base, int lane, double 
     for (int64_t k = lane; k < p.C; k += L) {
         double v = (double)x[base + k * is];
         sum += exp(v - mx);
-        xs += v;
+        xs += v - mx;
     }
     sum = lane_sum<L>(sum);
     if (xsum) *xsum = lane_sum<L>(xs);
-    return mx + log(sum);
+    *mxo = mx;
+    return log(sum);
 }
 
 // The class target of position q, or false when it is ignored or out of range (the
@@ -115,18 +117,18 @@ __device__ double ce_position(const crk_loss &p, int64_t q, int lane, bool *igno
     if (p.t) {
         int64_t y;
         if (!class_of(p, q, lane, &y, ignored, bad)) return 0;
-        double xsum = 0;
-        double lse = log_sum_exp<T, L>(p, base, lane, eps == 0 ? nullptr : &xsum);
-        double nll = lse - (double)x[base + y * is];
+        double mx, xsum = 0;
+        double lse = log_sum_exp<T, L>(p, base, lane, &mx, eps == 0 ? nullptr : &xsum);
+        double nll = lse - ((double)x[base + y * is] - mx);
         return eps == 0 ? nll : (1 - eps) * nll + eps * (lse - xsum / C);
     }
     *ignored = false;
-    double xsum;
-    double lse = log_sum_exp<T, L>(p, base, lane, &xsum);
+    double mx, xsum;
+    double lse = log_sum_exp<T, L>(p, base, lane, &mx, &xsum);
     const T *pr = (const T *)p.p;
     double acc = 0;
     for (int64_t k = lane; k < p.C; k += L)
-        acc += (double)pr[base + k * is] * (lse - (double)x[base + k * is]);
+        acc += (double)pr[base + k * is] * (lse - ((double)x[base + k * is] - mx));
     acc = lane_sum<L>(acc);
     return (1 - eps) * acc + eps * (lse - xsum / C);
 }
@@ -210,7 +212,8 @@ __global__ void __launch_bounds__(kThreads) ce_backward_kernel(crk_loss p) {
             continue;
         }
         const double g = grad_of(p, q);
-        const double lse = log_sum_exp<T, L>(p, base, lane, nullptr);
+        double mx;
+        const double lse = log_sum_exp<T, L>(p, base, lane, &mx, nullptr);
         double psum = 1;
         if (!p.t) {
             psum = 0;
@@ -219,14 +222,14 @@ __global__ void __launch_bounds__(kThreads) ce_backward_kernel(crk_loss p) {
         }
         for (int64_t k = lane; k < p.C; k += L) {
             const int64_t i = base + k * is;
-            const double v = (double)x[i];
+            const double v = (double)x[i] - mx - lse; // log softmax
             if (dx) {
                 double qk = off;
                 if (!p.t) qk += (1 - eps) * (double)pr[i];
                 else if (k == y) qk += 1 - eps;
-                dx[i] = (T)(g * (exp(v - lse) * psum - qk));
+                dx[i] = (T)(g * (exp(v) * psum - qk));
             }
-            if (dp) dp[i] = (T)(-g * (1 - eps) * (v - lse));
+            if (dp) dp[i] = (T)(-g * (1 - eps) * v);
         }
     }
 }

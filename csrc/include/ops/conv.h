@@ -49,9 +49,11 @@ cr_status cr_op_max_pool2d(cr_tensor **out, cr_tensor **indices, cr_tensor *x,
 cr_status cr_op_avg_pool2d(cr_tensor **out, cr_tensor *x, const cr_pool2d_params *p);
 cr_status cr_op_adaptive_avg_pool2d(cr_tensor **out, cr_tensor *x, int64_t out_h,
                                     int64_t out_w);
-/* The backward ops: gx has gout's leading dims and planes of in_h x in_w. */
+/* The backward ops: gx has gout's leading dims and planes of in_h x in_w. p: the
+ * forward's params (the GPU's max backward gathers each input's grad from the windows
+ * that hold it, so the indices must be those max_pool2d gave with these params). */
 cr_status cr_op_max_pool2d_backward(cr_tensor **gx, cr_tensor *gout, cr_tensor *indices,
-                                    int64_t in_h, int64_t in_w);
+                                    int64_t in_h, int64_t in_w, const cr_pool2d_params *p);
 cr_status cr_op_avg_pool2d_backward(cr_tensor **gx, cr_tensor *gout, int64_t in_h,
                                     int64_t in_w, const cr_pool2d_params *p);
 cr_status cr_op_adaptive_avg_pool2d_backward(cr_tensor **gx, cr_tensor *gout, int64_t in_h,

@@ -113,9 +113,6 @@ local function check_param(what, name, t)
   if dt ~= 'f32' and dt ~= 'f64' then
     fail(string.format("%s: parameter '%s' is %s; the optimizers update f32 or f64 parameters", what, name, dt))
   end
-  if t.device ~= 'cpu' then
-    fail(string.format("%s: parameter '%s' is on %s; the fused updates here run on the CPU", what, name, t.device))
-  end
   if not t:is_contiguous() then
     fail(string.format("%s: parameter '%s' %s is not contiguous; parameters are updated in place and must be " ..
       "contiguous leaves", what, name, shape_str(t)))
@@ -257,6 +254,13 @@ function Optimizer:add_param_group(g)
   for _, nt in ipairs(list) do
     local name, t = nt[1], nt[2]
     check_param(what, name, t)
+    -- one fused update per step runs on one device (the cpu, or a GPU's kernels)
+    self._device = self._device or t.device
+    if t.device ~= self._device then
+      fail(string.format("%s: parameter '%s' is on %s but earlier ones are on %s; an optimizer updates the " ..
+        "parameters of one device: move the whole model with model:to(device) before making it", what, name,
+        t.device, self._device))
+    end
     if self._by_name[name] then
       fail(string.format("%s: parameter name '%s' appears twice; each parameter may be in one group only", what, name))
     end

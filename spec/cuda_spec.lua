@@ -258,6 +258,27 @@ H.describe_gpu('cuda tensors', function()
     end
   end)
 
+  it('normalises half batches in their own dtype, with f32 weights and statistics, as the cpu does in f32', function()
+    for _, dt in ipairs({ 'f16', 'bf16' }) do
+      for _, layout in ipairs({ 'rowmajor', 'channels_last' }) do
+        same_on_both(function(dev)
+          -- values a half holds exactly, so that the identity conv (TF32 on the GPU) keeps them
+          local x = H.park_miller({ 4, 6, 5, 7 }, 43, 'f32'):to(dt):float():to(dev)
+          if layout == 'channels_last' then x = x:conv2d(cr.eye(6):view(6, 6, 1, 1):to(dev)) end
+          x = x:detach():to(dt):requires_grad_()
+          local w = H.park_miller({ 6 }, 41, 'f32'):to(dev):requires_grad_()
+          local b = H.park_miller({ 6 }, 42, 'f32'):to(dev):requires_grad_()
+          local rm, rv = cr.zeros(6):to(dev), cr.ones(6):to(dev)
+          local y = cr.batch_norm(x, rm, rv, { weight = w, bias = b, training = true, momentum = 0.3, relu = true })
+          local yf = y:float()
+          local loss = (yf * yf):sum()
+          loss:backward()
+          return { y, x.grad, w.grad, b.grad, rm, rv }
+        end, 2e-2, 2e-2, 'batch_norm ' .. dt .. ' ' .. layout)
+      end
+    end
+  end)
+
   it('pools as the cpu does: max (with ties and padding), average, adaptive, and their grads', function()
     for _, dt in ipairs({ 'f32', 'f64' }) do
       same_on_both(function(dev)

@@ -1,9 +1,10 @@
 /* batch_norm.c (cuda) — batch norm forward/backward on the GPU: the call's tensors handed
- * to kernels/batch_norm.cu (ops/batch_norm.c has already cast halves to f32 and made x
- * row-major or channels-last). The kernels read the per-channel vectors as dense arrays
- * of x's dtype; weight, bias or running statistics of another dtype or with strides go
- * through dense copies (the running statistics are written back). The statistics are
- * summed with atomic adds, so their last bits may differ from run to run. */
+ * to kernels/batch_norm.cu (ops/batch_norm.c has already made x row-major or
+ * channels-last). x is f32, f64 or a half, read and written as such; the kernels read
+ * the per-channel vectors as dense arrays of the params' dtype (f64 with f64 x, else
+ * f32): weight, bias or running statistics of another dtype or with strides go through
+ * dense copies (the running statistics are written back). The statistics are summed
+ * with atomic adds, so their last bits may differ from run to run. */
 #include "cuda_impl.h"
 #include "elementwise_impl.h"
 
@@ -31,6 +32,13 @@ static void geometry(const cr_tensor *x, int64_t *M, int64_t *S, int *cl) {
 
 static const void *ptr_or_null(const cr_tensor *t) { return t ? cr_tensor_ptr(t) : NULL; }
 
+/* The dtype of the params and of the arithmetic for an x of dtype dt. */
+static cr_dtype param_dtype(cr_dtype dt) { return dt == CR_DT_F64 ? CR_DT_F64 : CR_DT_F32; }
+
+static int half_kind(cr_dtype dt) {
+    return dt == CR_DT_F16 ? CRK_BN_F16 : dt == CR_DT_BF16 ? CRK_BN_BF16 : 0;
+}
+
 static cr_status gpu_batch_norm(cr_call *c) {
     int device;
     cr_status st = cr_gpu_call_device(c, &device);
@@ -38,14 +46,16 @@ static cr_status gpu_batch_norm(cr_call *c) {
     cr_tensor *x = c->in[0], *rm = c->in[3], *rv = c->in[4];
     cr_tensor *tmp[4] = {0};
     void *w = NULL, *b = NULL, *m = NULL, *v = NULL;
-    if ((st = dense(c->in[1], x->dtype, &tmp[0], &w)) || (st = dense(c->in[2], x->dtype, &tmp[1], &b)) ||
-        (st = dense(rm, x->dtype, &tmp[2], &m)) || (st = dense(rv, x->dtype, &tmp[3], &v)))
+    const cr_dtype pdt = param_dtype(x->dtype);
+    if ((st = dense(c->in[1], pdt, &tmp[0], &w)) || (st = dense(c->in[2], pdt, &tmp[1], &b)) ||
+        (st = dense(rm, pdt, &tmp[2], &m)) || (st = dense(rv, pdt, &tmp[3], &v)))
         goto done;
     crk_bn p;
     memset(&p, 0, sizeof p);
     geometry(x, &p.M, &p.S, &p.channels_last);
     p.C = x->shape[1];
     p.f64 = x->dtype == CR_DT_F64;
+    p.half = half_kind(x->dtype);
     p.relu = (int)c->i[4];
     p.x = cr_tensor_ptr(x);
     p.w = w;
@@ -79,12 +89,13 @@ static cr_status gpu_batch_norm_backward(cr_call *c) {
     if (st) return st;
     cr_tensor *x = c->in[1], *wcopy = NULL;
     void *w = NULL;
-    if ((st = dense(c->in[2], x->dtype, &wcopy, &w))) return st;
+    if ((st = dense(c->in[2], param_dtype(x->dtype), &wcopy, &w))) return st;
     crk_bn_backward p;
     memset(&p, 0, sizeof p);
     geometry(x, &p.M, &p.S, &p.channels_last);
     p.C = x->shape[1];
     p.f64 = x->dtype == CR_DT_F64;
+    p.half = half_kind(x->dtype);
     p.use_batch = (int)c->i[0];
     p.g = cr_tensor_ptr(c->in[0]);
     p.x = cr_tensor_ptr(x);

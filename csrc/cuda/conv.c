@@ -4,13 +4,15 @@
  * channels-last (NHWC/KRSC) copies, since cuDNN's NHWC kernels want them together, and
  * grads are written back in their tensors' own layouts. f16/bf16 run natively with f32
  * accumulation; f32 may use TF32 tensor cores, as PyTorch's default allows for
- * convolutions (CRESCENT_CUDA_TF32=0 turns that off); f64 runs in f64.
+ * convolutions (CRESCENT_CUDA_TF32=0 turns that off); f64 runs in f64 on row-major (NCHW)
+ * copies, since cuDNN has no f64 kernels for NHWC (CUDNN_STATUS_NOT_SUPPORTED backwards,
+ * seen on an H200 with cuDNN 9).
  *
  * The algorithms come from cuDNN's heuristics (cudnnGet*_v7) and are cached per problem
- * shape; with CRESCENT_CUDNN_BENCHMARK=1 the forward algorithm is timed instead
- * (cudnnFindConvolutionForwardAlgorithmEx) on the first call of each shape (the backward
- * ones still come from the heuristics), and cr_cuda_set_deterministic keeps only algorithms that give
- * the same bits on every run. This uses cuDNN's legacy API, still shipped with cuDNN 9. */
+ * shape; with CRESCENT_CUDNN_BENCHMARK=1 the algorithms are timed instead
+ * (cudnnFind*AlgorithmEx) on the first call of each shape and direction, as
+ * torch.backends.cudnn.benchmark does, and cr_cuda_set_deterministic keeps only algorithms
+ * that give the same bits on every run. This uses cuDNN's legacy API, still shipped with cuDNN 9. */
 #include <cudnn.h>
 #include <pthread.h>
 
@@ -76,12 +78,18 @@ typedef struct {
     int64_t key[16];
 } conv_descs;
 
-/* t's memory is NHWC (see nhwc_memory): described with the canonical NHWC strides, so
- * that size-1 dims never make cuDNN read it as another layout. */
+/* The layout cuDNN gets for a dtype: NHWC, except row-major NCHW for f64. */
+static bool nchw_dtype(cr_dtype dt) { return dt == CR_DT_F64; }
+
+/* t's memory is in its dtype's layout (see conv_memory): described with that layout's
+ * canonical strides, so that size-1 dims never make cuDNN read it as another layout. */
 static cr_status tensor_desc(cudnnTensorDescriptor_t d, const cr_tensor *t) {
     int n = (int)t->shape[0], c = (int)t->shape[1], h = (int)t->shape[2], w = (int)t->shape[3];
-    return check(cudnnSetTensor4dDescriptorEx(d, cr_gpu_cudnn_type(t->dtype), n, c, h, w,
-                                              h * w * c, 1, w * c, c),
+    cudnnDataType_t type = cr_gpu_cudnn_type(t->dtype);
+    if (nchw_dtype(t->dtype))
+        return check(cudnnSetTensor4dDescriptorEx(d, type, n, c, h, w, c * h * w, h * w, w, 1),
+                     "conv2d: tensor descriptor");
+    return check(cudnnSetTensor4dDescriptorEx(d, type, n, c, h, w, h * w * c, 1, w * c, c),
                  "conv2d: tensor descriptor");
 }
 
@@ -101,7 +109,8 @@ static cudnnMathType_t default_math(cr_dtype dt) {
     return CUDNN_DEFAULT_MATH;
 }
 
-/* x, y: activations with NHWC memory; w: filter with KRSC memory. */
+/* x, y: activations with their dtype's memory layout (NHWC; NCHW for f64); w: filter
+ * likewise (KRSC; KCRS). */
 static cr_status descs_init(conv_descs *d, const cr_call *c, const cr_tensor *x,
                             const cr_tensor *w, const cr_tensor *y) {
     memset(d, 0, sizeof *d);
@@ -115,7 +124,8 @@ static cr_status descs_init(conv_descs *d, const cr_call *c, const cr_tensor *x,
     if (!st) st = tensor_desc(d->x, x);
     if (!st) st = tensor_desc(d->y, y);
     if (!st)
-        st = check(cudnnSetFilter4dDescriptor(d->w, cr_gpu_cudnn_type(w->dtype), CUDNN_TENSOR_NHWC,
+        st = check(cudnnSetFilter4dDescriptor(d->w, cr_gpu_cudnn_type(w->dtype),
+                                              nchw_dtype(w->dtype) ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC,
                                               (int)w->shape[0], (int)w->shape[1], (int)w->shape[2],
                                               (int)w->shape[3]), "conv2d: filter descriptor");
     cudnnDataType_t compute = x->dtype == CR_DT_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
@@ -170,22 +180,24 @@ static cr_status workspace(int device, size_t bytes, void **ptr) {
     return bytes ? cr_gpu_alloc(device, bytes, ptr) : CR_OK;
 }
 
-/* Whether a 4-D tensor's memory is NHWC (for weights: KRSC): channels-last itself, or
- * row-major where that is the same memory (one channel, or 1x1 planes). cuDNN's NHWC
- * kernels want activations and filters in this layout together. */
-static bool nhwc_memory(const cr_tensor *t) {
+/* Whether a 4-D tensor's memory is in its dtype's cuDNN layout. NHWC (for weights:
+ * KRSC): channels-last itself, or row-major where that is the same memory (one channel,
+ * or 1x1 planes); cuDNN's NHWC kernels want activations and filters in this layout
+ * together. NCHW (f64): row-major. */
+static bool conv_memory(const cr_tensor *t) {
+    if (nchw_dtype(t->dtype)) return cr_tensor_is_contiguous(t);
     return cr_tensor_is_channels_last(t) ||
            (cr_tensor_is_contiguous(t) && (t->shape[1] == 1 || (t->shape[2] == 1 && t->shape[3] == 1)));
 }
 
-/* t with NHWC memory: t itself (a new reference) or a channels-last copy. */
-static cr_status as_nhwc(cr_tensor **out, cr_tensor *t) {
-    if (nhwc_memory(t)) {
+/* t in its dtype's layout: t itself (a new reference) or a copy. */
+static cr_status as_conv_layout(cr_tensor **out, cr_tensor *t) {
+    if (conv_memory(t)) {
         cr_tensor_retain(t);
         *out = t;
         return CR_OK;
     }
-    cr_status st = cr_tensor_alloc_layout(out, 4, t->shape, t->dtype, cr_tensor_dev(t), true);
+    cr_status st = cr_tensor_alloc_layout(out, 4, t->shape, t->dtype, cr_tensor_dev(t), !nchw_dtype(t->dtype));
     if (!st && (st = cr_copy_into(*out, t))) {
         cr_tensor_free(*out);
         *out = NULL;
@@ -193,15 +205,15 @@ static cr_status as_nhwc(cr_tensor **out, cr_tensor *t) {
     return st;
 }
 
-/* An output slot with NHWC memory: t itself, or a fresh channels-last tensor whose result
- * the caller copies into t. */
-static cr_status nhwc_target(cr_tensor **out, cr_tensor *t) {
-    if (nhwc_memory(t)) {
+/* An output slot in its dtype's layout: t itself, or a fresh tensor whose result the
+ * caller copies into t. */
+static cr_status conv_target(cr_tensor **out, cr_tensor *t) {
+    if (conv_memory(t)) {
         cr_tensor_retain(t);
         *out = t;
         return CR_OK;
     }
-    return cr_tensor_alloc_layout(out, 4, t->shape, t->dtype, cr_tensor_dev(t), true);
+    return cr_tensor_alloc_layout(out, 4, t->shape, t->dtype, cr_tensor_dev(t), !nchw_dtype(t->dtype));
 }
 
 /* Copies a temporary result into its slot (nothing when they are the same tensor). */
@@ -272,8 +284,8 @@ static cr_status gpu_conv2d(cr_call *c) {
     cudnnHandle_t h;
     conv_descs d;
     memset(&d, 0, sizeof d);
-    if ((st = cr_gpu_cudnn(device, &h)) || (st = as_nhwc(&x, c->in[0])) || (st = as_nhwc(&w, c->in[1])) ||
-        (st = nhwc_target(&y, c->out[0])) || (st = descs_init(&d, c, x, w, y)))
+    if ((st = cr_gpu_cudnn(device, &h)) || (st = as_conv_layout(&x, c->in[0])) || (st = as_conv_layout(&w, c->in[1])) ||
+        (st = conv_target(&y, c->out[0])) || (st = descs_init(&d, c, x, w, y)))
         goto done;
     algo_choice algo;
     size_t ws_bytes = 0;
@@ -298,23 +310,46 @@ done:
     return st;
 }
 
-static void choose_backward(cudnnHandle_t h, conv_descs *d, bool want_data, bool want_filter,
-                            cr_dtype dt, algo_choice *data, algo_choice *filter) {
+/* gx, gw: the outputs the timing runs may write (NULL when that grad is not wanted). */
+static void choose_backward(cudnnHandle_t h, int device, conv_descs *d, const cr_tensor *x, const cr_tensor *w,
+                            const cr_tensor *gy, cr_tensor *gx, cr_tensor *gw, cr_dtype dt, algo_choice *data,
+                            algo_choice *filter) {
     pthread_mutex_lock(&lock);
     algo_entry *e = algo_for(d->key);
-    if (want_data && !e->data.chosen) {
+    const size_t bench_ws = (size_t)256 << 20;
+    if (gx && !e->data.chosen) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[16];
         int n = 0;
-        if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d->w, d->y, d->conv, d->x, 16, &n, perf) ==
-            CUDNN_STATUS_SUCCESS)
+        if (benchmark_mode()) {
+            void *ws = NULL;
+            if (!workspace(device, bench_ws, &ws) &&
+                cudnnFindConvolutionBackwardDataAlgorithmEx(h, d->w, cr_tensor_ptr(w), d->y, cr_tensor_ptr(gy),
+                                                            d->conv, d->x, cr_tensor_ptr(gx), 16, &n, perf, ws,
+                                                            bench_ws) == CUDNN_STATUS_SUCCESS)
+                PICK(perf, n, &e->data);
+            if (ws) cr_gpu_release(device, ws, bench_ws);
+        }
+        if (!e->data.chosen &&
+            cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d->w, d->y, d->conv, d->x, 16, &n, perf) ==
+                CUDNN_STATUS_SUCCESS)
             PICK(perf, n, &e->data);
         if (!e->data.chosen) e->data = (algo_choice){CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, default_math(dt), true};
     }
-    if (want_filter && !e->filter.chosen) {
+    if (gw && !e->filter.chosen) {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
         int n = 0;
-        if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d->x, d->y, d->conv, d->w, 16, &n, perf) ==
-            CUDNN_STATUS_SUCCESS)
+        if (benchmark_mode()) {
+            void *ws = NULL;
+            if (!workspace(device, bench_ws, &ws) &&
+                cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d->x, cr_tensor_ptr(x), d->y, cr_tensor_ptr(gy),
+                                                              d->conv, d->w, cr_tensor_ptr(gw), 16, &n, perf, ws,
+                                                              bench_ws) == CUDNN_STATUS_SUCCESS)
+                PICK(perf, n, &e->filter);
+            if (ws) cr_gpu_release(device, ws, bench_ws);
+        }
+        if (!e->filter.chosen &&
+            cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d->x, d->y, d->conv, d->w, 16, &n, perf) ==
+                CUDNN_STATUS_SUCCESS)
             PICK(perf, n, &e->filter);
         if (!e->filter.chosen)
             e->filter = (algo_choice){CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, default_math(dt), true};
@@ -340,13 +375,13 @@ static cr_status gpu_conv2d_backward(cr_call *c) {
     cr_tensor *gy = NULL, *x = NULL, *w = NULL, *gx = NULL, *gw = NULL;
     conv_descs d;
     memset(&d, 0, sizeof d);
-    if ((st = as_nhwc(&gy, c->in[0])) || (st = as_nhwc(&x, c->in[1])) || (st = as_nhwc(&w, c->in[2])) ||
-        (gx_slot && (st = nhwc_target(&gx, gx_slot))) || (gw_slot && (st = nhwc_target(&gw, gw_slot))) ||
+    if ((st = as_conv_layout(&gy, c->in[0])) || (st = as_conv_layout(&x, c->in[1])) || (st = as_conv_layout(&w, c->in[2])) ||
+        (gx_slot && (st = conv_target(&gx, gx_slot))) || (gw_slot && (st = conv_target(&gw, gw_slot))) ||
         (st = descs_init(&d, c, x, w, gy)))
         goto done;
     cr_dtype dt = x->dtype;
     algo_choice data, filter;
-    choose_backward(h, &d, gx != NULL, gw != NULL, dt, &data, &filter);
+    choose_backward(h, device, &d, x, w, gy, gx, gw, dt, &data, &filter);
     if (gx) {
         size_t ws_bytes = 0;
         void *ws = NULL;

@@ -301,14 +301,19 @@ static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr
             return st;
     }
 
-    /* halves compute in f32; weight and bias follow the input's dtype */
+    /* halves compute in f32, with weight, bias and statistics in f32 (dt): on the cpu
+     * through an f32 copy of x, on a GPU reading and writing the halves themselves (io),
+     * as cuDNN's mixed-precision batch norm does */
     cr_dtype dt = x->dtype == CR_DT_F64 ? CR_DT_F64 : CR_DT_F32;
+    const bool half = x->dtype == CR_DT_F16 || x->dtype == CR_DT_BF16;
+    const cr_dtype io = half && !cr_tensor_on_cpu(x) ? x->dtype : dt;
     cr_tensor *xc = NULL, *xt = NULL, *wc = NULL, *bc = NULL;
     cr_call c;
     memset(&c, 0, sizeof c);
-    if ((st = cr_cast_if_needed(&xt, x, dt))) goto done;
-    /* channels-last f32 stays so (batch_norm_nhwc.c); anything else becomes row-major */
-    if (dt == CR_DT_F32 && cr_fast_paths_enabled() && cr_tensor_is_channels_last(xt)) {
+    if ((st = cr_cast_if_needed(&xt, x, io))) goto done;
+    /* channels-last f32 (batch_norm_nhwc.c) and GPU halves stay so; anything else becomes
+     * row-major */
+    if (io != CR_DT_F64 && cr_fast_paths_enabled() && cr_tensor_is_channels_last(xt)) {
         cr_tensor_retain(xt);
         xc = xt;
     } else if ((st = cr_op_contiguous(&xc, xt))) {
@@ -329,7 +334,7 @@ static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr
     c.i[4] = relu;
     c.f[0] = momentum;
     c.f[1] = eps;
-    if ((st = cr_tensor_alloc_as(&c.out[0], xc->ndim, xc->shape, dt, cr_tensor_dev(xc), xc)) ||
+    if ((st = cr_tensor_alloc_as(&c.out[0], xc->ndim, xc->shape, io, cr_tensor_dev(xc), xc)) ||
         (st = cr_tensor_alloc(&c.out[1], 1, &C, dt, cr_tensor_dev(xc))) ||
         (st = cr_tensor_alloc(&c.out[2], 1, &C, dt, cr_tensor_dev(xc))))
         goto done;
@@ -352,7 +357,7 @@ done:
     }
     cr_tensor_free(c.out[1]);
     cr_tensor_free(c.out[2]);
-    if (x->dtype != dt) { /* back to the input's half dtype, recorded */
+    if (x->dtype != io) { /* back to the input's half dtype, recorded */
         st = cr_op_to(out, c.out[0], x->dtype);
         cr_tensor_free(c.out[0]);
         return st;
@@ -621,8 +626,8 @@ cr_status cr_grad_batch_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     const int64_t C = x->shape[1];
     if ((need_x && (st = cr_tensor_alloc_as(&c.out[0], x->ndim, x->shape, x->dtype,
                                             cr_tensor_dev(x), x))) ||
-        (need_w && (st = cr_tensor_alloc(&c.out[1], 1, &C, x->dtype, cr_tensor_dev(x)))) ||
-        (need_b && (st = cr_tensor_alloc(&c.out[2], 1, &C, x->dtype, cr_tensor_dev(x)))))
+        (need_w && (st = cr_tensor_alloc(&c.out[1], 1, &C, mean->dtype, cr_tensor_dev(x)))) ||
+        (need_b && (st = cr_tensor_alloc(&c.out[2], 1, &C, mean->dtype, cr_tensor_dev(x)))))
         goto done;
     if ((st = cr_dispatch(&c))) goto done;
     for (int k = 0; k < 3; k++) {

@@ -1,7 +1,9 @@
 // elementwise.cu — every elementwise op of crescent on the GPU: one grid-stride kernel per
 // compute type, operands read and written in their own dtypes (converted on load/store, so
 // casts, mixed dtypes and bool outputs need no extra pass), broadcast and strided through
-// the merged dims of ops/iter.c. Dense f32 operands take a vectorised path (float4). The
+// the merged dims of ops/iter.c. Dense f32 operands take a vectorised path (float4), and
+// dense operands of one half dtype another (four halves per 8-byte load, f32 arithmetic,
+// core/half.h's rounding on store, the same bits as the general path). The
 // results follow the CPU reference loops (csrc/ops/elementwise.c, unary_math.c, compare.c):
 // NaN propagation in maximum/minimum/relu/clamp, integer wrap-around in the operand type,
 // zero for non-finite floats stored into integers.
@@ -150,6 +152,64 @@ __global__ void dense_f32_kernel(float *out, const float *x, const float *y, int
     }
 }
 
+// Dense operands of one half dtype (BF: bf16, else f16): four per thread through 8-byte
+// loads, computed in f32 as the general kernel does.
+template <bool BF> __device__ __forceinline__ float half_value(uint32_t h) {
+    return BF ? cr_bf16_to_f32((uint16_t)h) : cr_f16_to_f32((uint16_t)h);
+}
+template <bool BF> __device__ __forceinline__ uint32_t half_bits(float v) {
+    return BF ? cr_f32_to_bf16(v) : cr_f32_to_f16(v);
+}
+
+template <int NARGS, bool BF>
+__global__ void dense_half_kernel(uint16_t *out, const uint16_t *x, const uint16_t *y, int64_t n, int op,
+                                  const Params q, bool reads_out) {
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    const int64_t n4 = n / 4;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += step) {
+        uint2 a = reinterpret_cast<const uint2 *>(x)[i];
+        uint2 b = NARGS > 2 ? reinterpret_cast<const uint2 *>(y)[i] : a;
+        uint2 o = reads_out ? reinterpret_cast<const uint2 *>(out)[i] : a;
+        uint32_t av[4] = {a.x & 0xffffu, a.x >> 16, a.y & 0xffffu, a.y >> 16};
+        uint32_t bv[4] = {b.x & 0xffffu, b.x >> 16, b.y & 0xffffu, b.y >> 16};
+        uint32_t ov[4] = {o.x & 0xffffu, o.x >> 16, o.y & 0xffffu, o.y >> 16};
+        uint32_t r[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            r[k] = half_bits<BF>(apply<float>(op, half_value<BF>(ov[k]), half_value<BF>(av[k]),
+                                              half_value<BF>(bv[k]), 0.f, q));
+        reinterpret_cast<uint2 *>(out)[i] = make_uint2(r[0] | (r[1] << 16), r[2] | (r[3] << 16));
+    }
+    for (int64_t i = n4 * 4 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        float a = half_value<BF>(x[i]), b = NARGS > 2 ? half_value<BF>(y[i]) : a;
+        float o = reads_out ? half_value<BF>(out[i]) : a;
+        out[i] = (uint16_t)half_bits<BF>(apply<float>(op, o, a, b, 0.f, q));
+    }
+}
+
+// Whether every operand is dense (one merged dim, unit stride), of dtype dt, aligned to
+// `align` bytes, with no broadcast or host scalar.
+bool dense_of(const crk_iter *it, int dt, int64_t elem, uintptr_t align) {
+    if (it->ndim != 1 || it->nargs > 3 || it->host_scalar) return false;
+    for (int k = 0; k < it->nargs; k++) {
+        if (it->dtype[k] != dt || it->stride[k][0] != elem) return false;
+        if (((uintptr_t)it->base[k]) % align) return false;
+    }
+    return true;
+}
+
+template <bool BF>
+cudaError_t launch_dense_half(const crk_iter *it, int op, const Params &q, bool reads_out, cudaStream_t s) {
+    const uint16_t *x = (const uint16_t *)it->base[1];
+    const uint16_t *y = it->nargs > 2 ? (const uint16_t *)it->base[2] : x;
+    unsigned grid = grid_for((it->numel + 3) / 4);
+    if (it->nargs == 2)
+        dense_half_kernel<2, BF><<<grid, THREADS, 0, s>>>((uint16_t *)it->base[0], x, y, it->numel, op, q, reads_out);
+    else
+        dense_half_kernel<3, BF><<<grid, THREADS, 0, s>>>((uint16_t *)it->base[0], x, y, it->numel, op, q, reads_out);
+    return cudaGetLastError();
+}
+
 bool dense_f32(const crk_iter *it) {
     if (it->ndim != 1 || it->nargs > 3 || it->host_scalar) return false;
     for (int k = 0; k < it->nargs; k++) {
@@ -191,6 +251,10 @@ extern "C" int crk_elementwise(crk_op op, crk_compute compute, const crk_iter *i
                                                               op, q, reads_out);
         return cudaGetLastError();
     }
+    if (compute == CRK_F32 && it->nargs >= 2 && dense_of(it, BF16, 2, 8))
+        return launch_dense_half<true>(it, op, q, reads_out, stream);
+    if (compute == CRK_F32 && it->nargs >= 2 && dense_of(it, F16, 2, 8))
+        return launch_dense_half<false>(it, op, q, reads_out, stream);
     switch (compute) {
     case CRK_F64: return launch<double>(it, op, q, reads_out, stream);
     case CRK_I64: return launch<int64_t>(it, op, q, reads_out, stream);

@@ -66,11 +66,13 @@ typedef struct crk_reduce {
 int crk_sum(const crk_reduce *r, double scale, cudaStream_t stream);
 
 /* Batch norm over x viewed as M = N*S rows of C channels: channels-last (element (m, c)
- * at m*C + c) or row-major NCHW (at (m/S)*C*S + c*S + m%S). f32 or f64 (`f64`), params
- * (weight, bias, stats) in the same dtype; sums in f64 (`acc`: 2*C doubles of scratch). */
+ * at m*C + c) or row-major NCHW (at (m/S)*C*S + c*S + m%S). x and y f32, f64 (`f64`) or a
+ * half (`half`: CRK_BN_F16 or CRK_BN_BF16); params (weight, bias, stats) f64 with f64 x,
+ * else f32; sums in f64 (`acc`: 2*C doubles of scratch). */
+enum { CRK_BN_F16 = 1, CRK_BN_BF16 = 2 };
 typedef struct crk_bn {
     int64_t M, C, S;
-    int channels_last, f64, relu;
+    int channels_last, f64, half, relu;
     const void *x, *w, *b; /* w, b may be NULL (1 and 0) */
     void *y;
     void *mean, *invstd; /* [C] saved statistics */
@@ -82,10 +84,11 @@ typedef struct crk_bn {
 int crk_batch_norm_forward(const crk_bn *p, cudaStream_t stream);
 
 /* gx = d/dx, gw = sum(g * xhat), gb = sum(g) (any of them NULL to skip); g masked by
- * y > 0 when the forward fused a relu (y given). */
+ * y > 0 when the forward fused a relu (y given). g, x, y, gx in x's dtype (`f64`, `half`
+ * as crk_bn), w, mean, invstd, gw, gb in the params' dtype. */
 typedef struct crk_bn_backward {
     int64_t M, C, S;
-    int channels_last, f64, use_batch;
+    int channels_last, f64, half, use_batch;
     const void *g, *x, *w, *mean, *invstd, *y;
     void *gx, *gw, *gb;
     double *acc;

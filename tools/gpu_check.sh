@@ -4,9 +4,7 @@
 # benchmark beside its PyTorch twin, and the specs once under compute-sanitizer. Every
 # part has its own time limit, so a hang costs that part only; logs go into $OUT as
 # summary.txt (one line per part: its exit status and seconds) and logs.tgz (everything).
-# Prepare here, then run it through the device tool:
-#   make && bash ../shared/gpu/fetch-debs.sh lua-cjson
-#   mkdir -p .gpu/data && cp -r /usr/share/datasets/fashion-mnist .gpu/data/
+# Prepare here with tools/gpu_prepare.sh, then run it through the device tool:
 #   run(command = "bash tools/gpu_check.sh",
 #       carry = [".gpu", "build/libcrescent.so", "build/libcrescent_cuda.so",
 #                "build/crescent_cdef.h", "build/crescent_loop.so"])

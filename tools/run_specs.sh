@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every busted spec under LuaJIT and ends with the line "N passed, N failed"
-# (preceded by "N skipped" when specs were pending, e.g. GPU specs without a GPU).
+# (preceded by the failures' names and messages, and by "N skipped" when specs were
+# pending, e.g. GPU specs without a GPU).
 set -u
 cd "$(dirname "$0")/.."
 # the interpreter of the Python interop specs: make pydeps' venv when it is there
@@ -8,6 +9,9 @@ if [ -z "${CRESCENT_PYTHON:-}" ] && [ -x build/pyenv/bin/python ]; then export C
 log=$(mktemp)
 luajit /usr/bin/busted -o utfTerminal "$@" 2>&1 | tee "$log"
 summary=$(grep -E '[0-9]+ success(es)? / [0-9]+ failures? / [0-9]+ errors? / [0-9]+ pending' "$log" | tail -1)
+# the failures again, each with its spec's name and first message line, where the end of
+# the output (all CI shows) can carry them
+failures=$(grep -A2 -E '^(Failure|Error) → ' "$log" | grep -v '^--$' | cut -c1-300)
 rm -f "$log"
 if [ -z "$summary" ]; then
   echo "busted printed no summary: it crashed before finishing"
@@ -16,6 +20,7 @@ if [ -z "$summary" ]; then
 fi
 read -r ok fail err pend < <(echo "$summary" | sed -E 's/^[^0-9]*([0-9]+) success(es)? \/ ([0-9]+) failures? \/ ([0-9]+) errors? \/ ([0-9]+) pending.*/\1 \3 \4 \5/')
 failed=$((fail + err))
+if [ -n "$failures" ]; then echo "what failed:"; echo "$failures"; fi
 if [ "$pend" -gt 0 ]; then echo "$pend skipped (pending specs: see above why)"; fi
 echo "$ok passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -62,10 +62,9 @@ if want specs || want recipes || want sanitize; then
     recipe supervised_bf16 recipes/supervised.lua train.epochs=1 data.limit=30000 train.amp=bf16 &
   fi
   if want sanitize && command -v compute-sanitizer > /dev/null; then
-    # compute-sanitizer aborts LuaJIT in the larger spec files (seen in cuda_spec.lua on an
-    # H200, 2026-11-26, with no report): the smaller ones run under it
-    for n in cuda_index_spec cuda_layer_norm_spec cuda_loss_spec cuda_random_spec cuda_reduce_dim_spec \
-             cuda_sort_spec; do
+    # under compute-sanitizer, cuda_spec, cuda_random_spec and cuda_sort_spec aborted early
+    # with no report (an H200, 2026-11-26; cause not established): the others run under it
+    for n in cuda_index_spec cuda_layer_norm_spec cuda_loss_spec cuda_reduce_dim_spec; do
       part "sanitize_$n" 200 env OMP_NUM_THREADS=2 compute-sanitizer --tool memcheck --error-exitcode 9 \
         $BUSTED -o TAP "spec/$n.lua" &
     done

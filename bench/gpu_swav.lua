@@ -9,7 +9,8 @@
 -- default allows) and bf16 autocast (crescent's activations are channels-last anyway;
 -- the twin converts to channels_last); the twin also gives the model FLOPs behind the
 -- model-FLOPs utilisation (MFU, against the GPU's dense bf16 peak).
---   luajit bench/gpu_swav.lua [batch=64] [sup_batch=256] [steps=20] [warmup=5] [profile=0]
+--   luajit bench/gpu_swav.lua [batch=64] [sup_batch=256] [steps=20] [warmup=5] [compile=0] [profile=0]
+-- compile=1: the twin also times its bf16 steps under torch.compile (minutes of compiling).
 -- profile=1: no timing and no twin; each crescent step profiled over `steps` steps after
 -- `warmup`, the ops that took the most time printed as a table. Run it with
 -- CUDA_LAUNCH_BLOCKING=1 so that each op's time is its GPU time:
@@ -22,7 +23,7 @@ package.path = 'bench/?.lua;' .. package.path
 local harness = require 'harness'
 
 local args = harness.args('bench/gpu_swav.lua', { { 'batch', 64 }, { 'sup_batch', 256 }, { 'steps', 20 }, { 'warmup', 5 },
-                                                    { 'profile', 0 } })
+                                                    { 'compile', 0 }, { 'profile', 0 } })
 
 if not cr.cuda.is_available() then
   local why = cr.cuda.why_not()
@@ -102,7 +103,8 @@ print(string.format('crescent %s: peak GPU memory %.2f GiB', cr.version, mem.pea
 
 -- the GPU machine's PyTorch (CRESCENT_TORCH_PYTHON), not Debian's CPU one
 local t = harness.run_twin('bench/gpu_swav_torch.py', cr.get_num_threads(),
-  string.format('--batch %d --sup-batch %d --steps %d --warmup %d', args.batch, args.sup_batch, args.steps, args.warmup),
+  string.format('--batch %d --sup-batch %d --steps %d --warmup %d%s', args.batch, args.sup_batch, args.steps, args.warmup,
+    args.compile == 1 and ' --compile' or ''),
   os.getenv('CRESCENT_TORCH_PYTHON') or 'python3')
 
 local function ratio(a, b) return (a and b and b > 0) and a / b or nil end
@@ -117,6 +119,11 @@ for _, w in ipairs({ { 'swav', 'gpu_swav (resnet50, 2x224+6x96, batch ' .. args.
     'ratio %s', w[2], fmt(c[k .. '_bf16']), fmt(mfu(c[k .. '_bf16'], w[3]), '%.3f'), fmt(t[k .. '_bf16']),
     fmt(mfu(t[k .. '_bf16'], w[3]), '%.3f'), fmt(ratio(c[k .. '_bf16'], t[k .. '_bf16']), '%.2f'), fmt(c[k .. '_f32']),
     fmt(t[k .. '_f32']), fmt(ratio(c[k .. '_f32'], t[k .. '_f32']), '%.2f')))
+  if t[k .. '_bf16_compile'] then
+    print(string.format('%s: torch.compile bf16 %s img/s (MFU %s), crescent bf16 over it %s', w[2],
+      fmt(t[k .. '_bf16_compile']), fmt(mfu(t[k .. '_bf16_compile'], w[3]), '%.3f'),
+      fmt(ratio(c[k .. '_bf16'], t[k .. '_bf16_compile']), '%.2f')))
+  end
 end
 local null = cjson.null
 print(cjson.encode {
@@ -124,7 +131,8 @@ print(cjson.encode {
   crescent = { swav_bf16 = c.swav_bf16 or null, swav_f32 = c.swav_f32 or null,
                supervised_bf16 = c.supervised_bf16 or null, supervised_f32 = c.supervised_f32 or null },
   torch = { swav_bf16 = t.swav_bf16 or null, swav_f32 = t.swav_f32 or null,
-            supervised_bf16 = t.supervised_bf16 or null, supervised_f32 = t.supervised_f32 or null },
+            supervised_bf16 = t.supervised_bf16 or null, supervised_f32 = t.supervised_f32 or null,
+            swav_bf16_compile = t.swav_bf16_compile or null, supervised_bf16_compile = t.supervised_bf16_compile or null },
   ratio_swav_bf16 = ratio(c.swav_bf16, t.swav_bf16) or null,
   mfu_swav_bf16 = mfu(c.swav_bf16, t.swav_flops_per_img) or null,
 })

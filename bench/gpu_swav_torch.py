@@ -5,11 +5,13 @@ prototypes on multi-crop 2 x 224 + 6 x 96 synthetic batches, and supervised ResN
 steps at 224 px; SGD momentum 0.9 on both. Each is timed in bf16 autocast with
 channels_last (the issue's reference) and in f32 (cuDNN may use TF32, PyTorch's default,
 as crescent's convolutions do). Model FLOPs per image come from
-torch.utils.flop_counter on one forward and backward.
-  python3 bench/gpu_swav_torch.py [--batch 64] [--sup-batch 256] [--steps 20] [--warmup 5]
+torch.utils.flop_counter on one forward and backward. With --compile, the bf16 steps also
+run with the model under torch.compile (its compilation, minutes, is in the warm-up).
+  python3 bench/gpu_swav_torch.py [--batch 64] [--sup-batch 256] [--steps 20] [--warmup 5] [--compile]
 Prints JSON lines {"bench": name, "value": x}: swav_bf16, swav_f32 (img/s),
-swav_flops_per_img, supervised_bf16, supervised_f32, supervised_flops_per_img, and
-peak_bf16_flops for the GPU when its datasheet figure is known."""
+swav_flops_per_img, supervised_bf16, supervised_f32, supervised_flops_per_img,
+swav_bf16_compile and supervised_bf16_compile with --compile, and peak_bf16_flops for the
+GPU when its datasheet figure is known."""
 import argparse
 import json
 import os
@@ -107,20 +109,26 @@ def flops_of(step):
     return counter.get_total_flops()
 
 
-def swav_rates(batch, steps, warmup):
+# The modes timed: bf16 (channels_last), f32, and with compile bf16 under torch.compile.
+def modes(compile_too):
+    return ('bf16', 'f32', 'bf16_compile') if compile_too else ('bf16', 'f32')
+
+
+def swav_rates(batch, steps, warmup, compile_too):
     out = {}
-    for mode in ('bf16', 'f32'):
+    for mode in modes(compile_too):
         torch.manual_seed(0)
         model = SwAV50().cuda()
         groups = [torch.randn(2 * batch, 3, 224, 224, device='cuda'), torch.randn(6 * batch, 3, 96, 96, device='cuda')]
-        if mode == 'bf16':
+        if mode != 'f32':
             model = model.to(memory_format=torch.channels_last)
             groups = [g.contiguous(memory_format=torch.channels_last) for g in groups]
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-6)
+        forward = torch.compile(model) if mode == 'bf16_compile' else model
 
         def step():
-            with torch.autocast('cuda', dtype=torch.bfloat16, enabled=mode == 'bf16'):
-                scores = model(groups)
+            with torch.autocast('cuda', dtype=torch.bfloat16, enabled=mode != 'f32'):
+                scores = forward(groups)
             loss = swav_loss(scores.float(), batch, num_crops=8)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -135,21 +143,22 @@ def swav_rates(batch, steps, warmup):
     return out
 
 
-def supervised_rates(batch, steps, warmup):
+def supervised_rates(batch, steps, warmup, compile_too):
     out = {}
-    for mode in ('bf16', 'f32'):
+    for mode in modes(compile_too):
         torch.manual_seed(0)
         model = ResNet50(num_classes=1000).cuda()
         x = torch.randn(batch, 3, 224, 224, device='cuda')
         y = torch.randint(0, 1000, (batch,), device='cuda')
-        if mode == 'bf16':
+        if mode != 'f32':
             model = model.to(memory_format=torch.channels_last)
             x = x.contiguous(memory_format=torch.channels_last)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+        forward = torch.compile(model) if mode == 'bf16_compile' else model
 
         def step():
-            with torch.autocast('cuda', dtype=torch.bfloat16, enabled=mode == 'bf16'):
-                loss = F.cross_entropy(model(x), y)
+            with torch.autocast('cuda', dtype=torch.bfloat16, enabled=mode != 'f32'):
+                loss = F.cross_entropy(forward(x), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -168,13 +177,14 @@ def main():
     p.add_argument('--sup-batch', type=int, default=256)
     p.add_argument('--steps', type=int, default=20)
     p.add_argument('--warmup', type=int, default=5)
+    p.add_argument('--compile', action='store_true', help='also time the bf16 steps under torch.compile')
     a = p.parse_args()
     if not torch.cuda.is_available():
         print(json.dumps({'bench': 'skipped', 'reason': 'torch sees no CUDA GPU'}))
         return
     torch.backends.cudnn.benchmark = True
-    figures = swav_rates(a.batch, a.steps, a.warmup)
-    figures.update(supervised_rates(a.sup_batch, a.steps, a.warmup))
+    figures = swav_rates(a.batch, a.steps, a.warmup, a.compile)
+    figures.update(supervised_rates(a.sup_batch, a.steps, a.warmup, a.compile))
     name = torch.cuda.get_device_name(0)
     for key, peak in PEAK_BF16.items():
         if key in name:

@@ -142,6 +142,29 @@ describe('nll_loss and cross_entropy', function()
       { 0.1965607249, 0.007655555773, -0.2581854139, 0.02294382904, 0.03102530423 } }, 1e-9)
   end)
 
+  it('are exact for huge logits: only their differences count, as in log_softmax', function()
+    local function near(got, want, tol, what)
+      assert.is_true(math.abs(got - want) <= tol, string.format('%s: %.10g vs %.10g', what, got, want))
+    end
+    for _, dt in ipairs({ 'f64', 'f32' }) do
+      -- a row of equal logits is log(C) whatever their size; a shifted row the same loss
+      local same = cr.full({ 1, 50 }, -1e30, { dtype = dt })
+      local t = cr.tensor({ 3 }, { dtype = 'i64' })
+      local l = cr.cross_entropy(same, t, { label_smoothing = 0.1 }):item()
+      near(l, math.log(50), 1e-6, dt .. ' equal logits')
+      local row = cr.tensor({ { 0.5, -1.25, 2, 0 } }, { dtype = dt })
+      local want = cr.cross_entropy(row, cr.tensor({ 2 }, { dtype = 'i64' }), { label_smoothing = 0.2 }):item()
+      local shifted = (row:double() + 1e12):to(dt)
+      local got = cr.cross_entropy(shifted, cr.tensor({ 2 }, { dtype = 'i64' }), { label_smoothing = 0.2 }):item()
+      if dt == 'f64' then near(got, want, 1e-9, 'shifted row') end
+      -- the grad of equal logits is the smoothed target's distance from uniform
+      local xg = same:clone():requires_grad_()
+      cr.cross_entropy(xg, t, { label_smoothing = 0.1 }):backward()
+      near(xg.grad:select(0, 0):select(0, 0):item(), 1 / 50 - 0.1 / 50, 1e-6, dt .. ' grad, another class')
+      near(xg.grad:select(0, 0):select(0, 3):item(), 1 / 50 - 0.9 - 0.1 / 50, 1e-6, dt .. ' grad, the target')
+    end
+  end)
+
   it('pass gradcheck', function()
     local a = rnd({ 4, 5 }, 23)
     for _, red in ipairs { 'none', 'mean', 'sum' } do

@@ -149,8 +149,8 @@ describe('nll_loss and cross_entropy', function()
     for _, dt in ipairs({ 'f64', 'f32' }) do
       -- a row of equal logits is log(C) whatever their size; a shifted row the same loss
       local same = cr.full({ 1, 50 }, -1e30, { dtype = dt })
-      local t = cr.tensor({ 3 }, { dtype = 'i64' })
-      local l = cr.cross_entropy(same, t, { label_smoothing = 0.1 }):item()
+      local target = cr.tensor({ 3 }, { dtype = 'i64' })
+      local l = cr.cross_entropy(same, target, { label_smoothing = 0.1 }):item()
       near(l, math.log(50), 1e-6, dt .. ' equal logits')
       local row = cr.tensor({ { 0.5, -1.25, 2, 0 } }, { dtype = dt })
       local want = cr.cross_entropy(row, cr.tensor({ 2 }, { dtype = 'i64' }), { label_smoothing = 0.2 }):item()
@@ -159,7 +159,7 @@ describe('nll_loss and cross_entropy', function()
       if dt == 'f64' then near(got, want, 1e-9, 'shifted row') end
       -- the grad of equal logits is the smoothed target's distance from uniform
       local xg = same:clone():requires_grad_()
-      cr.cross_entropy(xg, t, { label_smoothing = 0.1 }):backward()
+      cr.cross_entropy(xg, target, { label_smoothing = 0.1 }):backward()
       near(xg.grad:select(0, 0):select(0, 0):item(), 1 / 50 - 0.1 / 50, 1e-6, dt .. ' grad, another class')
       near(xg.grad:select(0, 0):select(0, 3):item(), 1 / 50 - 0.9 - 0.1 / 50, 1e-6, dt .. ' grad, the target')
     end

@@ -340,13 +340,36 @@ typedef struct {
     float na[3], nb[3];
 } crop_job;
 
-/* Crop t = k * B + b (crop k of batch row b); false when out of memory. */
-static bool crop_one(const crop_job *j, scratch *sc, int64_t t) {
-    int64_t k = t / j->B, b = t % j->B, row = j->ix[b * j->istride];
+/* Crop t = k * B + b (crop k of batch row b) of the image at src (H x W), its draws keyed
+ * by the data set row id; false when out of memory. */
+static bool crop_at(const crop_job *j, scratch *sc, int64_t t, const void *src, int64_t H, int64_t W,
+                    uint64_t id) {
     cr_data_crop_draw d;
-    draw(&d, j->spec, j->H, j->W, j->base, j->epoch, (uint64_t)row, (uint64_t)(j->first_crop + k));
-    return one_crop(sc, j->dst + t * j->osample, j->src + (size_t)row * j->ssample, j->f32, j->nchan,
-                    j->H, j->W, j->spec, &d, j->na, j->nb);
+    draw(&d, j->spec, H, W, j->base, j->epoch, id, (uint64_t)(j->first_crop + t / j->B));
+    return one_crop(sc, j->dst + t * j->osample, src, j->f32, j->nchan, H, W, j->spec, &d, j->na, j->nb);
+}
+
+/* Crop t of the job's images tensor. */
+static bool crop_one(const crop_job *j, scratch *sc, int64_t t) {
+    int64_t row = j->ix[(t % j->B) * j->istride];
+    return crop_at(j, sc, t, j->src + (size_t)row * j->ssample, j->H, j->W, (uint64_t)row);
+}
+
+/* The normalisation, key and output of a job writing [ncrops, B, nchan, h, w] into dst. */
+static void job_init(crop_job *j, const cr_data_crop_spec *spec, int64_t nchan, int64_t B,
+                     int64_t first_crop, uint64_t seed, uint64_t epoch, float *dst) {
+    j->spec = spec;
+    j->nchan = nchan;
+    j->B = B;
+    j->first_crop = first_crop;
+    j->epoch = epoch;
+    j->base = cr_data_mix(seed ^ CR_DATA_TAG_CROPS);
+    j->osample = nchan * spec->size_h * spec->size_w;
+    j->dst = dst;
+    for (int64_t c = 0; c < nchan; c++) {
+        j->na[c] = (float)(1.0 / (255.0 * spec->std[c]));
+        j->nb[c] = (float)(spec->mean[c] / spec->std[c]);
+    }
 }
 
 static void scratch_free(scratch *sc) {
@@ -366,21 +389,14 @@ cr_status cr_augment_crops(cr_tensor **out, const cr_tensor *images, const cr_te
     int64_t nchan = nd == 4 ? images->shape[1] : 1;
     st = cr_augment_check_spec(spec, nchan);
     if (st) return st;
-    crop_job j = {.spec = spec, .src = cr_tensor_ptr(images), .ix = (const int64_t *)cr_tensor_ptr(index),
-                  .B = index->shape[0], .H = images->shape[nd - 2], .W = images->shape[nd - 1],
-                  .nchan = nchan, .istride = index->stride[0], .first_crop = first_crop,
-                  .f32 = images->dtype == CR_DT_F32, .epoch = epoch,
-                  .base = cr_data_mix(seed ^ CR_DATA_TAG_CROPS)};
-    j.osample = nchan * spec->size_h * spec->size_w;
-    j.ssample = (size_t)(nchan * j.H * j.W) * cr_dtype_size(images->dtype);
-    int64_t shape[5] = {ncrops, j.B, nchan, spec->size_h, spec->size_w};
+    int64_t shape[5] = {ncrops, index->shape[0], nchan, spec->size_h, spec->size_w};
     st = cr_tensor_alloc(out, 5, shape, CR_DT_F32, CR_CPU);
     if (st) return st;
-    for (int64_t c = 0; c < nchan; c++) {
-        j.na[c] = (float)(1.0 / (255.0 * spec->std[c]));
-        j.nb[c] = (float)(spec->mean[c] / spec->std[c]);
-    }
-    j.dst = (float *)cr_tensor_ptr(*out);
+    crop_job j = {.src = cr_tensor_ptr(images), .ix = (const int64_t *)cr_tensor_ptr(index),
+                  .H = images->shape[nd - 2], .W = images->shape[nd - 1], .istride = index->stride[0],
+                  .f32 = images->dtype == CR_DT_F32};
+    job_init(&j, spec, nchan, index->shape[0], first_crop, seed, epoch, (float *)cr_tensor_ptr(*out));
+    j.ssample = (size_t)(nchan * j.H * j.W) * cr_dtype_size(images->dtype);
     int64_t total = ncrops * j.B;
     bool par = parallel && total > 1 && total * j.osample >= CR_AUG_PAR_GRAIN && cr_threads() > 1;
     int oom = 0;
@@ -408,6 +424,28 @@ cr_status cr_augment_crops(cr_tensor **out, const cr_tensor *images, const cr_te
         return cr_fail(CR_ERR_OOM, "augment: out of memory for the scratch of a %lld x %lld crop",
                        (long long)spec->size_h, (long long)spec->size_w);
     }
+    return CR_OK;
+}
+
+cr_status cr_augment_crops_alloc(cr_tensor **out, int64_t B, int64_t nchan, const cr_data_crop_spec *spec,
+                                 int64_t ncrops) {
+    int64_t shape[5] = {ncrops, B, nchan, spec->size_h, spec->size_w};
+    return cr_tensor_alloc(out, 5, shape, CR_DT_F32, CR_CPU);
+}
+
+cr_status cr_augment_crops_sample(cr_tensor *out, const uint8_t *src, int64_t H, int64_t W, int64_t b,
+                                  uint64_t id, const cr_data_crop_spec *spec, int64_t first_crop,
+                                  uint64_t seed, uint64_t epoch) {
+    int64_t ncrops = out->shape[0], B = out->shape[1], nchan = out->shape[2];
+    crop_job j = {.H = H, .W = W};
+    job_init(&j, spec, nchan, B, first_crop, seed, epoch, (float *)cr_tensor_ptr(out));
+    scratch sc = {0};
+    bool ok = true;
+    for (int64_t k = 0; k < ncrops && ok; k++) ok = crop_at(&j, &sc, k * B + b, src, H, W, id);
+    scratch_free(&sc);
+    if (!ok)
+        return cr_fail(CR_ERR_OOM, "augment: out of memory for the scratch of a %lld x %lld crop",
+                       (long long)spec->size_h, (long long)spec->size_w);
     return CR_OK;
 }
 

@@ -30,10 +30,22 @@ cr_status cr_augment_check_images(const char *op, const cr_tensor *images);
 cr_status cr_augment_crops(cr_tensor **out, const cr_tensor *images, const cr_tensor *index,
                            const cr_data_crop_spec *spec, int64_t ncrops, int64_t first_crop,
                            uint64_t seed, uint64_t epoch, bool parallel);
-/* cr_data_make_batch, with the same switch. */
+/* Streamed multi-crop (pipeline.c): *out = the batch's f32 [ncrops, B, nchan, h, w] of
+ * one crop group, to be filled sample by sample with cr_augment_crops_sample: crop
+ * k of sample b from src, u8 [nchan, H, W] of any size, its draws keyed by id (the data
+ * set row), so a sample's crops equal cr_augment_crops's on a tensor holding its image.
+ * The spec is checked by the caller (cr_augment_check_spec). */
+cr_status cr_augment_crops_alloc(cr_tensor **out, int64_t B, int64_t nchan, const cr_data_crop_spec *spec,
+                                 int64_t ncrops);
+cr_status cr_augment_crops_sample(cr_tensor *out, const uint8_t *src, int64_t H, int64_t W, int64_t b,
+                                  uint64_t id, const cr_data_crop_spec *spec, int64_t first_crop,
+                                  uint64_t seed, uint64_t epoch);
+/* cr_data_make_batch, with the same switch; ids (NULL: the index's rows) keys each
+ * sample's draws, for batches whose images tensor holds the batch alone (streamed). */
 cr_status cr_batch_make(cr_tensor **input, cr_tensor **target, const cr_tensor *images,
                         const cr_tensor *labels, const cr_tensor *index, const double *mean,
-                        const double *std, const cr_data_augment *aug, bool parallel);
+                        const double *std, const cr_data_augment *aug, bool parallel,
+                        const int64_t *ids);
 /* The checks of cr_data_make_batch that do not depend on the index. */
 cr_status cr_batch_check(const cr_tensor *images, const cr_tensor *labels, const double *mean,
                          const double *std, const cr_data_augment *aug);

@@ -90,6 +90,7 @@ typedef struct {
     int64_t *tgt;
     const float *lut;  /* u8: [nchan][256] normalised values */
     const float *scale, *shift; /* f32: x * scale[c] - shift[c] = (x - mean) / std */
+    const int64_t *ids; /* NULL: the draws are keyed by the rows */
     bool f32;
     uint64_t aug_key;
     int64_t nchan, H, W, istride;
@@ -126,7 +127,8 @@ static void fill_sample(const batch_job *j, int64_t b) {
         return;
     }
     uint32_t w[4];
-    cr_philox_block(j->aug_key, (aug->epoch << 32) | (uint64_t)row, w);
+    uint64_t id = j->ids ? (uint64_t)j->ids[b] : (uint64_t)row;
+    cr_philox_block(j->aug_key, (aug->epoch << 32) | id, w);
     int64_t span = 2 * (int64_t)aug->pad + 1, pad = aug->pad;
     int64_t dy = (int64_t)(((uint64_t)w[0] * (uint64_t)span) >> 32) - pad;
     int64_t dx = (int64_t)(((uint64_t)w[1] * (uint64_t)span) >> 32) - pad;
@@ -152,7 +154,8 @@ static void fill_sample(const batch_job *j, int64_t b) {
 
 cr_status cr_batch_make(cr_tensor **input, cr_tensor **target, const cr_tensor *images,
                         const cr_tensor *labels, const cr_tensor *index, const double *mean,
-                        const double *std, const cr_data_augment *aug, bool parallel) {
+                        const double *std, const cr_data_augment *aug, bool parallel,
+                        const int64_t *ids) {
     *input = NULL;
     if (target) *target = NULL;
     cr_status st = cr_batch_check(images, labels, mean, std, aug);
@@ -195,7 +198,7 @@ cr_status cr_batch_make(cr_tensor **input, cr_tensor **target, const cr_tensor *
                    .labels = labels, .dst = (float *)cr_tensor_ptr(*input),
                    .tgt = labels ? (int64_t *)cr_tensor_ptr(*target) : NULL, .lut = lut,
                    .scale = stats, .shift = stats ? stats + nchan : NULL, .f32 = f32,
-                   .nchan = nchan, .H = H, .W = W, .istride = index->stride[0]};
+                   .nchan = nchan, .H = H, .W = W, .istride = index->stride[0], .ids = ids};
     for (int64_t c = 0; c < nchan; c++) {
         if (lut)
             for (int v = 0; v < 256; v++)
@@ -225,7 +228,7 @@ cr_status cr_data_make_batch(cr_tensor **input, cr_tensor **target, const cr_ten
                              const cr_tensor *labels, const cr_tensor *index,
                              const double *mean, const double *std,
                              const cr_data_augment *aug) {
-    return cr_batch_make(input, target, images, labels, index, mean, std, aug, true);
+    return cr_batch_make(input, target, images, labels, index, mean, std, aug, true, NULL);
 }
 
 cr_status cr_batch_targets(cr_tensor **out, const cr_tensor *labels, const cr_tensor *index) {

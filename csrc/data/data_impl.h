@@ -13,4 +13,13 @@ static const uint64_t CR_DATA_TAG_AUGMENT = 0x4175676d656e7431ULL;
 /* splitmix64's finaliser: a bijection that spreads nearby seeds over the key space. */
 uint64_t cr_data_mix(uint64_t x);
 
+/* One more reference to a path table (cr_data_paths_free drops one). */
+void cr_data_paths_retain(cr_data_paths *p);
+
+/* For the loader's worker threads: the file at path decoded (image.c) to u8 CHW
+ * [channels, h, w] in a malloc'd block, at its own size (height = width = 0) or resized
+ * to height x width; the error (this thread's message) names the path. */
+cr_status cr_image_load(const char *path, int channels, int height, int width, uint8_t **pix,
+                        int64_t *h, int64_t *w);
+
 #endif

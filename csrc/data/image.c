@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <turbojpeg.h>
 
-#include "internal.h"
+#include "data_impl.h"
 
 enum { IMG_MAX_SIDE = 1 << 16, IMG_ERRCAP = 512, IMG_PROBE_BYTES = 1 << 18 };
 static const int64_t IMG_MAX_PIXELS = (int64_t)1 << 28;
@@ -356,6 +356,29 @@ static int decode_into(decoder *d, const char *path, int want_c, int oh, int ow,
     resize_into(r.pix, want_c, r.h, r.w, 1, (int64_t)r.w * want_c, want_c, dst, oh, ow);
     free(r.pix);
     return 0;
+}
+
+cr_status cr_image_load(const char *path, int channels, int height, int width, uint8_t **pix,
+                        int64_t *h, int64_t *w) {
+    *pix = NULL;
+    char err[IMG_ERRCAP];
+    decoder d = {0};
+    raw_image r;
+    int rc = decode_file(&d, path, channels, &r, err, sizeof err);
+    decoder_close(&d);
+    if (rc) return cr_fail(CR_ERR_ARG, "%s", err);
+    int oh = height ? height : r.h, ow = width ? width : r.w;
+    uint8_t *out = malloc((size_t)channels * (size_t)oh * (size_t)ow);
+    if (!out) {
+        free(r.pix);
+        return cr_fail(CR_ERR_OOM, "'%s': out of memory for a %d x %d image", path, oh, ow);
+    }
+    resize_into(r.pix, channels, r.h, r.w, 1, (int64_t)r.w * channels, channels, out, oh, ow);
+    free(r.pix);
+    *pix = out;
+    *h = oh;
+    *w = ow;
+    return CR_OK;
 }
 
 /* ---- public: probe, read, decode_files, resize ------------------------------------ */

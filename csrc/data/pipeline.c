@@ -31,6 +31,8 @@ typedef struct {
 struct cr_data_pipeline {
     /* the job (read-only once the workers run) */
     cr_tensor *images, *labels, *order;
+    cr_data_paths *paths; /* streamed instead of images */
+    int channels, height, width;
     int64_t batch_size, num_batches, rows;
     double *mean, *std;
     cr_data_augment aug;
@@ -60,6 +62,58 @@ static void drop_outs(cr_tensor **out, int n) {
     }
 }
 
+/* A streamed batch: each sample's file decoded in turn, then cropped (every group) or
+ * resized into the plain batch, and freed, so a worker holds one decoded image. */
+static cr_status build_streamed(const cr_data_pipeline *p, const cr_tensor *index, cr_tensor **out) {
+    int64_t B = index->shape[0], stride = index->stride[0], C = p->channels;
+    const int64_t *ix = (const int64_t *)cr_tensor_ptr(index);
+    int ng = p->ngroups ? (int)p->ngroups : 1;
+    cr_tensor *plain = NULL, *local = NULL;
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)B);
+    if (!ids) return cr_fail(CR_ERR_OOM, "pipeline: out of memory for a batch of %lld", (long long)B);
+    cr_status st = CR_OK;
+    if (p->ngroups) {
+        for (int g = 0; g < ng && !st; g++)
+            st = cr_augment_crops_alloc(&out[g], B, C, &p->groups[g].spec, p->groups[g].ncrops);
+    } else {
+        int64_t shape[4] = {B, C, p->height, p->width};
+        st = cr_tensor_alloc(&plain, 4, shape, CR_DT_U8, CR_CPU);
+    }
+    const int64_t sample = C * (int64_t)p->height * p->width;
+    for (int64_t b = 0; b < B && !st; b++) {
+        int64_t row = ix[b * stride];
+        ids[b] = row;
+        const char *path = cr_data_paths_get(p->paths, row);
+        if (!path || row > (int64_t)UINT32_MAX) {
+            st = cr_fail(CR_ERR_ARG, "pipeline: row %lld is out of range for %lld files", (long long)row,
+                         (long long)cr_data_paths_count(p->paths));
+            break;
+        }
+        uint8_t *pix = NULL;
+        int64_t h = 0, w = 0;
+        st = cr_image_load(path, (int)C, p->ngroups ? 0 : p->height, p->ngroups ? 0 : p->width, &pix, &h, &w);
+        for (int g = 0; g < (int)p->ngroups && !st; g++)
+            st = cr_augment_crops_sample(out[g], pix, h, w, b, (uint64_t)row, &p->groups[g].spec,
+                                         p->groups[g].first_crop, p->seed, p->epoch);
+        if (!st && !p->ngroups) memcpy((uint8_t *)cr_tensor_ptr(plain) + b * sample, pix, (size_t)sample);
+        free(pix);
+    }
+    if (!st && !p->ngroups) { /* the plain batch: rows 0 .. B-1 of `plain`, draws keyed by ids */
+        st = cr_tensor_alloc(&local, 1, &B, CR_DT_I64, CR_CPU);
+        if (!st) {
+            int64_t *lp = (int64_t *)cr_tensor_ptr(local);
+            for (int64_t b = 0; b < B; b++) lp[b] = b;
+            st = cr_batch_make(&out[0], NULL, plain, NULL, local, p->mean, p->std, p->has_aug ? &p->aug : NULL,
+                               false, ids);
+        }
+    }
+    if (!st && p->labels) st = cr_batch_targets(&out[ng], p->labels, index);
+    cr_tensor_free(plain);
+    cr_tensor_free(local);
+    free(ids);
+    return st;
+}
+
 static cr_status build(const cr_data_pipeline *p, int64_t b, cr_tensor **out) {
     int64_t first = b * p->batch_size;
     int64_t size = p->rows - first < p->batch_size ? p->rows - first : p->batch_size;
@@ -67,7 +121,9 @@ static cr_status build(const cr_data_pipeline *p, int64_t b, cr_tensor **out) {
     cr_tensor *index = cr_tensor_alias(p->order, 1, &size, &stride, p->order->offset + first * stride);
     int ng = p->ngroups ? (int)p->ngroups : 1;
     cr_status st = CR_OK;
-    if (p->ngroups) {
+    if (p->paths) {
+        st = build_streamed(p, index, out);
+    } else if (p->ngroups) {
         for (int g = 0; g < ng && !st; g++) {
             const cr_data_crop_group *grp = &p->groups[g];
             st = cr_augment_crops(&out[g], p->images, index, &grp->spec, grp->ncrops, grp->first_crop,
@@ -76,7 +132,7 @@ static cr_status build(const cr_data_pipeline *p, int64_t b, cr_tensor **out) {
         if (!st && p->labels) st = cr_batch_targets(&out[ng], p->labels, index);
     } else {
         st = cr_batch_make(&out[0], p->labels ? &out[1] : NULL, p->images, p->labels, index, p->mean,
-                           p->std, p->has_aug ? &p->aug : NULL, false);
+                           p->std, p->has_aug ? &p->aug : NULL, false, NULL);
     }
     out[ng + 1] = index;
     if (st) drop_outs(out, p->nout);
@@ -129,13 +185,27 @@ static cr_status check_job(const cr_data_pipeline_job *j) {
         return cr_fail(CR_ERR_ARG, "pipeline: prefetch = %d must be in [1, %d] (batches ready ahead)",
                        (int)j->prefetch, CR_PIPE_MAX_SLOTS);
     cr_status st;
-    if (j->groups) {
-        st = cr_augment_check_images("pipeline", j->images);
+    char buf2[160];
+    int64_t nchan, n;
+    if (j->paths) {
+        if (j->images)
+            return cr_fail(CR_ERR_ARG, "pipeline: a job has images or paths, not both");
+        if (j->channels != 1 && j->channels != 3)
+            return cr_fail(CR_ERR_ARG, "pipeline: channels = %d; streamed images are decoded to 1 or 3",
+                           (int)j->channels);
+        nchan = j->channels;
+        n = cr_data_paths_count(j->paths);
+    } else {
+        st = j->groups ? cr_augment_check_images("pipeline", j->images)
+                       : cr_batch_check(j->images, NULL, j->mean, j->std, j->aug);
         if (st) return st;
+        nchan = j->images->ndim == 4 ? j->images->shape[1] : 1;
+        n = j->images->shape[0];
+    }
+    if (j->groups) {
         if (j->ngroups < 1 || j->ngroups > CR_PIPE_MAX_GROUPS)
             return cr_fail(CR_ERR_ARG, "pipeline: %lld crop groups; pass 1 to %d", (long long)j->ngroups,
                            CR_PIPE_MAX_GROUPS);
-        int64_t nchan = j->images->ndim == 4 ? j->images->shape[1] : 1;
         for (int64_t g = 0; g < j->ngroups; g++) {
             if (j->groups[g].ncrops < 1 || j->groups[g].first_crop < 0)
                 return cr_fail(CR_ERR_ARG, "pipeline: group %lld has ncrops = %lld (need >= 1) and "
@@ -144,16 +214,24 @@ static cr_status check_job(const cr_data_pipeline_job *j) {
             st = cr_augment_check_spec(&j->groups[g].spec, nchan);
             if (st) return st;
         }
-        const cr_tensor *l = j->labels;
-        if (l && (!is_int_dtype(l->dtype) || l->ndim != 1 || cr_tensor_device(l) != CR_DEV_CPU ||
-                  l->shape[0] != j->images->shape[0]))
-            return cr_fail(CR_ERR_ARG, "pipeline: labels must be a CPU integer tensor [N] with N = %lld "
-                           "(the number of images), got %s %s", (long long)j->images->shape[0],
-                           cr_dtype_name(l->dtype), cr_shape_str(l, buf, sizeof buf));
-    } else {
-        st = cr_batch_check(j->images, j->labels, j->mean, j->std, j->aug);
+    } else if (j->paths) {
+        if (j->height < 1 || j->width < 1 || j->height > 65536 || j->width > 65536)
+            return cr_fail(CR_ERR_ARG, "pipeline: plain batches of streamed images need the size they are "
+                           "resized to: height and width in [1, 65536], got %d x %d", (int)j->height,
+                           (int)j->width);
+        /* the checks of make_batch on a one-image stand-in of that size */
+        int64_t one[4] = {1, nchan, 1, 1};
+        cr_tensor *probe = NULL;
+        if ((st = cr_tensor_alloc(&probe, 4, one, CR_DT_U8, CR_CPU))) return st;
+        st = cr_batch_check(probe, NULL, j->mean, j->std, j->aug);
+        cr_tensor_free(probe);
         if (st) return st;
     }
+    const cr_tensor *l = j->labels;
+    if (l && (!is_int_dtype(l->dtype) || l->ndim != 1 || cr_tensor_device(l) != CR_DEV_CPU || l->shape[0] != n))
+        return cr_fail(CR_ERR_ARG, "pipeline: labels must be a CPU integer tensor [N] with N = %lld (the number "
+                       "of images), got %s %s", (long long)n, cr_dtype_name(l->dtype),
+                       cr_shape_str(l, buf2, sizeof buf2));
     const cr_tensor *o = j->order;
     if (!o || o->dtype != CR_DT_I64 || o->ndim != 1 || cr_tensor_device(o) != CR_DEV_CPU)
         return cr_fail(CR_ERR_ARG, "pipeline: order must be a CPU i64 tensor [M] (the epoch's rows), "
@@ -172,6 +250,7 @@ static cr_status check_job(const cr_data_pipeline_job *j) {
 /* ---- lifetime ---- */
 
 static void release_job(cr_data_pipeline *p) {
+    cr_data_paths_free(p->paths);
     cr_tensor_free(p->images);
     cr_tensor_free(p->labels);
     cr_tensor_free(p->order);
@@ -198,6 +277,11 @@ cr_status cr_data_pipeline_start(cr_data_pipeline **out, const cr_data_pipeline_
     p->images = (cr_tensor *)job->images;
     p->labels = (cr_tensor *)job->labels;
     p->order = (cr_tensor *)job->order;
+    p->paths = (cr_data_paths *)job->paths;
+    cr_data_paths_retain(p->paths);
+    p->channels = job->channels;
+    p->height = job->height;
+    p->width = job->width;
     cr_tensor_retain(p->images);
     cr_tensor_retain(p->labels);
     cr_tensor_retain(p->order);
@@ -210,7 +294,7 @@ cr_status cr_data_pipeline_start(cr_data_pipeline **out, const cr_data_pipeline_
     p->nslots = job->prefetch;
     p->ngroups = job->groups ? job->ngroups : 0;
     p->nout = (p->ngroups ? (int)p->ngroups : 1) + 2;
-    int64_t nchan = job->images->ndim == 4 ? job->images->shape[1] : 1;
+    int64_t nchan = job->paths ? job->channels : job->images->ndim == 4 ? job->images->shape[1] : 1;
     p->slots = calloc((size_t)p->nslots, sizeof *p->slots);
     p->threads = calloc((size_t)job->workers, sizeof *p->threads);
     bool ok = p->slots && p->threads;

@@ -154,14 +154,30 @@ typedef struct {
     int64_t first_crop;
 } cr_data_crop_group;
 
+/* The file paths of a streamed data set: one copy of the strings, shared (counted
+ * references) by the pipelines of every epoch. */
+typedef struct cr_data_paths cr_data_paths;
+cr_status cr_data_paths_new(cr_data_paths **out, const char *const *paths, int64_t n);
+int64_t cr_data_paths_count(const cr_data_paths *p);
+/* Path i (0-based; NULL when out of range). */
+const char *cr_data_paths_get(const cr_data_paths *p, int64_t i);
+/* Drops one reference (NULL is fine). */
+void cr_data_paths_free(cr_data_paths *p);
+
 /* The epoch's batch job. Batch b (first_batch <= b < num_batches) holds the rows
  * index = order[b * batch_size .. min(M, (b + 1) batch_size)) of the images. Plain
  * batches (groups NULL) are cr_data_make_batch(images, labels, index, mean, std, aug);
  * multi-crop batches one cr_data_augment_crops(images, index, groups[g]..., seed, epoch)
- * per group. Everything is copied or referenced at start: the caller may free the job
- * and its arrays right after. */
+ * per group. A streamed job has paths instead of images: each worker reads and decodes
+ * the files of its batch (JPEG, PNG) to `channels` u8 channels, sample by sample, and
+ * crops each right away (every crop and draw as from an images tensor holding the same
+ * pixels) or, for plain batches, resizes it to height x width. Everything is copied or
+ * referenced at start: the caller may free the job and its arrays right after. */
 typedef struct {
     const cr_tensor *images;          /* u8 or f32 [N, H, W] / [N, C, H, W], contiguous, CPU */
+    const cr_data_paths *paths;       /* instead of images: N files, decoded in the workers */
+    int32_t channels;                 /* streamed: 1 or 3 */
+    int32_t height, width;            /* streamed plain batches: every image resized to this */
     const cr_tensor *labels;          /* an integer tensor [N], or NULL */
     const cr_tensor *order;           /* i64 [M]: the epoch's rows (cr_data_permutation) */
     int64_t batch_size;               /* >= 1 */

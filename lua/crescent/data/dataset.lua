@@ -1,6 +1,7 @@
--- crescent.data.dataset — the IDX reader and in-memory u8 image data sets (what the
--- Loader assembles batches from). Fashion-MNIST builds one; so can any caller holding
--- images as a u8 tensor.
+-- crescent.data.dataset — the IDX reader, in-memory u8 image data sets and streamed
+-- image-file data sets (what the Loader assembles batches from). Fashion-MNIST builds an
+-- in-memory one, as can any caller holding images as a u8 tensor; image_folder{stream =
+-- true} a streamed one, whose files the Loader's workers decode.
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
@@ -36,6 +37,10 @@ mt.__newindex = function(p, k, v) fields[p][k] = v end
 mt.__len = function(p) return fields[p].n end
 mt.__tostring = function(p)
   local ds = fields[p]
+  if ds.streamed then
+    return string.format('%s: %d image files (streamed, %d channels), %s classes', ds.name, ds.n, ds.channels,
+      tostring(ds.num_classes))
+  end
   return string.format('%s: %d images [%s], %s classes', ds.name, ds.n,
     table.concat(ds.images.shape, ', ', 2), tostring(ds.num_classes))
 end
@@ -51,6 +56,20 @@ end
 
 local tensor_ptr_ct = ffi.typeof('cr_tensor*') -- made once: see tensor.lua on C type strings
 local function is_tensor(x) return type(x) == 'cdata' and ffi.istype(tensor_ptr_ct, x) end
+
+-- mean/std as one number per channel.
+local function per_channel(v, what, default, nchan, who)
+  if v == nil then v = default end
+  if type(v) == 'number' then
+    local t = {}
+    for c = 1, nchan do t[c] = v end
+    return t
+  end
+  if type(v) ~= 'table' or #v ~= nchan then
+    error(string.format('%s: %s must be a number or a list of %d numbers (one per channel)', who, what, nchan), 4)
+  end
+  return v
+end
 
 function M.TensorDataset(o)
   if type(o) ~= 'table' then error('TensorDataset: expected a table {images = , labels = , ...}', 2) end
@@ -68,28 +87,80 @@ function M.TensorDataset(o)
     if labels.dtype ~= 'i64' then labels = labels:long() end
   end
   local nchan = images:dim() == 4 and images:size(1) or 1
-  local function per_channel(v, what, default)
-    if v == nil then v = default end
-    if type(v) == 'number' then
-      local t = {}
-      for c = 1, nchan do t[c] = v end
-      return t
-    end
-    if type(v) ~= 'table' or #v ~= nchan then
-      error(string.format('TensorDataset: %s must be a number or a list of %d numbers (one per channel)',
-        what, nchan), 3)
-    end
-    return v
-  end
   local ds = wrap {
     images = images, labels = labels, n = n,
     mean = o.mean or 0, std = o.std or 1,
     num_classes = o.num_classes, name = o.name or 'tensors',
     classes = o.classes, split = o.split, root = o.root,
   }
-  ds._mean = per_channel(o.mean, 'mean', 0)
-  ds._std = per_channel(o.std, 'std', 1)
+  ds._mean = per_channel(o.mean, 'mean', 0, nchan, 'TensorDataset')
+  ds._std = per_channel(o.std, 'std', 1, nchan, 'TensorDataset')
   return ds
+end
+
+-- The C path table (csrc/data/paths.c) of a list of file names.
+local function path_table(paths)
+  local box = ffi.new('cr_data_paths*[1]')
+  util.check(C.cr_data_paths_new(box, ffi.new('const char *[?]', #paths, paths), #paths))
+  return ffi.gc(box[0], C.cr_data_paths_free)
+end
+
+-- A data set of image files that are read when batched: nothing is decoded here, and
+-- memory holds the paths only. The Loader's worker threads decode each sample's file
+-- (JPEG or PNG, csrc/data/pipeline.c) to `channels` channels: crops (multi-crop views)
+-- are cut from the image at its own size, plain batches resize it to size = {h, w}.
+--   StreamedDataset{paths = {...}, labels = i64 [N] | nil, channels = 3, size = {h, w} | nil,
+--                   mean =, std =, num_classes =, name =, classes =, root =}
+function M.StreamedDataset(o)
+  if type(o) ~= 'table' then error('StreamedDataset: expected a table {paths = , labels = , ...}', 2) end
+  local paths, labels = o.paths, o.labels
+  if type(paths) ~= 'table' or #paths == 0 then
+    error('StreamedDataset: paths must be a non-empty list of file names', 2)
+  end
+  for i, pth in ipairs(paths) do
+    if type(pth) ~= 'string' then error(string.format('StreamedDataset: paths[%d] is a %s, not a file name', i, type(pth)), 2) end
+  end
+  local n = #paths
+  if labels ~= nil then
+    if not is_tensor(labels) or labels:dim() ~= 1 or labels:size(0) ~= n then
+      error(string.format('StreamedDataset: labels must be a tensor [%d] (one per file)', n), 2)
+    end
+    if labels.dtype ~= 'i64' then labels = labels:long() end
+  end
+  local nchan = o.channels or 3
+  if nchan ~= 1 and nchan ~= 3 then error('StreamedDataset: channels must be 1 or 3, got ' .. tostring(nchan), 2) end
+  local size = o.size
+  if size ~= nil and (type(size) ~= 'table' or #size ~= 2) then
+    error('StreamedDataset: size must be {height, width} (what plain batches resize to) or nil', 2)
+  end
+  local ds = wrap {
+    streamed = true, paths = paths, _paths = path_table(paths), labels = labels, n = n,
+    channels = nchan, size = size, mean = o.mean or 0, std = o.std or 1,
+    num_classes = o.num_classes, name = o.name or 'files',
+    classes = o.classes, split = o.split, root = o.root,
+  }
+  ds._mean = per_channel(o.mean, 'mean', 0, nchan, 'StreamedDataset')
+  ds._std = per_channel(o.std, 'std', 1, nchan, 'StreamedDataset')
+  return ds
+end
+
+-- A copy of the data set's fields holding only the rows idx (an i64 tensor, sorted) or
+-- first .. first + count - 1: views for in-memory images, a new path table for files.
+local function subset(self, idx, first, count, name)
+  local o = {}
+  for k, v in pairs(fields[self]) do o[k] = v end
+  local n = idx and idx.shape[1] or count
+  if self.streamed then
+    local rows = idx and idx:totable() or nil
+    local paths = {}
+    for i = 1, n do paths[i] = self.paths[(rows and rows[i] or first + i - 1) + 1] end
+    o.paths, o._paths = paths, path_table(paths)
+  else
+    o.images = idx and self.images:index_select(0, idx) or self.images:narrow(0, first, count)
+  end
+  if self.labels then o.labels = idx and self.labels:index_select(0, idx) or self.labels:narrow(0, first, count) end
+  o.n, o.name = n, name or self.name
+  return wrap(o)
 end
 
 -- ds:hold_out(n_val, seed) -> rest, held_out: n_val samples chosen at random (Philox words
@@ -111,15 +182,7 @@ function Dataset:hold_out(n_val, seed)
   local kp = ffi.cast('int64_t *', keys:data_ptr())
   for i = 0, n - 1 do kp[i] = words[i] end
   local order = keys:argsort()
-  local function part(idx, name)
-    idx = idx:sort()
-    local o = {}
-    for k, v in pairs(fields[self]) do o[k] = v end
-    o.images = self.images:index_select(0, idx)
-    o.labels = self.labels and self.labels:index_select(0, idx) or nil
-    o.n, o.name = idx.shape[1], name
-    return wrap(o)
-  end
+  local function part(idx, name) return subset(self, idx:sort(), nil, nil, name) end
   return part(order:narrow(0, n_val, n - n_val), self.name), part(order:narrow(0, 0, n_val), self.name .. ' (held out)')
 end
 
@@ -136,12 +199,7 @@ function Dataset:range(first, count)
     error(string.format('range: samples %s .. %s + %s - 1 are not within the %d samples', tostring(first),
       tostring(first), tostring(count), self.n), 2)
   end
-  local o = {}
-  for k, v in pairs(fields[self]) do o[k] = v end
-  o.images = self.images:narrow(0, first, count)
-  o.labels = self.labels and self.labels:narrow(0, first, count) or nil
-  o.n = count
-  return wrap(o)
+  return subset(self, nil, first, count)
 end
 
 return M

@@ -7,12 +7,15 @@
 --   cr.data.image_folder{root = 'data/flowers', size = {h, w} | n, channels = 3,
 --                        skip_bad = false, warn = function(msg) ... end, mean = , std = }
 --
--- The whole folder is decoded when the data set is built (threaded over the files), into
--- images u8 [N, C, h, w] that cr.data.Loader batches like any other data set. Without
--- `size`, every image must have the same size (the headers are probed first); with it,
--- each image is resized to h x w (bilinear, crescent_images.h). A folder too large for
--- memory is better decoded per batch: cr.data.images.decode(paths, {size =}) does that for
--- any list of files, and ds.paths lists the samples for such a loader.
+-- By default the whole folder is decoded when the data set is built (threaded over the
+-- files), into images u8 [N, C, h, w] that cr.data.Loader batches like any other data
+-- set. Without `size`, every image must have the same size (the headers are probed
+-- first); with it, each image is resized to h x w (bilinear, crescent_images.h).
+-- stream = true lists the files only (a streamed data set, crescent.data.dataset): the
+-- Loader's worker threads decode each sample when it is batched, so memory holds paths,
+-- not pixels; crops are cut from each image at its own size, and plain batches resize to
+-- `size` (then required by the Loader). cr.data.images.decode(paths, {size =}) decodes any
+-- list of files into one batch.
 -- A corrupt or truncated file is an error naming its path; with skip_bad = true it is a
 -- warning naming it (through opts.warn, default: stderr) and the sample is dropped
 -- (ds.skipped lists {path =, error =}).
@@ -150,7 +153,8 @@ end
 
 -- ---- the data set -----------------------------------------------------------------------
 
-local OPTS = { root = true, size = true, channels = true, skip_bad = true, warn = true, mean = true, std = true }
+local OPTS = { root = true, size = true, channels = true, skip_bad = true, warn = true, mean = true, std = true,
+               stream = true }
 
 local function is_image_name(name)
   local ext = name:match('%.([^.]+)$')
@@ -185,7 +189,7 @@ function M.image_folder(opts)
   for k in pairs(opts) do
     if not OPTS[k] then
       error("image_folder: unknown option '" .. tostring(k) ..
-        "'; options are channels, mean, root, size, skip_bad, std, warn", 2)
+        "'; options are channels, mean, root, size, skip_bad, std, stream, warn", 2)
     end
   end
   local root = opts.root
@@ -221,6 +225,25 @@ function M.image_folder(opts)
   if #empty > 0 then
     error(string.format("image_folder: no .jpg, .jpeg or .png file in the class folder%s %s of '%s'",
       #empty > 1 and 's' or '', table.concat(empty, ', '), root), 2)
+  end
+  local mean, std = opts.mean, opts.std
+  if mean == nil then mean = nc == 3 and IMAGENET_MEAN or 0.449 end
+  if std == nil then std = nc == 3 and IMAGENET_STD or 0.226 end
+  local box = util.box
+
+  if opts.stream then -- the paths only: the Loader's workers decode each file when batched
+    if skip_bad then
+      error('image_folder: skip_bad is not available with stream = true yet: a bad file stops the loader ' ..
+        'with its path; remove it, or decode the folder up front (stream = false)', 2)
+    end
+    util.check(C.cr_tensor_from_data(box, ffi.new('int64_t[?]', #labels, labels), 1,
+      ffi.new('int64_t[1]', #labels), C.CR_DT_I64))
+    local ds = dataset.StreamedDataset {
+      paths = paths, labels = util.own(box[0]), channels = nc, size = h > 0 and { h, w } or nil,
+      mean = mean, std = std, num_classes = #classes, name = 'image_folder', classes = classes, root = root,
+    }
+    ds.class_to_idx, ds.skipped = class_to_idx, {}
+    return ds
   end
 
   local skipped = {}
@@ -268,7 +291,6 @@ function M.image_folder(opts)
       'batch with cr.data.images.decode instead, or pass a smaller size', n, nc, h, w, n * nc * h * w / 2 ^ 30), 2)
   end
 
-  local box = util.box
   if C.cr_tensor_empty(box, 4, ffi.new('int64_t[4]', n, nc, h, w), C.CR_DT_U8, C.CR_DEV_CPU, 0) ~= 0 then
     util.raise()
   end
@@ -304,10 +326,6 @@ function M.image_folder(opts)
   end
   util.check(C.cr_tensor_from_data(box, ffi.new('int64_t[?]', n, labels), 1, ffi.new('int64_t[1]', n), C.CR_DT_I64))
   local label_t = util.own(box[0])
-
-  local mean, std = opts.mean, opts.std
-  if mean == nil then mean = nc == 3 and IMAGENET_MEAN or 0.449 end
-  if std == nil then std = nc == 3 and IMAGENET_STD or 0.226 end
   local ds = dataset.TensorDataset {
     images = images, labels = label_t, mean = mean, std = std, num_classes = #classes,
     name = 'image_folder', classes = classes, root = root,

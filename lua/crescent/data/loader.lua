@@ -17,6 +17,13 @@
 -- target and index; augment must be off, mean/std default to the data set's.
 -- Images are u8 (0..255) or f32 in [0, 1] (torchvision's float convention).
 --
+-- A streamed data set (cr.data.image_folder{stream = true}, dataset.StreamedDataset)
+-- holds file names, not pixels: the worker threads read and decode each sample's file
+-- in turn (workers = 0 counts as 1 there), crop it at its own size for views, or resize
+-- it to the data set's size for plain batches; the batches equal those of an in-memory
+-- data set holding the same decoded pixels. Views must then come from
+-- cr.data.transforms.multicrop or two_views.
+--
 -- workers = N >= 1 (default 0: each batch is built on the calling thread when asked for)
 -- starts N C threads per iter() that build the epoch's batches ahead, in order, into a
 -- ring of `prefetch` slots (default 2 N): at most prefetch batches wait in the ring
@@ -110,11 +117,12 @@ end
 
 local function new(_, ds, opts)
   opts = opts or {}
-  if (type(ds) ~= 'table' and type(ds) ~= 'userdata') or not is_tensor(ds.images) then
+  local streamed = (type(ds) == 'table' or type(ds) == 'userdata') and ds.streamed == true
+  if not streamed and ((type(ds) ~= 'table' and type(ds) ~= 'userdata') or not is_tensor(ds.images)) then
     error('Loader: expected a data set with .images (a u8 or f32 tensor), e.g. cr.data.fashion_mnist{}, got ' ..
       type(ds), 2)
   end
-  local dt = ds.images.dtype
+  local dt = streamed and 'u8' or ds.images.dtype
   if dt ~= 'u8' and dt ~= 'f32' then
     error('Loader: the data set\'s images are ' .. dt .. '; pass u8 images (0..255) or f32 images (0..1), ' ..
       'e.g. images:byte() or images:float()', 2)
@@ -143,7 +151,7 @@ local function new(_, ds, opts)
     error(string.format('Loader: %s has %d samples, fewer than batch_size %d, and drop_last is on: ' ..
       'no batch would come out; lower batch_size or pass drop_last = false', what, n, bs), 2)
   end
-  local nchan = ds.images:dim() == 4 and ds.images:size(1) or 1
+  local nchan = streamed and ds.channels or ds.images:dim() == 4 and ds.images:size(1) or 1
   local mean, std = per_channel(ds._mean or ds.mean, 0, 'mean', nchan), per_channel(ds._std or ds.std, 1, 'std', nchan)
   if opts.views ~= nil and (type(opts.views.apply) ~= 'function' or opts.augment) then
     error('Loader: views must be a transform with :apply (cr.data.transforms.multicrop{...}) and excludes augment', 2)
@@ -153,14 +161,22 @@ local function new(_, ds, opts)
     error(string.format('Loader: workers must be an integer in [0, %d] (0: batches built on the calling thread), ' ..
       'got %s', MAX_WORKERS, tostring(workers)), 2)
   end
+  if streamed then
+    workers = math.max(workers, 1)   -- the files are decoded in C worker threads
+    if opts.views == nil and ds.size == nil then
+      error('Loader: ' .. what .. ' is streamed and has no size: plain batches resize every image to the ' ..
+        "data set's size; pass size = {h, w} to it (image_folder{..., size = }), or views for crops", 2)
+    end
+  end
   local prefetch = opts.prefetch or math.max(2, 2 * workers)
   if not is_count(prefetch, 1) or prefetch > MAX_PREFETCH then
     error(string.format('Loader: prefetch must be an integer in [1, %d] (batches built ahead by the workers), ' ..
       'got %s', MAX_PREFETCH, tostring(prefetch)), 2)
   end
   if workers > 0 and opts.views ~= nil and (type(opts.views._spec) ~= 'function' or type(opts.views.groups) ~= 'table') then
-    error('Loader: with workers, views must come from cr.data.transforms.multicrop or two_views ' ..
-      '(the workers build the crops in C); pass workers = 0 for a custom views object', 2)
+    error('Loader: with workers' .. (streamed and ' (always, for a streamed data set)' or '') .. ', views must come ' ..
+      'from cr.data.transforms.multicrop or two_views (the workers build the crops in C)' ..
+      (streamed and '' or '; pass workers = 0 for a custom views object'), 2)
   end
   local self = setmetatable({
     views = opts.views, stats = { mean = mean, std = std },
@@ -270,7 +286,13 @@ end
 -- Starts the threads for batches first .. nb - 1 of the epoch with this order.
 function Loader:_start(order, epoch, first, nb)
   local ds, job = self.ds, ffi.new(job_ct)
-  job.images, job.labels, job.order = ds.images, ds.labels, order
+  job.labels, job.order = ds.labels, order
+  if ds.streamed then
+    job.paths, job.channels = ds._paths, ds.channels
+    if ds.size then job.height, job.width = ds.size[1], ds.size[2] end
+  else
+    job.images = ds.images
+  end
   job.batch_size, job.num_batches, job.first_batch = self.batch_size, nb, first
   job.workers, job.prefetch = self.workers, self.prefetch
   job.seed, job.epoch = self.seed, epoch

@@ -1,0 +1,167 @@
+-- data_stream_spec — streamed image data sets (image_folder{stream = true}): the data set
+-- holds paths, and the Loader's worker threads decode each sample's file when it is
+-- batched. The batches equal those of the same folder decoded up front, bit for bit
+-- (multi-crop views, and plain batches with pad-crop and flip), for any worker count;
+-- images of different sizes are cropped at their own size; a bad file stops the loader
+-- with its path; hold_out and range keep paths and labels together.
+local cr = H.cr
+local ffi = require 'ffi'
+local data, images = cr.data, cr.data.images
+local T = cr.data.transforms
+local same, epoch_of, err_of = H.assert_equal_tensors, H.epoch_batches, H.error_of
+local function has(s, sub) assert(tostring(s):find(sub, 1, true), 'expected "' .. sub .. '" in: ' .. tostring(s)) end
+
+local tmpdir = H.tmpdir('data_stream')
+teardown(tmpdir.remove)
+local path = tmpdir.path
+local function mkdir(name) assert(os.execute('mkdir -p ' .. path(name)) == 0) end
+
+-- a u8 [c, h, w] image with a smooth pattern (so JPEG keeps it recognisable)
+local function picture(c, h, w, salt)
+  local t = cr.empty({ c, h, w }, { dtype = 'u8' })
+  local p = ffi.cast('uint8_t *', t:data_ptr())
+  for ch = 0, c - 1 do
+    for y = 0, h - 1 do
+      for x = 0, w - 1 do p[(ch * h + y) * w + x] = (salt * 29 + ch * 50 + 5 * x + 3 * y) % 256 end
+    end
+  end
+  return t
+end
+
+-- a folder of n images per class, JPEG and PNG, all h x w, or of varied sizes
+local function folder(name, n, h, w, varied)
+  for k, class in ipairs({ 'cat', 'dog', 'emu' }) do
+    mkdir(name .. '/' .. class)
+    for i = 1, n do
+      local hh, ww = h, w
+      if varied then hh, ww = h + (i * 7 + k) % 13, w + (i * 5 + 2 * k) % 11 end
+      local img = picture(3, hh, ww, i + 10 * k)
+      local file = path(string.format('%s/%s/%02d', name, class, i))
+      if i % 2 == 0 then images.write_png(img, file .. '.png') else images.write_jpeg(img, file .. '.jpg', 90) end
+    end
+  end
+  return path(name)
+end
+
+local function multicrop()
+  return T.multicrop {
+    size_crops = { 16, 8 }, num_crops = { 2, 3 }, crop_scales = { { 0.4, 1 }, { 0.1, 0.4 } },
+    flip = 0.5, color_jitter = { p = 0.8, brightness = 0.4, contrast = 0.4, saturation = 0.4, hue = 0.1 },
+    grayscale = 0.2, blur = { p = 0.5 },
+  }
+end
+
+local function assert_same_epochs(want, got)
+  assert.are.equal(#want, #got)
+  for i = 1, #want do
+    local w, g = want[i], got[i]
+    same(w.index, g.index, 'index of batch ' .. i)
+    same(w.target, g.target, 'target of batch ' .. i)
+    if type(w.input) == 'table' then
+      assert.are.equal(#w.input, #g.input)
+      for k = 1, #w.input do same(w.input[k], g.input[k], 'crop ' .. k .. ' of batch ' .. i) end
+    else
+      same(w.input, g.input, 'input of batch ' .. i)
+    end
+  end
+end
+
+describe('streamed image folders', function()
+  local root = folder('same', 5, 20, 24)
+
+  it('lists the files only, with the classes and labels of the decoded folder', function()
+    local eager = data.image_folder { root = root }
+    local ds = data.image_folder { root = root, stream = true }
+    assert.is_true(ds.streamed)
+    assert.is_nil(ds.images)
+    assert.are.equal(15, #ds)
+    assert.are.same(eager.paths, ds.paths)
+    assert.are.same(eager.classes, ds.classes)
+    same(eager.labels, ds.labels, 'labels')
+    assert.are.equal(3, ds.channels)
+    has(tostring(ds), '15 image files (streamed')
+  end)
+
+  it('gives the multi-crop batches of the decoded folder, for 1 and 3 workers', function()
+    local eager = data.image_folder { root = root }
+    local ds = data.image_folder { root = root, stream = true }
+    local want = epoch_of(data.Loader(eager, { batch_size = 4, views = multicrop(), seed = 7, drop_last = false }), 1)
+    assert.are.equal(4, #want)
+    for _, workers in ipairs({ 0, 1, 3 }) do
+      local L = data.Loader(ds, { batch_size = 4, views = multicrop(), seed = 7, drop_last = false, workers = workers })
+      assert_same_epochs(want, epoch_of(L, 1))
+    end
+  end)
+
+  it('gives the plain batches of the folder decoded at the same size, with pad-crop and flip', function()
+    local eager = data.image_folder { root = root, size = { 12, 10 } }
+    local ds = data.image_folder { root = root, size = { 12, 10 }, stream = true }
+    local opts = { batch_size = 6, augment = true, seed = 3, drop_last = false }
+    local want = epoch_of(data.Loader(eager, opts), 2)
+    opts.workers = 2
+    assert_same_epochs(want, epoch_of(data.Loader(ds, opts), 2))
+    assert.are.same({ 6, 3, 12, 10 }, want[1].input.shape)
+  end)
+
+  it('crops images of different sizes at their own size, the same for any worker count', function()
+    local ds = data.image_folder { root = folder('varied', 4, 18, 22, true), stream = true }
+    local function epoch(workers)
+      return epoch_of(data.Loader(ds, { batch_size = 5, views = multicrop(), seed = 1, workers = workers }), 0)
+    end
+    local one = epoch(1)
+    assert.are.equal(2, #one)
+    assert.are.equal(5, #one[1].input)
+    assert.are.same({ 5, 3, 16, 16 }, one[1].input[1].shape)
+    assert.are.same({ 5, 3, 8, 8 }, one[1].input[3].shape)
+    assert_same_epochs(one, epoch(3))
+    -- sample j's crops are those of its image decoded alone and cropped from an in-memory
+    -- tensor at the same row (the draws are keyed by the row, the box by the image's size)
+    local b = one[1]
+    for j = 0, 1 do
+      local row = b.index:totable()[j + 1]
+      local img = images.read(ds.paths[row + 1])
+      local c, h, w = img.shape[1], img.shape[2], img.shape[3]
+      local stack = img:view(1, c, h, w):expand(row + 1, c, h, w):contiguous()
+      local crops = multicrop():apply(stack, cr.tensor({ row }, { dtype = 'i64' }), 1, 0,
+        { mean = ds._mean, std = ds._std })
+      for k = 1, 5 do same(crops[k]:select(0, 0), b.input[k]:select(0, j), 'crop ' .. k .. ' of sample ' .. j) end
+    end
+  end)
+
+  it('stops with the bad file named, and needs a size for plain batches', function()
+    local name = 'bad'
+    folder(name, 2, 10, 10)
+    local f = assert(io.open(path(name .. '/dog/03.jpg'), 'wb'))
+    f:write('\255\216\255 not really a jpeg')
+    f:close()
+    local ds = data.image_folder { root = path(name), stream = true }
+    local L = data.Loader(ds, { batch_size = 7, views = multicrop(), shuffle = false, drop_last = false })
+    local e = err_of(function() return epoch_of(L, 0) end)
+    has(e, 'dog/03.jpg')
+    has(err_of(data.Loader, ds, { batch_size = 2 }), 'is streamed and has no size')
+    has(err_of(data.image_folder, { root = path(name), stream = true, skip_bad = true }), 'skip_bad is not available')
+  end)
+
+  it('holds out and takes ranges with paths and labels together', function()
+    local ds = data.image_folder { root = root, stream = true }
+    local rest, held = ds:hold_out(5, 0)
+    assert.are.equal(10, #rest)
+    assert.are.equal(5, #held)
+    local seen = {}
+    for _, part in ipairs({ rest, held }) do
+      assert.is_true(part.streamed)
+      local labels = part.labels:totable()
+      for i, p in ipairs(part.paths) do
+        assert.is_nil(seen[p])
+        seen[p] = true
+        local class = p:match('/(%a+)/%d+%.%a+$')
+        assert.are.equal(class, ds.classes[labels[i] + 1])
+      end
+    end
+    local r = ds:range(3, 4)
+    assert.are.same({ ds.paths[4], ds.paths[5], ds.paths[6], ds.paths[7] }, r.paths)
+    same(ds.labels:narrow(0, 3, 4), r.labels, 'range labels')
+    local b = epoch_of(data.Loader(r, { batch_size = 4, views = multicrop(), shuffle = false }), 0)
+    assert.are.same({ 0, 1, 2, 3 }, b[1].index:totable())
+  end)
+end)

@@ -165,3 +165,25 @@ describe('streamed image folders', function()
     assert.are.same({ 0, 1, 2, 3 }, b[1].index:totable())
   end)
 end)
+
+describe('a recipe on a streamed image folder', function()
+  it('trains SwAV a few steps from train/ and runs the kNN on val/', function()
+    local root = 'recipe_folder'
+    folder(root .. '/train', 6, 20, 24, true)
+    folder(root .. '/val', 2, 20, 24, true)
+    local recipe = cr.ssl.recipe
+    local defaults = cr.config.merge(recipe.defaults(), { swav = cr.ssl.swav.defaults })
+    local cfg = cr.config.check({
+      data = { name = 'image_folder', root = path(root), size = 16, batch_size = 6 },
+      train = { epochs = 1, log_every = 1000 }, model = { width = 4, hidden_dim = 16, out_dim = 8 },
+      swav = { prototypes = 10 }, knn = { k = 3 }, crops = { size = { 16, 8 }, num = { 2, 2 } },
+      run = { dir = tmpdir.path('runs'), name = 'stream' }, checkpoint = { save = false },
+    }, defaults, { types = recipe.types() })
+    local task = cr.ssl.swav.task(cfg)
+    assert.is_true(task.train_set.streamed)
+    assert.are.equal(18, #task.train_set)
+    cr.train(task)
+    assert.are.equal(3, task.iteration)
+    assert.is_not_nil(task.metrics.knn_top1)
+  end)
+end)

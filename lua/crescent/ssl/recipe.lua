@@ -52,8 +52,10 @@ local function with_types(base, extra)
                        doc = 'cifar: 3x3 conv, no pool; imagenet: 7x7/2 and a pool; auto: cifar up to 64 px' },
     ['data.name'] = { type = 'string', choices = { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder' },
                       doc = 'the data set (image_folder: data.root with class folders)' },
-    ['data.size'] = { type = 'integer', min = 1, doc = 'image side for synthetic and image_folder images' },
-    ['data.skip_bad'] = { type = 'boolean', doc = 'image_folder: skip files that do not decode instead of stopping' },
+    ['data.size'] = { type = 'integer', min = 1, doc = 'image side for synthetic images, and the side image_folder ' ..
+      'images are resized to for evaluation (crops are cut from each file at its own size)' },
+    ['data.skip_bad'] = { type = 'boolean', doc = 'image_folder: skip files that do not decode instead of stopping ' ..
+      '(the folder is then decoded up front at data.size, not streamed)' },
     ['data.val_split'] = { type = 'number', min = 0, doc = 'hold out this fraction (< 1) or number of training ' ..
                                                            'images for the kNN instead of the test set' },
   }
@@ -119,7 +121,9 @@ local function source_datasets(cfg)
     if not root then fail("data.name=image_folder needs data.root=<folder with train/ (and val/) class sub-folders>") end
     local exists = util.file_exists
     local tr = exists(root .. '/train') and root .. '/train' or root
-    local opts = { root = tr, size = { d.size, d.size }, skip_bad = d.skip_bad }
+    -- streamed (the loader's workers decode each file when batched), or decoded up front
+    -- where bad files are to be skipped (streaming stops at a bad file, naming it)
+    local opts = { root = tr, size = { d.size, d.size }, skip_bad = d.skip_bad, stream = not d.skip_bad }
     local train = cr.data.image_folder(opts)
     local test
     if exists(root .. '/val') then
@@ -146,6 +150,14 @@ function R.datasets(cfg)
   return rest, held_out, 'val'
 end
 
+-- The channels, height and width of a data set's images: its tensor's, or for a streamed
+-- set (files decoded when batched) its channels and the size its plain batches take.
+function R.image_shape(ds)
+  if ds.streamed then return ds.channels, ds.size[1], ds.size[2] end
+  local im = ds.images
+  return im.ndim == 4 and im.shape[2] or 1, im.shape[im.ndim - 1], im.shape[im.ndim]
+end
+
 -- The multi-crop transform of cfg.crops and cfg.augment, checked against the images;
 -- method_opts: the method's own transform options (SwAV's crops_for_assign, checked
 -- against the crops), from its view_options(cfg).
@@ -158,7 +170,7 @@ function R.views(cfg, ds, method_opts)
         table.concat(c.size, ', ')))
     end
   end
-  local h, w = ds.images.shape[ds.images.ndim - 1], ds.images.shape[ds.images.ndim]
+  local _, h, w = R.image_shape(ds)
   local scales = {}
   for i = 1, n do
     if c.size[i] > math.max(h, w) * 4 then
@@ -209,8 +221,8 @@ function R.task(name, cfg)
   local device = R.setup(cfg)
   local train_set, test_set, eval_name = R.datasets(cfg)
   local views = R.views(cfg, train_set, mod.view_options and mod.view_options(cfg))
-  local nchan = train_set.images.ndim == 4 and train_set.images.shape[2] or 1
-  local make_trunk, feat_dim = R.trunk_factory(cfg, nchan, train_set.images.shape[train_set.images.ndim])
+  local nchan, _, side = R.image_shape(train_set)
+  local make_trunk, feat_dim = R.trunk_factory(cfg, nchan, side)
   -- built on the cpu (the same initial weights for a seed on any device), then moved
   local method = mod.build(cfg, { trunk = make_trunk, feat_dim = feat_dim, nchan = nchan, views = views }):to(device)
   -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP, before the optimizer takes the parameters
@@ -310,9 +322,8 @@ function R.frozen_trunk(cfg, train_set, device)
     return function(x) return x:flatten(1) end, nil
   end
   if cfg.model.init ~= '' and util.file_exists(cfg.model.init) then trunk_from_checkpoint(cfg) end
-  local imgs = train_set.images
-  local nchan = imgs.ndim == 4 and imgs.shape[2] or 1
-  local make = R.trunk_factory(cfg, nchan, imgs.shape[imgs.ndim])
+  local nchan, _, side = R.image_shape(train_set)
+  local make = R.trunk_factory(cfg, nchan, side)
   local trunk = make()
   if cfg.model.init ~= '' then print(cr.engine.run.load_weights(trunk, cfg.model)) end
   trunk:eval():to(device or 'cpu')

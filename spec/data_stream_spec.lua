@@ -1,4 +1,4 @@
--- data_stream_spec — streamed image data sets (image_folder{stream = true}): the data set
+-- data_stream_spec — streamed image data sets (image_folder{stream = true}, file_list): the data set
 -- holds paths, and the Loader's worker threads decode each sample's file when it is
 -- batched. The batches equal those of the same folder decoded up front, bit for bit
 -- (multi-crop views, and plain batches with pad-crop and flip), for any worker count;
@@ -166,6 +166,41 @@ describe('streamed image folders', function()
   end)
 end)
 
+describe('file lists', function()
+  local root = folder('listed', 2, 14, 18)
+  local function write_list(name, text)
+    local f = assert(io.open(path(name), 'w'))
+    f:write(text)
+    f:close()
+    return path(name)
+  end
+
+  it("reads '<path> <label>' lines relative to root, as the same folder streamed", function()
+    local folder_ds = data.image_folder { root = root, stream = true, size = 12 }
+    local lines = { '# a comment, then a blank line', '' }
+    local labels = folder_ds.labels:totable()
+    for i, p in ipairs(folder_ds.paths) do lines[#lines + 1] = p:sub(#root + 2) .. ' ' .. labels[i] end
+    local ds = data.file_list { list = write_list('train.txt', table.concat(lines, '\n') .. '\n'), root = root, size = 12 }
+    assert.are.same(folder_ds.paths, ds.paths)
+    same(folder_ds.labels, ds.labels, 'labels')
+    assert.are.equal(3, ds.num_classes)
+    local opts = { batch_size = 4, views = multicrop(), seed = 2, drop_last = false }
+    assert_same_epochs(epoch_of(data.Loader(folder_ds, opts), 0), epoch_of(data.Loader(ds, opts), 0))
+    -- unlabelled lists, absolute paths
+    local bare = data.file_list { list = write_list('bare.txt', folder_ds.paths[1] .. '\n' .. folder_ds.paths[2] .. '\n') }
+    assert.are.equal(2, #bare)
+    assert.is_nil(bare.labels)
+  end)
+
+  it('names the file and line of a bad entry', function()
+    has(err_of(data.file_list, { list = write_list('mixed.txt', 'a.jpg 1\nb.jpg\n') }), 'mixed.txt:2')
+    has(err_of(data.file_list, { list = write_list('neg.txt', 'a.jpg -1\n') }), "the label '-1' is not a class number")
+    has(err_of(data.file_list, { list = write_list('empty.txt', '# nothing\n') }), 'names no file')
+    has(err_of(data.file_list, { list = path('missing.txt') }), 'cannot open the list')
+    has(err_of(data.file_list, { list = 'x', colour = 1 }), "unknown option 'colour'")
+  end)
+end)
+
 describe('a recipe on a streamed image folder', function()
   it('trains SwAV a few steps from train/ and runs the kNN on val/', function()
     local root = 'recipe_folder'
@@ -184,6 +219,34 @@ describe('a recipe on a streamed image folder', function()
     assert.are.equal(18, #task.train_set)
     cr.train(task)
     assert.are.equal(3, task.iteration)
+    assert.is_not_nil(task.metrics.knn_top1)
+  end)
+end)
+
+describe('a recipe on a file list', function()
+  it("trains SimCLR a few steps from data.list and runs the kNN on data.test_list", function()
+    local root = folder('list_recipe', 4, 18, 20, true)
+    local all = data.image_folder { root = root, stream = true }
+    local labels = all.labels:totable()
+    local function list(name, from, to)
+      local f = assert(io.open(path(name), 'w'))
+      for i = from, to do f:write(all.paths[i]:sub(#root + 2), ' ', labels[i], '\n') end
+      f:close()
+      return path(name)
+    end
+    local recipe = cr.ssl.recipe
+    local defaults = cr.config.merge(recipe.defaults(), { simclr = cr.ssl.simclr.defaults })
+    local cfg = cr.config.check({
+      data = { name = 'file_list', root = root, list = list('tr.txt', 1, 8), test_list = list('te.txt', 9, 12),
+               size = 16, batch_size = 4 },
+      train = { epochs = 1, log_every = 1000 }, model = { width = 4, hidden_dim = 16, out_dim = 8 },
+      knn = { k = 3 }, crops = { size = { 16 }, num = { 2 }, min_scale = { 0.3 }, max_scale = { 1 } },
+      run = { dir = tmpdir.path('runs'), name = 'list' }, checkpoint = { save = false },
+    }, defaults, { types = recipe.types() })
+    local task = cr.ssl.simclr.task(cfg)
+    assert.are.equal('file_list', task.train_set.name)
+    cr.train(task)
+    assert.are.equal(2, task.iteration)
     assert.is_not_nil(task.metrics.knn_top1)
   end)
 end)

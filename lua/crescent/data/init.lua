@@ -1,8 +1,8 @@
 -- crescent.data (cr.data) — data sets and loaders: the IDX reader, in-memory image
--- data sets (Fashion-MNIST, or any u8 images you hold), and the Loader that shuffles
--- them reproducibly per (seed, epoch) and assembles normalised batches in C.
--- Threaded decode/augment pipelines come with issue 4; this loader runs on the caller's
--- thread, but its batch assembly is one threaded C pass per batch.
+-- data sets (Fashion-MNIST, CIFAR, image folders decoded up front, or any u8 images you
+-- hold), streamed ones (image folders and file lists whose files the loader's worker
+-- threads decode), and the Loader that shuffles them reproducibly per (seed, epoch) and
+-- assembles normalised batches and crops in C.
 local dataset = require 'crescent.data.dataset'
 
 return {
@@ -16,6 +16,7 @@ return {
   cifar100 = require('crescent.data.cifar').cifar100,
   synthetic = require 'crescent.data.synthetic',
   image_folder = require('crescent.data.image_folder').image_folder,
+  file_list = require 'crescent.data.file_list',
   images = require 'crescent.data.image_folder',   -- read/decode/probe/resize/write_jpeg/write_png
   transforms = require 'crescent.data.transforms',
 }

@@ -27,7 +27,7 @@ function R.defaults()
     -- val_split: hold out that fraction (< 1) or number of training samples, chosen by a
     -- fixed seed, and run the kNN on them instead of the test set: tune there, then report
     -- the test figure once with val_split = 0
-    data = { batch_size = 256, size = 32, skip_bad = false, val_split = 0 },
+    data = { batch_size = 256, size = 32, skip_bad = false, val_split = 0, list = '', test_list = '' },
     -- VISSL's multi-crop: num[i] crops of size[i] px with RandomResizedCrop scale
     -- {min_scale[i], max_scale[i]}; global crops first
     crops = { size = { 28, 14 }, num = { 2, 4 }, min_scale = { 0.25, 0.08 }, max_scale = { 1, 0.25 } },
@@ -50,8 +50,12 @@ local function with_types(base, extra)
     ['model.width'] = { type = 'integer', min = 1, doc = "the trunk's first stage width (64: torchvision's)" },
     ['model.stem'] = { type = 'string', choices = { 'auto', 'cifar', 'imagenet' },
                        doc = 'cifar: 3x3 conv, no pool; imagenet: 7x7/2 and a pool; auto: cifar up to 64 px' },
-    ['data.name'] = { type = 'string', choices = { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder' },
-                      doc = 'the data set (image_folder: data.root with class folders)' },
+    ['data.name'] = { type = 'string', choices = { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder',
+                                                   'file_list' },
+                      doc = "the data set (image_folder: data.root with class folders; file_list: data.list's files)" },
+    ['data.list'] = { type = 'string', doc = "file_list: a text file of '<path> <label>' lines (paths relative to " ..
+      'data.root), the training images' },
+    ['data.test_list'] = { type = 'string', doc = "file_list: the test images' list ('': no test set)" },
     ['data.size'] = { type = 'integer', min = 1, doc = 'image side for synthetic images, and the side image_folder ' ..
       'images are resized to for evaluation (crops are cut from each file at its own size)' },
     ['data.skip_bad'] = { type = 'boolean', doc = 'image_folder: skip files that do not decode instead of stopping ' ..
@@ -129,6 +133,16 @@ local function source_datasets(cfg)
     if exists(root .. '/val') then
       opts.root = root .. '/val'
       test = cr.data.image_folder(opts)
+    end
+    return train, test
+  elseif d.name == 'file_list' then
+    if d.list == '' then fail("data.name=file_list needs data.list=<a text file of '<path> <label>' lines>") end
+    local opts = { list = d.list, root = root, size = { d.size, d.size } }
+    local train = cr.data.file_list(opts)
+    local test
+    if d.test_list ~= '' then
+      opts.list = d.test_list
+      test = cr.data.file_list(opts)
     end
     return train, test
   end
@@ -337,7 +351,7 @@ function R.frozen_defaults(drop)
     'train.amp', 'train.repl_on_signal', 'data.workers', 'dist.sync_bn', 'dist.bucket_mb', 'dist.find_unused',
     'dist.broadcast_buffers' })
   return cr.config.merge(cr.config.without(common, drop or {}), {
-    data = { batch_size = 500, size = 32, skip_bad = false, val_split = 0 },
+    data = { batch_size = 500, size = 32, skip_bad = false, val_split = 0, list = '', test_list = '' },
     model = cr.config.merge({ arch = 'resnet18', width = 16, stem = 'auto' }, cr.engine.run.init_defaults()),
   })
 end

@@ -2,7 +2,8 @@
 -- holds paths, and the Loader's worker threads decode each sample's file when it is
 -- batched. The batches equal those of the same folder decoded up front, bit for bit
 -- (multi-crop views, and plain batches with pad-crop and flip), for any worker count;
--- images of different sizes are cropped at their own size; a bad file stops the loader
+-- images of different sizes are cropped at their own size; peak memory does not grow with
+-- the folder; a bad file stops the loader
 -- with its path; hold_out and range keep paths and labels together.
 local cr = H.cr
 local ffi = require 'ffi'
@@ -248,5 +249,40 @@ describe('a recipe on a file list', function()
     cr.train(task)
     assert.are.equal(2, task.iteration)
     assert.is_not_nil(task.metrics.knn_top1)
+  end)
+end)
+
+describe('streamed memory', function()
+  -- peak RSS (VmHWM) of a fresh process that builds the data set of `root` and takes
+  -- three multi-crop batches from it
+  local function peak_kib(root, stream)
+    local script = tmpdir.write('peak.lua', string.format([[
+      package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
+      local cr = require 'crescent'
+      local ds = cr.data.image_folder { root = %q, stream = %s }
+      local T = cr.data.transforms
+      local L = cr.data.Loader(ds, { batch_size = 8, workers = 2, seed = 1,
+        views = T.multicrop { size_crops = { 32, 16 }, num_crops = { 2, 2 }, crop_scales = { { 0.3, 1 }, { 0.1, 0.3 } } } })
+      local it, n = L:iter(0), 0
+      while n < 3 and it() do n = n + 1 end
+      L:close()
+      for line in io.lines('/proc/self/status') do
+        local kb = line:match('^VmHWM:%%s*(%%d+)')
+        if kb then print(kb) end
+      end
+    ]], root, tostring(stream)))
+    local p = assert(io.popen('luajit ' .. script))
+    local out = p:read('*a')
+    p:close()
+    return assert(tonumber(out:match('(%d+)')), out)
+  end
+
+  it('does not grow with the data set: a folder ten times larger peaks within 4 MiB', function()
+    local small, large = folder('rss_small', 14, 96, 128), folder('rss_large', 140, 96, 128)
+    local s, l = peak_kib(small, true), peak_kib(large, true)
+    assert.is_true(math.abs(l - s) < 4096, string.format('streamed: %d KiB against %d KiB', l, s))
+    -- the same folders decoded up front differ by their pixels (378 more images of 36 KiB)
+    local es, el = peak_kib(small, false), peak_kib(large, false)
+    assert.is_true(el - es > 8192, string.format('decoded up front: %d KiB against %d KiB', el, es))
   end)
 end)

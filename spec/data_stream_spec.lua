@@ -3,8 +3,8 @@
 -- batched. The batches equal those of the same folder decoded up front, bit for bit
 -- (multi-crop views, and plain batches with pad-crop and flip), for any worker count;
 -- images of different sizes are cropped at their own size; peak memory does not grow with
--- the folder; a bad file stops the loader
--- with its path; hold_out and range keep paths and labels together.
+-- the folder; a bad file stops the loader with its path; hold_out and range keep paths
+-- and labels together; file lists name a bad line; recipes train on both sources.
 local cr = H.cr
 local ffi = require 'ffi'
 local data, images = cr.data, cr.data.images

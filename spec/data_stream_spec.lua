@@ -140,7 +140,36 @@ describe('streamed image folders', function()
     local e = err_of(function() return epoch_of(L, 0) end)
     has(e, 'dog/03.jpg')
     has(err_of(data.Loader, ds, { batch_size = 2 }), 'is streamed and has no size')
-    has(err_of(data.image_folder, { root = path(name), stream = true, skip_bad = true }), 'skip_bad is not available')
+  end)
+
+  it('with skip_bad replaces a bad file by the next readable one, its label with it, and warns per epoch', function()
+    local name = 'skip'
+    folder(name, 2, 10, 10)
+    local bad = path(name .. '/cat/02.png')   -- row 1; row 2 (dog/01.jpg) stands in for it
+    local f = assert(io.open(bad, 'wb'))
+    f:write('\137PNG\r\n\26\n truncated')
+    f:close()
+    local warnings = {}
+    local ds = data.image_folder { root = path(name), stream = true, skip_bad = true, size = 10,
+                                   warn = function(m) warnings[#warnings + 1] = m end }
+    local opts = { batch_size = 6, shuffle = false }
+    local got = epoch_of(data.Loader(ds, opts), 0)[1]
+    assert.are.equal(1, #warnings)
+    has(warnings[1], '1 unreadable file was replaced')
+    has(warnings[1], 'cat/02.png')
+    -- the same batch from the folder decoded up front with row 1 holding row 2's image
+    local eager = data.image_folder { root = path(name), size = 10, skip_bad = true, warn = function() end }
+    assert.are.equal(5, #eager)
+    local want_targets = ds.labels:totable()
+    want_targets[2] = want_targets[3]
+    assert.are.same(want_targets, got.target:totable())
+    same(got.input:select(0, 1), got.input:select(0, 2), 'the stand-in pixels')
+    -- a file list with only unreadable files stops, naming one
+    local lf = assert(io.open(path('allbad.txt'), 'w'))
+    lf:write(bad, ' 0\n', bad, ' 1\n')
+    lf:close()
+    local none = data.file_list { list = path('allbad.txt'), skip_bad = true, size = 10, warn = function() end }
+    has(err_of(function() return epoch_of(data.Loader(none, { batch_size = 2 }), 0) end), 'no file of the 2 decodes')
   end)
 
   it('holds out and takes ranges with paths and labels together', function()

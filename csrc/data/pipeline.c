@@ -33,6 +33,9 @@ struct cr_data_pipeline {
     cr_tensor *images, *labels, *order;
     cr_data_paths *paths; /* streamed instead of images */
     int channels, height, width;
+    bool skip_bad;
+    int64_t skipped;               /* under mu: files replaced so far */
+    char first_skip[CR_PIPE_MSG];  /* under mu: the first one's message */
     int64_t batch_size, num_batches, rows;
     double *mean, *std;
     cr_data_augment aug;
@@ -62,14 +65,46 @@ static void drop_outs(cr_tensor **out, int n) {
     }
 }
 
+/* Sample row's image: its file decoded, or with skip_bad the next readable file's (the
+ * rows after it, wrapping round; *used says whose), the replacement counted. */
+static cr_status load_sample(cr_data_pipeline *p, int64_t row, uint8_t **pix, int64_t *h, int64_t *w,
+                             int64_t *used) {
+    int64_t n = cr_data_paths_count(p->paths);
+    int th = p->ngroups ? 0 : p->height, tw = p->ngroups ? 0 : p->width;
+    *used = row;
+    cr_status st = cr_image_load(cr_data_paths_get(p->paths, row), p->channels, th, tw, pix, h, w);
+    if (!st || !p->skip_bad || st == CR_ERR_OOM) return st;
+    char first[CR_PIPE_MSG];
+    snprintf(first, sizeof first, "%s", cr_last_error());
+    pthread_mutex_lock(&p->mu);
+    if (p->skipped++ == 0) memcpy(p->first_skip, first, sizeof first);
+    pthread_mutex_unlock(&p->mu);
+    for (int64_t k = 1; k < n && st && st != CR_ERR_OOM; k++) {
+        *used = (row + k) % n;
+        st = cr_image_load(cr_data_paths_get(p->paths, *used), p->channels, th, tw, pix, h, w);
+    }
+    if (st && st != CR_ERR_OOM)
+        return cr_fail(CR_ERR_ARG, "pipeline: no file of the %lld decodes (the first: %s)", (long long)n, first);
+    return st;
+}
+
+int64_t cr_data_pipeline_skipped(cr_data_pipeline *p, char *msg, int64_t cap) {
+    if (!p) return 0;
+    pthread_mutex_lock(&p->mu);
+    int64_t n = p->skipped;
+    if (msg && cap > 0) snprintf(msg, (size_t)cap, "%s", n ? p->first_skip : "");
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
 /* A streamed batch: each sample's file decoded in turn, then cropped (every group) or
  * resized into the plain batch, and freed, so a worker holds one decoded image. */
-static cr_status build_streamed(const cr_data_pipeline *p, const cr_tensor *index, cr_tensor **out) {
+static cr_status build_streamed(cr_data_pipeline *p, const cr_tensor *index, cr_tensor **out) {
     int64_t B = index->shape[0], stride = index->stride[0], C = p->channels;
     const int64_t *ix = (const int64_t *)cr_tensor_ptr(index);
     int ng = p->ngroups ? (int)p->ngroups : 1;
     cr_tensor *plain = NULL, *local = NULL;
-    int64_t *ids = malloc(sizeof(int64_t) * (size_t)B);
+    int64_t *ids = malloc(sizeof(int64_t) * 2 * (size_t)B), *used = ids + B;
     if (!ids) return cr_fail(CR_ERR_OOM, "pipeline: out of memory for a batch of %lld", (long long)B);
     cr_status st = CR_OK;
     if (p->ngroups) {
@@ -83,15 +118,14 @@ static cr_status build_streamed(const cr_data_pipeline *p, const cr_tensor *inde
     for (int64_t b = 0; b < B && !st; b++) {
         int64_t row = ix[b * stride];
         ids[b] = row;
-        const char *path = cr_data_paths_get(p->paths, row);
-        if (!path || row > (int64_t)UINT32_MAX) {
+        if (row < 0 || row >= cr_data_paths_count(p->paths) || row > (int64_t)UINT32_MAX) {
             st = cr_fail(CR_ERR_ARG, "pipeline: row %lld is out of range for %lld files", (long long)row,
                          (long long)cr_data_paths_count(p->paths));
             break;
         }
         uint8_t *pix = NULL;
         int64_t h = 0, w = 0;
-        st = cr_image_load(path, (int)C, p->ngroups ? 0 : p->height, p->ngroups ? 0 : p->width, &pix, &h, &w);
+        st = load_sample(p, row, &pix, &h, &w, &used[b]);
         for (int g = 0; g < (int)p->ngroups && !st; g++)
             st = cr_augment_crops_sample(out[g], pix, h, w, b, (uint64_t)row, &p->groups[g].spec,
                                          p->groups[g].first_crop, p->seed, p->epoch);
@@ -107,14 +141,22 @@ static cr_status build_streamed(const cr_data_pipeline *p, const cr_tensor *inde
                                false, ids);
         }
     }
-    if (!st && p->labels) st = cr_batch_targets(&out[ng], p->labels, index);
+    if (!st && p->labels) { /* the labels of the images used (a replaced file takes its stand-in's) */
+        cr_tensor *rows = NULL;
+        st = cr_tensor_alloc(&rows, 1, &B, CR_DT_I64, CR_CPU);
+        if (!st) {
+            memcpy(cr_tensor_ptr(rows), used, sizeof(int64_t) * (size_t)B);
+            st = cr_batch_targets(&out[ng], p->labels, rows);
+        }
+        cr_tensor_free(rows);
+    }
     cr_tensor_free(plain);
     cr_tensor_free(local);
     free(ids);
     return st;
 }
 
-static cr_status build(const cr_data_pipeline *p, int64_t b, cr_tensor **out) {
+static cr_status build(cr_data_pipeline *p, int64_t b, cr_tensor **out) {
     int64_t first = b * p->batch_size;
     int64_t size = p->rows - first < p->batch_size ? p->rows - first : p->batch_size;
     int64_t stride = p->order->stride[0];
@@ -280,6 +322,7 @@ cr_status cr_data_pipeline_start(cr_data_pipeline **out, const cr_data_pipeline_
     p->paths = (cr_data_paths *)job->paths;
     cr_data_paths_retain(p->paths);
     p->channels = job->channels;
+    p->skip_bad = job->skip_bad != 0;
     p->height = job->height;
     p->width = job->width;
     cr_tensor_retain(p->images);

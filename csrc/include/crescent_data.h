@@ -177,6 +177,9 @@ typedef struct {
     const cr_tensor *images;          /* u8 or f32 [N, H, W] / [N, C, H, W], contiguous, CPU */
     const cr_data_paths *paths;       /* instead of images: N files, decoded in the workers */
     int32_t channels;                 /* streamed: 1 or 3 */
+    int32_t skip_bad;                 /* streamed: a file that does not decode is replaced by the
+                                       * next readable one (the rows after it, wrapping round),
+                                       * its draws still keyed by its own row; else the batch fails */
     int32_t height, width;            /* streamed plain batches: every image resized to this */
     const cr_tensor *labels;          /* an integer tensor [N], or NULL */
     const cr_tensor *order;           /* i64 [M]: the epoch's rows (cr_data_permutation) */
@@ -206,6 +209,10 @@ cr_status cr_data_pipeline_start(cr_data_pipeline **out, const cr_data_pipeline_
  * range) is returned by the call that reaches its batch, with the worker's message, and
  * by every later call. */
 cr_status cr_data_pipeline_next(cr_data_pipeline *p, cr_tensor **outs);
+
+/* Streamed with skip_bad: the files replaced so far in this pipeline, and the first
+ * one's message ("'<path>': <problem>") in msg (cap bytes; "" when none). */
+int64_t cr_data_pipeline_skipped(cr_data_pipeline *p, char *msg, int64_t cap);
 
 /* Stops the workers: each finishes the batch it is building, then all are joined and
  * the ring's batches freed. Idempotent; next fails afterwards. */

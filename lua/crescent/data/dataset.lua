@@ -110,7 +110,11 @@ end
 -- (JPEG or PNG, csrc/data/pipeline.c) to `channels` channels: crops (multi-crop views)
 -- are cut from the image at its own size, plain batches resize it to size = {h, w}.
 --   StreamedDataset{paths = {...}, labels = i64 [N] | nil, channels = 3, size = {h, w} | nil,
---                   mean =, std =, num_classes =, name =, classes =, root =}
+--                   mean =, std =, num_classes =, name =, classes =, root =,
+--                   skip_bad = false, warn = function(msg)}
+-- skip_bad: a file that does not decode is replaced by the next readable one (the rows
+-- after it, wrapping round; its label goes with it, the draws stay keyed by the row),
+-- and the Loader warns (warn, default: stderr) after each epoch; else it stops the loader.
 function M.StreamedDataset(o)
   if type(o) ~= 'table' then error('StreamedDataset: expected a table {paths = , labels = , ...}', 2) end
   local paths, labels = o.paths, o.labels
@@ -137,7 +141,7 @@ function M.StreamedDataset(o)
     streamed = true, paths = paths, _paths = path_table(paths), labels = labels, n = n,
     channels = nchan, size = size, mean = o.mean or 0, std = o.std or 1,
     num_classes = o.num_classes, name = o.name or 'files',
-    classes = o.classes, split = o.split, root = o.root,
+    classes = o.classes, split = o.split, root = o.root, skip_bad = o.skip_bad == true, warn = o.warn,
   }
   ds._mean = per_channel(o.mean, 'mean', 0, nchan, 'StreamedDataset')
   ds._std = per_channel(o.std, 'std', 1, nchan, 'StreamedDataset')

@@ -6,13 +6,15 @@
 -- crescent.data.dataset's StreamedDataset).
 --
 --   cr.data.file_list{list = 'train.txt', root = '/data/imagenet', channels = 3,
---                     size = {h, w} | n, mean =, std =}
+--                     size = {h, w} | n, mean =, std =, skip_bad = false, warn = function(msg)}
+-- skip_bad: StreamedDataset's (a file that does not decode is replaced, with a warning).
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local dataset = require 'crescent.data.dataset'
 local util = require 'crescent.util'
 
-local OPTS = { list = true, root = true, channels = true, size = true, mean = true, std = true }
+local OPTS = { list = true, root = true, channels = true, size = true, mean = true, std = true, skip_bad = true,
+               warn = true }
 -- ImageNet's per-channel statistics (as image_folder's defaults).
 local IMAGENET_MEAN, IMAGENET_STD = { 0.485, 0.456, 0.406 }, { 0.229, 0.224, 0.225 }
 
@@ -81,6 +83,7 @@ return function(opts)
   end
   return dataset.StreamedDataset {
     paths = paths, labels = label_t, channels = nc, size = size, num_classes = num_classes, name = 'file_list',
-    root = root, mean = opts.mean or (nc == 3 and IMAGENET_MEAN or 0.449), std = opts.std or (nc == 3 and IMAGENET_STD or 0.226),
+    root = root, skip_bad = opts.skip_bad == true, warn = opts.warn,
+    mean = opts.mean or (nc == 3 and IMAGENET_MEAN or 0.449), std = opts.std or (nc == 3 and IMAGENET_STD or 0.226),
   }
 end

@@ -18,7 +18,8 @@
 -- list of files into one batch.
 -- A corrupt or truncated file is an error naming its path; with skip_bad = true it is a
 -- warning naming it (through opts.warn, default: stderr) and the sample is dropped
--- (ds.skipped lists {path =, error =}).
+-- (ds.skipped lists {path =, error =}); streamed, it is found when batched and replaced
+-- by the next readable file, and the Loader warns after the epoch.
 --
 -- The helpers (cr.data.images): read, decode, probe, resize, write_jpeg, write_png, list_dir.
 local ffi = require 'ffi'
@@ -232,15 +233,12 @@ function M.image_folder(opts)
   local box = util.box
 
   if opts.stream then -- the paths only: the Loader's workers decode each file when batched
-    if skip_bad then
-      error('image_folder: skip_bad is not available with stream = true yet: a bad file stops the loader ' ..
-        'with its path; remove it, or decode the folder up front (stream = false)', 2)
-    end
     util.check(C.cr_tensor_from_data(box, ffi.new('int64_t[?]', #labels, labels), 1,
       ffi.new('int64_t[1]', #labels), C.CR_DT_I64))
     local ds = dataset.StreamedDataset {
       paths = paths, labels = util.own(box[0]), channels = nc, size = h > 0 and { h, w } or nil,
       mean = mean, std = std, num_classes = #classes, name = 'image_folder', classes = classes, root = root,
+      skip_bad = skip_bad, warn = opts.warn,
     }
     ds.class_to_idx, ds.skipped = class_to_idx, {}
     return ds

@@ -68,6 +68,7 @@ local job_ct = ffi.typeof('cr_data_pipeline_job')
 local groups_ct = ffi.typeof('cr_data_crop_group[?]')
 local pipe_box = ffi.new('cr_data_pipeline*[1]')
 local function is_tensor(x) return type(x) == 'cdata' and ffi.istype(tensor_ptr_ct, x) end
+local function default_warn(msg) io.stderr:write('crescent: warning: ', msg, '\n') end
 local function is_count(v, min) return type(v) == 'number' and v == math.floor(v) and v >= min end
 
 local function aug_from(opt)
@@ -273,13 +274,22 @@ end
 
 -- ---- workers: the C pipeline (csrc/data/pipeline.c) --------------------------------
 
--- Frees a run's pipeline: joins its threads and drops its batches and references.
+local skip_msg = ffi.new('char[?]', 1024)
+
+-- Frees a run's pipeline: joins its threads and drops its batches and references; then,
+-- for a streamed data set with skip_bad, warns of the files its workers replaced.
 local function close_run(run)
   local p = run.pipe
   if p ~= nil then
     run.pipe = nil
     ffi.gc(p, nil)
+    C.cr_data_pipeline_stop(p)
+    local skipped = tonumber(C.cr_data_pipeline_skipped(p, skip_msg, 1024))
     C.cr_data_pipeline_free(p)
+    if skipped > 0 and run.warn then
+      run.warn(string.format('Loader: %d unreadable file%s replaced by the next readable one this epoch; the first: %s',
+        skipped, skipped > 1 and 's were' or ' was', ffi.string(skip_msg)))
+    end
   end
 end
 
@@ -288,7 +298,7 @@ function Loader:_start(order, epoch, first, nb)
   local ds, job = self.ds, ffi.new(job_ct)
   job.labels, job.order = ds.labels, order
   if ds.streamed then
-    job.paths, job.channels = ds._paths, ds.channels
+    job.paths, job.channels, job.skip_bad = ds._paths, ds.channels, ds.skip_bad and 1 or 0
     if ds.size then job.height, job.width = ds.size[1], ds.size[2] end
   else
     job.images = ds.images
@@ -316,7 +326,7 @@ end
 
 -- The iterator of Loader:iter with workers: batches come from the pipeline in order.
 function Loader:_iter_workers(order, epoch, b, nb)
-  local run = {}
+  local run = { warn = self.ds.streamed and self.ds.skip_bad and (self.ds.warn or default_warn) or nil }
   if b < nb then run.pipe = self:_start(order, epoch, b, nb) end
   self.runs[run] = true
   local views = self.views

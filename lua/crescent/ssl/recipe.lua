@@ -58,8 +58,8 @@ local function with_types(base, extra)
     ['data.test_list'] = { type = 'string', doc = "file_list: the test images' list ('': no test set)" },
     ['data.size'] = { type = 'integer', min = 1, doc = 'image side for synthetic images, and the side image_folder ' ..
       'images are resized to for evaluation (crops are cut from each file at its own size)' },
-    ['data.skip_bad'] = { type = 'boolean', doc = 'image_folder: skip files that do not decode instead of stopping ' ..
-      '(the folder is then decoded up front at data.size, not streamed)' },
+    ['data.skip_bad'] = { type = 'boolean', doc = 'image_folder, file_list: replace a file that does not decode by ' ..
+      'the next readable one, with a warning, instead of stopping' },
     ['data.val_split'] = { type = 'number', min = 0, doc = 'hold out this fraction (< 1) or number of training ' ..
                                                            'images for the kNN instead of the test set' },
   }
@@ -125,9 +125,8 @@ local function source_datasets(cfg)
     if not root then fail("data.name=image_folder needs data.root=<folder with train/ (and val/) class sub-folders>") end
     local exists = util.file_exists
     local tr = exists(root .. '/train') and root .. '/train' or root
-    -- streamed (the loader's workers decode each file when batched), or decoded up front
-    -- where bad files are to be skipped (streaming stops at a bad file, naming it)
-    local opts = { root = tr, size = { d.size, d.size }, skip_bad = d.skip_bad, stream = not d.skip_bad }
+    -- streamed: the loader's workers decode each file when batched
+    local opts = { root = tr, size = { d.size, d.size }, skip_bad = d.skip_bad, stream = true }
     local train = cr.data.image_folder(opts)
     local test
     if exists(root .. '/val') then
@@ -137,7 +136,7 @@ local function source_datasets(cfg)
     return train, test
   elseif d.name == 'file_list' then
     if d.list == '' then fail("data.name=file_list needs data.list=<a text file of '<path> <label>' lines>") end
-    local opts = { list = d.list, root = root, size = { d.size, d.size } }
+    local opts = { list = d.list, root = root, size = { d.size, d.size }, skip_bad = d.skip_bad }
     local train = cr.data.file_list(opts)
     local test
     if d.test_list ~= '' then

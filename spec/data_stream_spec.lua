@@ -1,10 +1,11 @@
--- data_stream_spec — streamed image data sets (image_folder{stream = true}, file_list): the data set
--- holds paths, and the Loader's worker threads decode each sample's file when it is
--- batched. The batches equal those of the same folder decoded up front, bit for bit
+-- data_stream_spec — streamed image data sets (image_folder{stream = true}, file_list,
+-- tar_shards): the data set holds paths, and the Loader's worker threads decode each
+-- sample's file when it is batched. The batches equal those of the same folder decoded up front, bit for bit
 -- (multi-crop views, and plain batches with pad-crop and flip), for any worker count;
 -- images of different sizes are cropped at their own size; peak memory does not grow with
 -- the folder; a bad file stops the loader with its path; hold_out and range keep paths
--- and labels together; file lists name a bad line; recipes train on both sources.
+-- and labels together; file lists name a bad line; tar shards (webdataset layout) give
+-- the batches of the same images as files; recipes train on all three sources.
 local cr = H.cr
 local ffi = require 'ffi'
 local data, images = cr.data, cr.data.images
@@ -313,5 +314,76 @@ describe('streamed memory', function()
     -- the same folders decoded up front differ by their pixels (378 more images of 36 KiB)
     local es, el = peak_kib(small, false), peak_kib(large, false)
     assert.is_true(el - es > 8192, string.format('decoded up front: %d KiB against %d KiB', el, es))
+  end)
+end)
+
+describe('tar shards', function()
+  -- two shards in webdataset's layout (<key>.jpg/.png + <key>.cls) of the images of a
+  -- folder, made with GNU tar, and the file list of the same images in the same order
+  local src = data.image_folder { root = folder('tar_src', 3, 16, 20, true), stream = true }
+  local labels = src.labels:totable()
+  local lines = {}
+  for shard = 0, 1 do
+    local dir = 'tar_stage' .. shard
+    mkdir(dir)
+    for i = shard * 5 + 1, math.min(shard * 5 + 5, #src) do
+      local ext = src.paths[i]:match('%.(%a+)$')
+      local key = string.format('s%02d%s', i, i == 2 and string.rep('x', 120) or '')   -- one name > 100 bytes
+      assert(os.execute(string.format("cp '%s' '%s/%s.%s'", src.paths[i], path(dir), key, ext)) == 0)
+      tmpdir.write(dir .. '/' .. key .. '.cls', tostring(labels[i]) .. '\n')
+      lines[#lines + 1] = src.paths[i] .. ' ' .. labels[i]
+    end
+    assert(os.execute(string.format("cd '%s' && tar -cf '%s' $(ls | sort)", path(dir),
+      path(string.format('shard-%02d.tar', shard)))) == 0)
+  end
+  local list = tmpdir.write('tar_list.txt', table.concat(lines, '\n') .. '\n')
+
+  it('reads every sample by its offset: the batches of the same images listed as files', function()
+    local ds = data.tar_shards { urls = path('shard-{00..01}.tar'), size = 12 }
+    assert.are.equal(9, #ds)
+    assert.are.same(labels, ds.labels:totable())
+    has(ds.paths[2], 'shard-00.tar:s02xxxx')
+    local files = data.file_list { list = list, size = 12 }
+    local opts = { batch_size = 4, views = multicrop(), seed = 4, drop_last = false, workers = 2 }
+    assert_same_epochs(epoch_of(data.Loader(files, opts), 0), epoch_of(data.Loader(ds, opts), 0))
+    local plain = { batch_size = 5, augment = true, seed = 1, drop_last = false }
+    assert_same_epochs(epoch_of(data.Loader(files, plain), 1), epoch_of(data.Loader(ds, plain), 1))
+    -- a held-out part reads its own members
+    local rest, held = ds:hold_out(3, 0)
+    local b = epoch_of(data.Loader(held, { batch_size = 3, views = multicrop(), shuffle = false }), 0)[1]
+    assert.are.equal(3, #b.index)
+    assert.are.equal(6, #rest)
+    assert.are.same(held.members.names[1], held.paths[1]:match(':(.*)$'))
+  end)
+
+  it('feed a recipe: MoCo from data.root shards, the kNN on data.test_root', function()
+    local recipe = cr.ssl.recipe
+    local defaults = cr.config.merge(recipe.defaults(), { moco = cr.ssl.moco.defaults })
+    local cfg = cr.config.check({
+      data = { name = 'tar_shards', root = path('shard-00.tar'), test_root = path('shard-01.tar'), size = 16,
+               batch_size = 4 },
+      train = { epochs = 1, log_every = 1000 }, model = { width = 4, hidden_dim = 16, out_dim = 8 },
+      moco = { queue_length = 8, bn_splits = 2 }, knn = { k = 3 },
+      crops = { size = { 16 }, num = { 2 }, min_scale = { 0.3 }, max_scale = { 1 } },
+      run = { dir = tmpdir.path('runs'), name = 'tar' }, checkpoint = { save = false },
+    }, defaults, { types = recipe.types() })
+    local task = cr.ssl.moco.task(cfg)
+    assert.are.equal('tar_shards', task.train_set.name)
+    cr.train(task)
+    assert.are.equal(1, task.iteration)
+    assert.is_not_nil(task.metrics.knn_top1)
+  end)
+
+  it('names the shard and sample of a bad layout', function()
+    has(err_of(data.tar_shards, { urls = path('shard-{00..02}.tar') }), 'no shard')
+    local notar = tmpdir.write('notar.tar', string.rep('not a tar archive ', 40))
+    has(err_of(data.tar_shards, { urls = { notar } }), 'not a tar archive')
+    mkdir('tar_nolabel')
+    assert(os.execute(string.format("cp '%s' '%s/a.%s'", src.paths[1], path('tar_nolabel'),
+      src.paths[1]:match('%.(%a+)$'))) == 0)
+    tmpdir.write('tar_nolabel/b.cls', '1\n')
+    assert(os.execute(string.format("cd '%s' && tar -cf '%s' a.* b.cls", path('tar_nolabel'), path('nolabel.tar'))) == 0)
+    has(err_of(data.tar_shards, { urls = { path('nolabel.tar') } }), "the sample 'b' has no .jpg")
+    has(err_of(data.tar_shards, { urls = 'x.tar', colour = 1 }), "unknown option 'colour'")
   end)
 end)

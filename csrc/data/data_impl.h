@@ -16,10 +16,11 @@ uint64_t cr_data_mix(uint64_t x);
 /* One more reference to a path table (cr_data_paths_free drops one). */
 void cr_data_paths_retain(cr_data_paths *p);
 
-/* For the loader's worker threads: the file at path decoded (image.c) to u8 CHW
+/* For the loader's worker threads: the file at path (or, member non-NULL, the `length`
+ * bytes at `offset` of the archive at path, called member) decoded (image.c) to u8 CHW
  * [channels, h, w] in a malloc'd block, at its own size (height = width = 0) or resized
- * to height x width; the error (this thread's message) names the path. */
-cr_status cr_image_load(const char *path, int channels, int height, int width, uint8_t **pix,
-                        int64_t *h, int64_t *w);
+ * to height x width; the error (this thread's message) names the file or member. */
+cr_status cr_image_load(const char *path, const char *member, int64_t offset, int64_t length, int channels,
+                        int height, int width, uint8_t **pix, int64_t *h, int64_t *w);
 
 #endif

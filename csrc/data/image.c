@@ -328,13 +328,10 @@ static void resize_into(const uint8_t *src, int C, int H, int W, int64_t sc, int
     free(lx);
 }
 
-/* Reads and decodes one file to want_c channels (HWC). */
-static int decode_file(decoder *d, const char *path, int want_c, raw_image *r, char *err,
-                       size_t cap) {
-    uint8_t *buf;
-    size_t len;
-    int full;
-    if (slurp(path, 0, &buf, &len, &full, err, cap)) return -1;
+/* Decodes the encoded bytes of the image called `path` (in messages) to want_c channels
+ * (HWC); frees buf. */
+static int decode_bytes(decoder *d, const char *path, uint8_t *buf, size_t len, int want_c, raw_image *r,
+                        char *err, size_t cap) {
     int rc;
     switch (sniff(buf, len)) {
     case CR_IMAGE_JPEG: rc = decode_jpeg(d, path, buf, len, want_c, r, err, cap); break;
@@ -348,6 +345,43 @@ static int decode_file(decoder *d, const char *path, int want_c, raw_image *r, c
     return rc;
 }
 
+/* Reads and decodes one file to want_c channels (HWC). */
+static int decode_file(decoder *d, const char *path, int want_c, raw_image *r, char *err,
+                       size_t cap) {
+    uint8_t *buf;
+    size_t len;
+    int full;
+    if (slurp(path, 0, &buf, &len, &full, err, cap)) return -1;
+    return decode_bytes(d, path, buf, len, want_c, r, err, cap);
+}
+
+/* Reads `length` bytes at `offset` of the archive `file` (a member called name). */
+static int read_member(const char *file, const char *name, int64_t offset, int64_t length, uint8_t **buf,
+                       char *err, size_t cap) {
+    *buf = NULL;
+    if (length <= 0 || length > IMG_MAX_FILE) {
+        snprintf(err, cap, "'%.400s': a member of %lld bytes is not an image", name, (long long)length);
+        return -1;
+    }
+    FILE *f = fopen(file, "rb");
+    if (!f) {
+        snprintf(err, cap, "'%.400s': cannot open: %s", file, strerror(errno));
+        return -1;
+    }
+    uint8_t *b = malloc((size_t)length);
+    size_t got = 0;
+    if (b && fseeko(f, (off_t)offset, SEEK_SET) == 0) got = fread(b, 1, (size_t)length, f);
+    fclose(f);
+    if (!b || (int64_t)got != length) {
+        free(b);
+        snprintf(err, cap, "'%.300s': read %lld of its %lld bytes (the archive is shorter than its index says)",
+                 name, (long long)got, (long long)length);
+        return -1;
+    }
+    *buf = b;
+    return 0;
+}
+
 /* Decodes path into dst, a CHW block [want_c, oh, ow]. */
 static int decode_into(decoder *d, const char *path, int want_c, int oh, int ow, uint8_t *dst,
                        char *err, size_t cap) {
@@ -358,13 +392,22 @@ static int decode_into(decoder *d, const char *path, int want_c, int oh, int ow,
     return 0;
 }
 
-cr_status cr_image_load(const char *path, int channels, int height, int width, uint8_t **pix,
-                        int64_t *h, int64_t *w) {
+cr_status cr_image_load(const char *path, const char *member, int64_t offset, int64_t length, int channels,
+                        int height, int width, uint8_t **pix, int64_t *h, int64_t *w) {
     *pix = NULL;
     char err[IMG_ERRCAP];
     decoder d = {0};
     raw_image r;
-    int rc = decode_file(&d, path, channels, &r, err, sizeof err);
+    int rc;
+    if (member) {
+        char name[IMG_ERRCAP];
+        snprintf(name, sizeof name, "%.300s:%.200s", path, member);
+        uint8_t *buf;
+        rc = read_member(path, name, offset, length, &buf, err, sizeof err);
+        if (!rc) rc = decode_bytes(&d, name, buf, (size_t)length, channels, &r, err, sizeof err);
+    } else {
+        rc = decode_file(&d, path, channels, &r, err, sizeof err);
+    }
     decoder_close(&d);
     if (rc) return cr_fail(CR_ERR_ARG, "%s", err);
     int oh = height ? height : r.h, ow = width ? width : r.w;

@@ -65,6 +65,14 @@ static void drop_outs(cr_tensor **out, int n) {
     }
 }
 
+/* Entry i of the path table (a file, or an archive member) decoded. */
+static cr_status load_one(const cr_data_paths *paths, int64_t i, int channels, int th, int tw, uint8_t **pix,
+                          int64_t *h, int64_t *w) {
+    int64_t offset = 0, length = -1;
+    const char *member = cr_data_paths_member(paths, i, &offset, &length);
+    return cr_image_load(cr_data_paths_get(paths, i), member, offset, length, channels, th, tw, pix, h, w);
+}
+
 /* Sample row's image: its file decoded, or with skip_bad the next readable file's (the
  * rows after it, wrapping round; *used says whose), the replacement counted. */
 static cr_status load_sample(cr_data_pipeline *p, int64_t row, uint8_t **pix, int64_t *h, int64_t *w,
@@ -72,7 +80,7 @@ static cr_status load_sample(cr_data_pipeline *p, int64_t row, uint8_t **pix, in
     int64_t n = cr_data_paths_count(p->paths);
     int th = p->ngroups ? 0 : p->height, tw = p->ngroups ? 0 : p->width;
     *used = row;
-    cr_status st = cr_image_load(cr_data_paths_get(p->paths, row), p->channels, th, tw, pix, h, w);
+    cr_status st = load_one(p->paths, row, p->channels, th, tw, pix, h, w);
     if (!st || !p->skip_bad || st == CR_ERR_OOM) return st;
     char first[CR_PIPE_MSG];
     snprintf(first, sizeof first, "%s", cr_last_error());
@@ -81,7 +89,7 @@ static cr_status load_sample(cr_data_pipeline *p, int64_t row, uint8_t **pix, in
     pthread_mutex_unlock(&p->mu);
     for (int64_t k = 1; k < n && st && st != CR_ERR_OOM; k++) {
         *used = (row + k) % n;
-        st = cr_image_load(cr_data_paths_get(p->paths, *used), p->channels, th, tw, pix, h, w);
+        st = load_one(p->paths, *used, p->channels, th, tw, pix, h, w);
     }
     if (st && st != CR_ERR_OOM)
         return cr_fail(CR_ERR_ARG, "pipeline: no file of the %lld decodes (the first: %s)", (long long)n, first);

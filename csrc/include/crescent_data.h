@@ -155,12 +155,24 @@ typedef struct {
 } cr_data_crop_group;
 
 /* The file paths of a streamed data set: one copy of the strings, shared (counted
- * references) by the pipelines of every epoch. */
+ * references) by the pipelines of every epoch. Entries are whole files, or members of
+ * archives: member i is the lengths[i] bytes at offsets[i] of files[i], called names[i]. */
 typedef struct cr_data_paths cr_data_paths;
 cr_status cr_data_paths_new(cr_data_paths **out, const char *const *paths, int64_t n);
+cr_status cr_data_paths_new_members(cr_data_paths **out, const char *const *files, const char *const *names,
+                                    const int64_t *offsets, const int64_t *lengths, int64_t n);
 int64_t cr_data_paths_count(const cr_data_paths *p);
-/* Path i (0-based; NULL when out of range). */
+/* Path i (0-based; NULL when out of range): the file, or the member's archive. */
 const char *cr_data_paths_get(const cr_data_paths *p, int64_t i);
+/* Member i's name, offset and length; NULL for a table of whole files. */
+const char *cr_data_paths_member(const cr_data_paths *p, int64_t i, int64_t *offset, int64_t *length);
+
+/* The regular files of a tar archive (ustar, with GNU long names and pax paths), in
+ * archive order: their names packed '\0'-separated in *names (*names_len bytes), and the
+ * offset and length of each one's data in *ranges (2 per file); free them with
+ * cr_tar_index_free. Headers only are read (the data is seeked over). */
+cr_status cr_tar_index(const char *path, char **names, int64_t *names_len, int64_t **ranges, int64_t *count);
+void cr_tar_index_free(char *names, int64_t *ranges);
 /* Drops one reference (NULL is fine). */
 void cr_data_paths_free(cr_data_paths *p);
 

@@ -98,10 +98,17 @@ function M.TensorDataset(o)
   return ds
 end
 
--- The C path table (csrc/data/paths.c) of a list of file names.
-local function path_table(paths)
-  local box = ffi.new('cr_data_paths*[1]')
-  util.check(C.cr_data_paths_new(box, ffi.new('const char *[?]', #paths, paths), #paths))
+-- The C path table (csrc/data/paths.c) of a list of file names, or of archive members
+-- {files =, names =, offsets =, lengths =} (lists as long as paths).
+local function path_table(paths, members)
+  local box, n = ffi.new('cr_data_paths*[1]'), #paths
+  if members then
+    local m = members
+    util.check(C.cr_data_paths_new_members(box, ffi.new('const char *[?]', n, m.files), ffi.new('const char *[?]', n, m.names),
+      ffi.new('int64_t[?]', n, m.offsets), ffi.new('int64_t[?]', n, m.lengths), n))
+  else
+    util.check(C.cr_data_paths_new(box, ffi.new('const char *[?]', n, paths), n))
+  end
   return ffi.gc(box[0], C.cr_data_paths_free)
 end
 
@@ -111,7 +118,9 @@ end
 -- are cut from the image at its own size, plain batches resize it to size = {h, w}.
 --   StreamedDataset{paths = {...}, labels = i64 [N] | nil, channels = 3, size = {h, w} | nil,
 --                   mean =, std =, num_classes =, name =, classes =, root =,
---                   skip_bad = false, warn = function(msg)}
+--                   skip_bad = false, warn = function(msg), members = nil}
+-- members = {files =, names =, offsets =, lengths =}: the samples are archive members (tar
+-- shards), sample i the lengths[i] bytes at offsets[i] of files[i]; paths then name them.
 -- skip_bad: a file that does not decode is replaced by the next readable one (the rows
 -- after it, wrapping round; its label goes with it, the draws stay keyed by the row),
 -- and the Loader warns (warn, default: stderr) after each epoch; else it stops the loader.
@@ -137,8 +146,16 @@ function M.StreamedDataset(o)
   if size ~= nil and (type(size) ~= 'table' or #size ~= 2) then
     error('StreamedDataset: size must be {height, width} (what plain batches resize to) or nil', 2)
   end
+  local m = o.members
+  if m ~= nil then
+    for _, k in ipairs({ 'files', 'names', 'offsets', 'lengths' }) do
+      if type(m[k]) ~= 'table' or #m[k] ~= n then
+        error(string.format('StreamedDataset: members.%s must list %d entries (one per path)', k, n), 2)
+      end
+    end
+  end
   local ds = wrap {
-    streamed = true, paths = paths, _paths = path_table(paths), labels = labels, n = n,
+    streamed = true, paths = paths, members = m, _paths = path_table(paths, m), labels = labels, n = n,
     channels = nchan, size = size, mean = o.mean or 0, std = o.std or 1,
     num_classes = o.num_classes, name = o.name or 'files',
     classes = o.classes, split = o.split, root = o.root, skip_bad = o.skip_bad == true, warn = o.warn,
@@ -156,9 +173,16 @@ local function subset(self, idx, first, count, name)
   local n = idx and idx.shape[1] or count
   if self.streamed then
     local rows = idx and idx:totable() or nil
-    local paths = {}
-    for i = 1, n do paths[i] = self.paths[(rows and rows[i] or first + i - 1) + 1] end
-    o.paths, o._paths = paths, path_table(paths)
+    local function pick(list)
+      local out = {}
+      for i = 1, n do out[i] = list[(rows and rows[i] or first + i - 1) + 1] end
+      return out
+    end
+    local m = self.members
+    o.paths = pick(self.paths)
+    o.members = m and { files = pick(m.files), names = pick(m.names), offsets = pick(m.offsets),
+                        lengths = pick(m.lengths) } or nil
+    o._paths = path_table(o.paths, o.members)
   else
     o.images = idx and self.images:index_select(0, idx) or self.images:narrow(0, first, count)
   end

@@ -27,7 +27,7 @@ function R.defaults()
     -- val_split: hold out that fraction (< 1) or number of training samples, chosen by a
     -- fixed seed, and run the kNN on them instead of the test set: tune there, then report
     -- the test figure once with val_split = 0
-    data = { batch_size = 256, size = 32, skip_bad = false, val_split = 0, list = '', test_list = '' },
+    data = { batch_size = 256, size = 32, skip_bad = false, val_split = 0, list = '', test_list = '', test_root = '' },
     -- VISSL's multi-crop: num[i] crops of size[i] px with RandomResizedCrop scale
     -- {min_scale[i], max_scale[i]}; global crops first
     crops = { size = { 28, 14 }, num = { 2, 4 }, min_scale = { 0.25, 0.08 }, max_scale = { 1, 0.25 } },
@@ -51,8 +51,10 @@ local function with_types(base, extra)
     ['model.stem'] = { type = 'string', choices = { 'auto', 'cifar', 'imagenet' },
                        doc = 'cifar: 3x3 conv, no pool; imagenet: 7x7/2 and a pool; auto: cifar up to 64 px' },
     ['data.name'] = { type = 'string', choices = { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder',
-                                                   'file_list' },
-                      doc = "the data set (image_folder: data.root with class folders; file_list: data.list's files)" },
+                                                   'file_list', 'tar_shards' },
+                      doc = "the data set (image_folder: data.root with class folders; file_list: data.list's files; " ..
+                            "tar_shards: data.root a pattern of webdataset shards, 'train-{000..143}.tar')" },
+    ['data.test_root'] = { type = 'string', doc = "tar_shards: the test shards' pattern ('': no test set)" },
     ['data.list'] = { type = 'string', doc = "file_list: a text file of '<path> <label>' lines (paths relative to " ..
       'data.root), the training images' },
     ['data.test_list'] = { type = 'string', doc = "file_list: the test images' list ('': no test set)" },
@@ -142,6 +144,16 @@ local function source_datasets(cfg)
     if d.test_list ~= '' then
       opts.list = d.test_list
       test = cr.data.file_list(opts)
+    end
+    return train, test
+  elseif d.name == 'tar_shards' then
+    if not root then fail("data.name=tar_shards needs data.root=<the shards, e.g. 'train-{000000..000143}.tar'>") end
+    local opts = { urls = root, size = { d.size, d.size }, skip_bad = d.skip_bad }
+    local train = cr.data.tar_shards(opts)
+    local test
+    if d.test_root ~= '' then
+      opts.urls = d.test_root
+      test = cr.data.tar_shards(opts)
     end
     return train, test
   end
@@ -350,7 +362,7 @@ function R.frozen_defaults(drop)
     'train.amp', 'train.repl_on_signal', 'data.workers', 'dist.sync_bn', 'dist.bucket_mb', 'dist.find_unused',
     'dist.broadcast_buffers' })
   return cr.config.merge(cr.config.without(common, drop or {}), {
-    data = { batch_size = 500, size = 32, skip_bad = false, val_split = 0, list = '', test_list = '' },
+    data = { batch_size = 500, size = 32, skip_bad = false, val_split = 0, list = '', test_list = '', test_root = '' },
     model = cr.config.merge({ arch = 'resnet18', width = 16, stem = 'auto' }, cr.engine.run.init_defaults()),
   })
 end

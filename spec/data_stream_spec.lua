@@ -387,3 +387,31 @@ describe('tar shards', function()
     has(err_of(data.tar_shards, { urls = 'x.tar', colour = 1 }), "unknown option 'colour'")
   end)
 end)
+
+describe('tools/make_image_folder.lua', function()
+  it('writes one demo data set in the three layouts, the same images in each', function()
+    local dir = tmpdir.path('demo')
+    local p = assert(io.popen('luajit tools/make_image_folder.lua ' .. dir .. ' 3 2>&1'))
+    local out = p:read('*a')
+    p:close()
+    has(out, '12 training and 8 validation images')
+    local folder_ds = data.image_folder { root = dir .. '/train', stream = true, size = 48 }
+    local list = data.file_list { list = 'train.txt', root = dir, size = 48 }
+    local shards = data.tar_shards { urls = dir .. '/shards/train-{000..001}.tar', size = 48 }
+    assert.are.equal(12, #folder_ds)
+    assert.are.equal(12, #list)
+    assert.are.equal(12, #shards)
+    assert.are.equal(8, #data.tar_shards { urls = dir .. '/shards/val-000.tar' })
+    local opts = { batch_size = 12, shuffle = false }
+    local a, b = epoch_of(data.Loader(list, opts), 0)[1], epoch_of(data.Loader(folder_ds, opts), 0)[1]
+    -- the folder lists class by class, the list file by sample: the same images, sorted alike
+    local function by_sum(batch)
+      local sums = {}
+      for i = 0, 11 do sums[#sums + 1] = batch.input:select(0, i):sum():item() end
+      table.sort(sums)
+      return sums
+    end
+    assert.are.same(by_sum(a), by_sum(b))
+    assert.are.same(by_sum(a), by_sum(epoch_of(data.Loader(shards, opts), 0)[1]))
+  end)
+end)

@@ -53,19 +53,17 @@ local function multicrop()
   }
 end
 
-local function assert_same_epochs(want, got)
-  assert.are.equal(#want, #got)
-  for i = 1, #want do
-    local w, g = want[i], got[i]
-    same(w.index, g.index, 'index of batch ' .. i)
-    same(w.target, g.target, 'target of batch ' .. i)
-    if type(w.input) == 'table' then
-      assert.are.equal(#w.input, #g.input)
-      for k = 1, #w.input do same(w.input[k], g.input[k], 'crop ' .. k .. ' of batch ' .. i) end
-    else
-      same(w.input, g.input, 'input of batch ' .. i)
-    end
-  end
+local assert_same_epochs = H.assert_same_batches
+
+-- a small SSL task of the recipes (cr.ssl.<method>.task) on the data of `over`
+local function ssl_task(method, over)
+  local recipe = cr.ssl.recipe
+  local defaults = cr.config.merge(recipe.defaults(), { [method] = cr.ssl[method].defaults })
+  over.train = { epochs = 1, log_every = 1000 }
+  over.model = { width = 4, hidden_dim = 16, out_dim = 8 }
+  over.knn = { k = 3 }
+  over.checkpoint = { save = false }
+  return cr.ssl[method].task(cr.config.check(over, defaults, { types = recipe.types() }))
 end
 
 describe('streamed image folders', function()
@@ -237,15 +235,11 @@ describe('a recipe on a streamed image folder', function()
     local root = 'recipe_folder'
     folder(root .. '/train', 6, 20, 24, true)
     folder(root .. '/val', 2, 20, 24, true)
-    local recipe = cr.ssl.recipe
-    local defaults = cr.config.merge(recipe.defaults(), { swav = cr.ssl.swav.defaults })
-    local cfg = cr.config.check({
+    local task = ssl_task('swav', {
       data = { name = 'image_folder', root = path(root), size = 16, batch_size = 6 },
-      train = { epochs = 1, log_every = 1000 }, model = { width = 4, hidden_dim = 16, out_dim = 8 },
-      swav = { prototypes = 10 }, knn = { k = 3 }, crops = { size = { 16, 8 }, num = { 2, 2 } },
-      run = { dir = tmpdir.path('runs'), name = 'stream' }, checkpoint = { save = false },
-    }, defaults, { types = recipe.types() })
-    local task = cr.ssl.swav.task(cfg)
+      swav = { prototypes = 10 }, crops = { size = { 16, 8 }, num = { 2, 2 } },
+      run = { dir = tmpdir.path('runs'), name = 'stream' },
+    })
     assert.is_true(task.train_set.streamed)
     assert.are.equal(18, #task.train_set)
     cr.train(task)
@@ -265,16 +259,12 @@ describe('a recipe on a file list', function()
       f:close()
       return path(name)
     end
-    local recipe = cr.ssl.recipe
-    local defaults = cr.config.merge(recipe.defaults(), { simclr = cr.ssl.simclr.defaults })
-    local cfg = cr.config.check({
+    local task = ssl_task('simclr', {
       data = { name = 'file_list', root = root, list = list('tr.txt', 1, 8), test_list = list('te.txt', 9, 12),
                size = 16, batch_size = 4 },
-      train = { epochs = 1, log_every = 1000 }, model = { width = 4, hidden_dim = 16, out_dim = 8 },
-      knn = { k = 3 }, crops = { size = { 16 }, num = { 2 }, min_scale = { 0.3 }, max_scale = { 1 } },
-      run = { dir = tmpdir.path('runs'), name = 'list' }, checkpoint = { save = false },
-    }, defaults, { types = recipe.types() })
-    local task = cr.ssl.simclr.task(cfg)
+      crops = { size = { 16 }, num = { 2 }, min_scale = { 0.3 }, max_scale = { 1 } },
+      run = { dir = tmpdir.path('runs'), name = 'list' },
+    })
     assert.are.equal('file_list', task.train_set.name)
     cr.train(task)
     assert.are.equal(2, task.iteration)
@@ -357,17 +347,12 @@ describe('tar shards', function()
   end)
 
   it('feed a recipe: MoCo from data.root shards, the kNN on data.test_root', function()
-    local recipe = cr.ssl.recipe
-    local defaults = cr.config.merge(recipe.defaults(), { moco = cr.ssl.moco.defaults })
-    local cfg = cr.config.check({
+    local task = ssl_task('moco', {
       data = { name = 'tar_shards', root = path('shard-00.tar'), test_root = path('shard-01.tar'), size = 16,
                batch_size = 4 },
-      train = { epochs = 1, log_every = 1000 }, model = { width = 4, hidden_dim = 16, out_dim = 8 },
-      moco = { queue_length = 8, bn_splits = 2 }, knn = { k = 3 },
-      crops = { size = { 16 }, num = { 2 }, min_scale = { 0.3 }, max_scale = { 1 } },
-      run = { dir = tmpdir.path('runs'), name = 'tar' }, checkpoint = { save = false },
-    }, defaults, { types = recipe.types() })
-    local task = cr.ssl.moco.task(cfg)
+      moco = { queue_length = 8, bn_splits = 2 }, crops = { size = { 16 }, num = { 2 }, min_scale = { 0.3 }, max_scale = { 1 } },
+      run = { dir = tmpdir.path('runs'), name = 'tar' },
+    })
     assert.are.equal('tar_shards', task.train_set.name)
     cr.train(task)
     assert.are.equal(1, task.iteration)

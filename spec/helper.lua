@@ -183,6 +183,27 @@ function H.epoch_batches(loader, epoch, start)
   return out
 end
 
+-- Two epochs of batches (H.epoch_batches) that are the same: positions, index, targets,
+-- size and every input tensor (a list of crops for views, else one tensor).
+function H.assert_same_batches(want, got)
+  local luassert = require('luassert')
+  luassert.are.equal(#want, #got)
+  for i = 1, #want do
+    local w, g = want[i], got[i]
+    luassert.are.equal(w.batch, g.batch)
+    luassert.are.equal(w.epoch, g.epoch)
+    H.assert_equal_tensors(w.index, g.index, 'index of batch ' .. i)
+    H.assert_equal_tensors(w.target, g.target, 'target of batch ' .. i)
+    luassert.are.equal(w.size, g.size)
+    if type(w.input) == 'table' then
+      luassert.are.equal(#w.input, #g.input)
+      for k = 1, #w.input do H.assert_equal_tensors(w.input[k], g.input[k], 'crop ' .. k .. ' of batch ' .. i) end
+    else
+      H.assert_equal_tensors(w.input, g.input, 'input of batch ' .. i)
+    end
+  end
+end
+
 -- Two tensors of the same shape and the same values.
 function H.assert_equal_tensors(a, b, what)
   require('luassert').are.same(a.shape, b.shape, what)

@@ -23,23 +23,7 @@ end
 
 local same, epoch_of = H.assert_equal_tensors, H.epoch_batches
 
-local function assert_same_batches(want, got, views)
-  assert.are.equal(#want, #got)
-  for i = 1, #want do
-    local w, g = want[i], got[i]
-    assert.are.equal(w.batch, g.batch)
-    assert.are.equal(w.epoch, g.epoch)
-    same(w.index, g.index, 'index of batch ' .. i)
-    same(w.target, g.target, 'target of batch ' .. i)
-    assert.are.equal(w.size, g.size)
-    if views then
-      assert.are.equal(#w.input, #g.input)
-      for k = 1, #w.input do same(w.input[k], g.input[k], 'crop ' .. k .. ' of batch ' .. i) end
-    else
-      same(w.input, g.input, 'input of batch ' .. i)
-    end
-  end
-end
+local assert_same_batches = H.assert_same_batches
 
 local ds = cr.data.synthetic { n = 70, shape = { 3, 12, 12 }, num_classes = 7 }
 local gray = cr.data.synthetic { n = 40, shape = { 10, 10 }, num_classes = 4, seed = 2 }

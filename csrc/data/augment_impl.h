@@ -46,7 +46,9 @@ cr_status cr_batch_make(cr_tensor **input, cr_tensor **target, const cr_tensor *
                         const cr_tensor *labels, const cr_tensor *index, const double *mean,
                         const double *std, const cr_data_augment *aug, bool parallel,
                         const int64_t *ids);
-/* The checks of cr_data_make_batch that do not depend on the index. */
+/* The checks of cr_data_make_batch that do not depend on the index; the normalisation's
+ * and augmentation's part alone for images of nchan channels. */
+cr_status cr_batch_check_norm(int64_t nchan, const double *mean, const double *std, const cr_data_augment *aug);
 cr_status cr_batch_check(const cr_tensor *images, const cr_tensor *labels, const double *mean,
                          const double *std, const cr_data_augment *aug);
 /* *out = i64 [B] with labels[index[b]] (labels: a CPU integer tensor [N], checked). */

@@ -46,6 +46,10 @@ cr_status cr_batch_check(const cr_tensor *images, const cr_tensor *labels, const
                        "number of images), got %s %s",
                        (long long)images->shape[0], cr_dtype_name(labels->dtype),
                        cr_shape_str(labels, buf, sizeof buf));
+    return cr_batch_check_norm(nchan, mean, std, aug);
+}
+
+cr_status cr_batch_check_norm(int64_t nchan, const double *mean, const double *std, const cr_data_augment *aug) {
     if (!mean || !std) return cr_fail(CR_ERR_ARG, "make_batch: mean and std are required");
     for (int64_t c = 0; c < nchan; c++)
         if (!(std[c] != 0) || !isfinite(std[c]) || !isfinite(mean[c]))

@@ -269,13 +269,7 @@ static cr_status check_job(const cr_data_pipeline_job *j) {
             return cr_fail(CR_ERR_ARG, "pipeline: plain batches of streamed images need the size they are "
                            "resized to: height and width in [1, 65536], got %d x %d", (int)j->height,
                            (int)j->width);
-        /* the checks of make_batch on a one-image stand-in of that size */
-        int64_t one[4] = {1, nchan, 1, 1};
-        cr_tensor *probe = NULL;
-        if ((st = cr_tensor_alloc(&probe, 4, one, CR_DT_U8, CR_CPU))) return st;
-        st = cr_batch_check(probe, NULL, j->mean, j->std, j->aug);
-        cr_tensor_free(probe);
-        if (st) return st;
+        if ((st = cr_batch_check_norm(nchan, j->mean, j->std, j->aug))) return st;
     }
     const cr_tensor *l = j->labels;
     if (l && (!is_int_dtype(l->dtype) || l->ndim != 1 || cr_tensor_device(l) != CR_DEV_CPU || l->shape[0] != n))

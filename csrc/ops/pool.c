@@ -299,6 +299,23 @@ static cr_status backward_out_shape(const char *op, const cr_tensor *gout, int64
     return cr_check_shape_arg(op, gout->ndim, shape);
 }
 
+/* The forward's params of a backward op: valid, and mapping its input (shape, gx's) onto
+ * gout's plane. */
+static cr_status check_backward_params(const char *op, const cr_tensor *gout, const int64_t *shape,
+                                       const cr_pool2d_params *p, bool max) {
+    int64_t oshape[4];
+    cr_status s = check_params(op, gout->ndim, shape, p, max, oshape);
+    if (s) return s;
+    if (memcmp(oshape, gout->shape, sizeof(int64_t) * (size_t)gout->ndim)) {
+        char a[160], b[160];
+        int nd = gout->ndim;
+        return cr_fail(CR_ERR_ARG, "%s: grad_output %s does not match the pooled shape %s of "
+                       "a %lld x %lld input", op, cr_shape_str(gout, a, sizeof a),
+                       cr_dims_str(nd, oshape, b, sizeof b), (long long)shape[nd - 2], (long long)shape[nd - 1]);
+    }
+    return CR_OK;
+}
+
 /* Runs a one-output backward op on contiguous copies of its inputs (no graph). */
 static cr_status run_backward(cr_call *c, cr_tensor **gx, int nin, cr_tensor **ins,
                               int ndim, const int64_t *shape, cr_dtype dt) {
@@ -335,15 +352,7 @@ cr_status cr_op_max_pool2d_backward(cr_tensor **gx, cr_tensor *gout, cr_tensor *
                        "%s %s", op, cr_shape_str(gout, a, sizeof a),
                        cr_dtype_name(indices->dtype), cr_shape_str(indices, b, sizeof b));
     }
-    int64_t oshape[4]; /* the params must map an in_h x in_w input onto gout's plane */
-    if ((s = check_params(op, gout->ndim, shape, p, true, oshape))) return s;
-    if (memcmp(oshape, gout->shape, sizeof(int64_t) * (size_t)gout->ndim)) {
-        char a[160], b[160];
-        return cr_fail(CR_ERR_ARG, "%s: grad_output %s does not match the pooled shape %s of "
-                       "a %lld x %lld input", op, cr_shape_str(gout, a, sizeof a),
-                       cr_dims_str(gout->ndim, oshape, b, sizeof b), (long long)in_h,
-                       (long long)in_w);
-    }
+    if ((s = check_backward_params(op, gout, shape, p, true))) return s;
     cr_call c;
     if ((s = cr_call_init(&c, CR_OP_MAX_POOL2D_BACKWARD, 2, 1))) return s;
     params_to_call(&c, p);
@@ -491,18 +500,10 @@ cr_status cr_op_avg_pool2d_backward(cr_tensor **gx, cr_tensor *gout, int64_t in_
     const char *op = "avg_pool2d_backward";
     *gx = NULL;
     CR_CHECK_TENSOR(op, gout, "grad_output");
-    int64_t shape[4], oshape[4];
+    int64_t shape[4];
     cr_status s = backward_out_shape(op, gout, in_h, in_w, shape);
     if (s) return s;
-    /* the params must map an in_h x in_w input onto gout's plane */
-    if ((s = check_params(op, gout->ndim, shape, p, false, oshape))) return s;
-    if (memcmp(oshape, gout->shape, sizeof(int64_t) * (size_t)gout->ndim)) {
-        char a[160], b[160];
-        return cr_fail(CR_ERR_ARG, "%s: grad_output %s does not match the pooled shape %s of "
-                       "a %lld x %lld input", op, cr_shape_str(gout, a, sizeof a),
-                       cr_dims_str(gout->ndim, oshape, b, sizeof b), (long long)in_h,
-                       (long long)in_w);
-    }
+    if ((s = check_backward_params(op, gout, shape, p, false))) return s;
     cr_call c;
     if ((s = cr_call_init(&c, CR_OP_AVG_POOL2D_BACKWARD, 1, 1))) return s;
     params_to_call(&c, p);

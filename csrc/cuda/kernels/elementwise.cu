@@ -210,14 +210,7 @@ cudaError_t launch_dense_half(const crk_iter *it, int op, const Params &q, bool 
     return cudaGetLastError();
 }
 
-bool dense_f32(const crk_iter *it) {
-    if (it->ndim != 1 || it->nargs > 3 || it->host_scalar) return false;
-    for (int k = 0; k < it->nargs; k++) {
-        if (it->dtype[k] != F32 || it->stride[k][0] != 4) return false;
-        if (((uintptr_t)it->base[k]) % 16) return false;
-    }
-    return true;
-}
+bool dense_f32(const crk_iter *it) { return dense_of(it, F32, 4, 16); }
 
 template <typename T>
 cudaError_t launch(const crk_iter *it, int op, const Params &q, bool reads_out, cudaStream_t s) {

@@ -98,6 +98,16 @@ function M.TensorDataset(o)
   return ds
 end
 
+-- The usual normalisation of photographs with nc channels: ImageNet's per-channel mean
+-- and std (torchvision's Normalize) for RGB, their grey equivalents for one channel;
+-- mean and std given win.
+local IMAGENET_MEAN, IMAGENET_STD = { 0.485, 0.456, 0.406 }, { 0.229, 0.224, 0.225 }
+function M.photo_stats(nc, mean, std)
+  if mean == nil then mean = nc == 3 and IMAGENET_MEAN or 0.449 end
+  if std == nil then std = nc == 3 and IMAGENET_STD or 0.226 end
+  return mean, std
+end
+
 -- The C path table (csrc/data/paths.c) of a list of file names, or of archive members
 -- {files =, names =, offsets =, lengths =} (lists as long as paths).
 local function path_table(paths, members)

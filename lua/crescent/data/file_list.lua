@@ -15,8 +15,6 @@ local util = require 'crescent.util'
 
 local OPTS = { list = true, root = true, channels = true, size = true, mean = true, std = true, skip_bad = true,
                warn = true }
--- ImageNet's per-channel statistics (as image_folder's defaults).
-local IMAGENET_MEAN, IMAGENET_STD = { 0.485, 0.456, 0.406 }, { 0.229, 0.224, 0.225 }
 
 local function fail(msg) error('file_list: ' .. msg, 3) end
 
@@ -81,9 +79,10 @@ return function(opts)
     num_classes = 0
     for _, v in ipairs(labels) do num_classes = math.max(num_classes, v + 1) end
   end
+  local mean, std = dataset.photo_stats(nc, opts.mean, opts.std)
   return dataset.StreamedDataset {
+    mean = mean, std = std,
     paths = paths, labels = label_t, channels = nc, size = size, num_classes = num_classes, name = 'file_list',
     root = root, skip_bad = opts.skip_bad == true, warn = opts.warn,
-    mean = opts.mean or (nc == 3 and IMAGENET_MEAN or 0.449), std = opts.std or (nc == 3 and IMAGENET_STD or 0.226),
   }
 end

@@ -32,7 +32,6 @@ local ERRCAP = 512
 local CHUNK = 1024
 local MAX_BYTES = 2 ^ 34   -- 16 GiB of decoded pixels: beyond this, decode per batch
 -- ImageNet's per-channel statistics, torchvision's usual Normalize for photographs.
-local IMAGENET_MEAN, IMAGENET_STD = { 0.485, 0.456, 0.406 }, { 0.229, 0.224, 0.225 }
 local EXTENSIONS = { jpg = true, jpeg = true, png = true }
 local FORMATS = { [1] = 'jpeg', [2] = 'png' }
 
@@ -227,9 +226,7 @@ function M.image_folder(opts)
     error(string.format("image_folder: no .jpg, .jpeg or .png file in the class folder%s %s of '%s'",
       #empty > 1 and 's' or '', table.concat(empty, ', '), root), 2)
   end
-  local mean, std = opts.mean, opts.std
-  if mean == nil then mean = nc == 3 and IMAGENET_MEAN or 0.449 end
-  if std == nil then std = nc == 3 and IMAGENET_STD or 0.226 end
+  local mean, std = dataset.photo_stats(nc, opts.mean, opts.std)
   local box = util.box
 
   if opts.stream then -- the paths only: the Loader's workers decode each file when batched

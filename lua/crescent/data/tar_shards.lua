@@ -16,7 +16,6 @@ local util = require 'crescent.util'
 
 local OPTS = { urls = true, channels = true, size = true, mean = true, std = true, skip_bad = true, warn = true }
 local IMAGE = { jpg = true, jpeg = true, png = true }
-local IMAGENET_MEAN, IMAGENET_STD = { 0.485, 0.456, 0.406 }, { 0.229, 0.224, 0.225 }
 
 local function fail(msg) error('tar_shards: ' .. msg, 3) end
 
@@ -146,11 +145,12 @@ return function(opts)
   for i = 1, n do display[i] = tars[i] .. ':' .. names[i] end
   local size = opts.size
   if type(size) == 'number' then size = { size, size } end
+  local mean, std = dataset.photo_stats(nc, opts.mean, opts.std)
   return dataset.StreamedDataset {
+    mean = mean, std = std,
     paths = display, labels = label_t,
     members = { files = tars, names = names, offsets = offsets, lengths = lengths },
     channels = nc, size = size, num_classes = num_classes,
     name = 'tar_shards', skip_bad = opts.skip_bad == true, warn = opts.warn,
-    mean = opts.mean or (nc == 3 and IMAGENET_MEAN or 0.449), std = opts.std or (nc == 3 and IMAGENET_STD or 0.226),
   }
 end

@@ -108,6 +108,16 @@ end
 R.setup = cr.engine.run.setup
 
 -- ---- data ----------------------------------------------------------------------------
+-- A streamed source's train set (opts[key] = train) and test set (opts[key] = test;
+-- none when test is '').
+local function train_and_test(make, opts, key, train, test)
+  opts[key] = train
+  local train_set = make(opts)
+  if test == '' then return train_set, nil end
+  opts[key] = test
+  return train_set, make(opts)
+end
+
 -- The data sets cfg.data names: train, and test (nil when the source has none).
 local function source_datasets(cfg)
   local d = cfg.data
@@ -138,24 +148,12 @@ local function source_datasets(cfg)
     return train, test
   elseif d.name == 'file_list' then
     if d.list == '' then fail("data.name=file_list needs data.list=<a text file of '<path> <label>' lines>") end
-    local opts = { list = d.list, root = root, size = { d.size, d.size }, skip_bad = d.skip_bad }
-    local train = cr.data.file_list(opts)
-    local test
-    if d.test_list ~= '' then
-      opts.list = d.test_list
-      test = cr.data.file_list(opts)
-    end
-    return train, test
+    return train_and_test(cr.data.file_list, { root = root, size = { d.size, d.size }, skip_bad = d.skip_bad },
+      'list', d.list, d.test_list)
   elseif d.name == 'tar_shards' then
     if not root then fail("data.name=tar_shards needs data.root=<the shards, e.g. 'train-{000000..000143}.tar'>") end
-    local opts = { urls = root, size = { d.size, d.size }, skip_bad = d.skip_bad }
-    local train = cr.data.tar_shards(opts)
-    local test
-    if d.test_root ~= '' then
-      opts.urls = d.test_root
-      test = cr.data.tar_shards(opts)
-    end
-    return train, test
+    return train_and_test(cr.data.tar_shards, { size = { d.size, d.size }, skip_bad = d.skip_bad },
+      'urls', root, d.test_root)
   end
   fail("data.name='" .. tostring(d.name) .. "' is not a data set this recipe knows")
 end

@@ -92,14 +92,18 @@ for _, run in ipairs({ { 'swav', swav_rate }, { 'supervised', supervised_rate } 
   for _, amp in ipairs({ 'bf16', 'off' }) do
     local key = run[1] .. (amp == 'off' and '_f32' or '_bf16')
     if args.profile == 1 then print(string.format('--- profile of %d %s steps', args.steps, key)) end
+    collectgarbage('collect')
+    cr.cuda.reset_peak_memory_stats(0)
+    local m0 = cr.cuda.memory_stats(0)
     local ok, r = pcall(run[2], amp)
     if ok then figures[key] = r else print(string.format('crescent %s failed: %s', key, tostring(r))) end
-    collectgarbage('collect')
+    local m1 = cr.cuda.memory_stats(0)
+    print(string.format('crescent %s: %s img/s; peak GPU memory %.2f GiB, %d cudaMalloc calls, %d out-of-memory retries',
+      key, ok and r and string.format('%.1f', r) or '-', m1.peak_allocated_bytes / 2 ^ 30,
+      m1.device_mallocs - m0.device_mallocs, m1.oom_retries - m0.oom_retries))
   end
 end
 if args.profile == 1 then return end
-local mem = cr.cuda.memory_stats(0)
-print(string.format('crescent %s: peak GPU memory %.2f GiB', cr.version, mem.peak_allocated_bytes / 2 ^ 30))
 
 -- the GPU machine's PyTorch (CRESCENT_TORCH_PYTHON), not Debian's CPU one
 local t = harness.run_twin('bench/gpu_swav_torch.py', cr.get_num_threads(),

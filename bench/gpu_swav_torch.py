@@ -7,7 +7,10 @@ channels_last (the issue's reference) and in f32 (cuDNN may use TF32, PyTorch's 
 as crescent's convolutions do). Model FLOPs per image come from
 torch.utils.flop_counter on one forward and backward. With --compile, the bf16 steps also
 run with the model under torch.compile (its compilation, minutes, is in the warm-up).
-  python3 bench/gpu_swav_torch.py [--batch 64] [--sup-batch 256] [--steps 20] [--warmup 5] [--compile]
+  python3 bench/gpu_swav_torch.py [--batch 64] [--sup-batch 256] [--steps 20] [--warmup 5] [--compile] [--profile]
+--profile: no timing; the CUDA kernels of `steps` bf16 steps of each model under
+torch.profiler, the 25 that took the most GPU time printed as a table (the twin of
+gpu_swav.lua profile=1).
 Prints JSON lines {"bench": name, "value": x}: swav_bf16, swav_f32 (img/s),
 swav_flops_per_img, supervised_bf16, supervised_f32, supervised_flops_per_img,
 swav_bf16_compile and supervised_bf16_compile with --compile, and peak_bf16_flops for the
@@ -87,7 +90,26 @@ class SwAV50(nn.Module):
         self.prototypes.weight.copy_(F.normalize(self.prototypes.weight, dim=1, p=2))
 
 
-def timed(step, steps, warmup, images_per_step):
+PROFILE = False
+
+
+def profiled(step, steps, warmup, name):
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    print(f'--- torch profile of {steps} {name} steps (CUDA kernels)')
+    print(prof.key_averages().table(sort_by='cuda_time_total', row_limit=25, max_name_column_width=70))
+    return 0.0
+
+
+def timed(step, steps, warmup, images_per_step, name=''):
+    if PROFILE:
+        return profiled(step, steps, warmup, name)
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -135,8 +157,8 @@ def swav_rates(batch, steps, warmup, compile_too):
             opt.step()
             model.normalize_prototypes()
 
-        out['swav_' + mode] = timed(step, steps, warmup, batch)
-        if mode == 'f32':
+        out['swav_' + mode] = timed(step, steps, warmup, batch, 'swav_' + mode)
+        if mode == 'f32' and not PROFILE:
             f = flops_of(step)
             if f:
                 out['swav_flops_per_img'] = f / batch
@@ -163,8 +185,8 @@ def supervised_rates(batch, steps, warmup, compile_too):
             loss.backward()
             opt.step()
 
-        out['supervised_' + mode] = timed(step, steps, warmup, batch)
-        if mode == 'f32':
+        out['supervised_' + mode] = timed(step, steps, warmup, batch, 'supervised_' + mode)
+        if mode == 'f32' and not PROFILE:
             f = flops_of(step)
             if f:
                 out['supervised_flops_per_img'] = f / batch
@@ -178,7 +200,10 @@ def main():
     p.add_argument('--steps', type=int, default=20)
     p.add_argument('--warmup', type=int, default=5)
     p.add_argument('--compile', action='store_true', help='also time the bf16 steps under torch.compile')
+    p.add_argument('--profile', action='store_true', help='print the CUDA kernels that took the most time instead')
     a = p.parse_args()
+    global PROFILE
+    PROFILE = a.profile
     if not torch.cuda.is_available():
         print(json.dumps({'bench': 'skipped', 'reason': 'torch sees no CUDA GPU'}))
         return

@@ -279,6 +279,34 @@ H.describe_gpu('cuda tensors', function()
     end
   end)
 
+  it('normalises rows of channels (channels-last, [N, C]) in 16-byte vectors as the cpu does', function()
+    -- channel counts that suit the vector kernels: several vector columns, tiles of rows,
+    -- more than one tile of columns ([N, 1032]: 258 f32 vectors), eval mode and relu
+    for _, dt in ipairs({ 'f32', 'bf16', 'f16' }) do
+      for _, shape in ipairs({ { 8, 16, 9, 11 }, { 3, 40, 5, 3 }, { 64, 1032 } }) do
+        for _, relu in ipairs({ false, true }) do
+          local C = shape[2]
+          same_on_both(function(dev)
+            -- values bf16 holds exactly, which the identity conv keeps (TF32 on the GPU)
+            local x = H.park_miller(shape, 44, 'f32'):to('bf16'):float():to(dev)
+            if #shape == 4 then x = x:conv2d(cr.eye(C):view(C, C, 1, 1):to(dev)) end
+            x = x:detach():to(dt):requires_grad_()
+            local w = H.park_miller({ C }, 45, 'f32'):to(dev):requires_grad_()
+            local b = H.park_miller({ C }, 46, 'f32'):to(dev):requires_grad_()
+            local rm, rv = cr.zeros(C):to(dev), cr.ones(C):to(dev)
+            local y = cr.batch_norm(x, rm, rv, { weight = w, bias = b, training = true, momentum = 0.3, relu = relu })
+            local yf = y:float()
+            local loss = (yf * yf):sum()
+            loss:backward()
+            local ye = cr.batch_norm(x:detach(), rm, rv, { weight = w:detach(), bias = b:detach(), relu = relu })
+            return { y, x.grad, w.grad, b.grad, rm, rv, ye }
+          end, dt == 'f32' and 1e-4 or 2e-2, dt == 'f32' and 1e-4 or 2e-2,
+            string.format('batch_norm %s [%s]%s', dt, table.concat(shape, ','), relu and ' relu' or ''))
+        end
+      end
+    end
+  end)
+
   it('pools as the cpu does: max (with ties and padding), average, adaptive, and their grads', function()
     for _, dt in ipairs({ 'f32', 'f64' }) do
       same_on_both(function(dev)
@@ -364,6 +392,18 @@ H.describe_gpu('cuda tensors', function()
         if probe[name] then H.assert_error(probe[name], name, 'no kernel for this op yet') end
       end
     end
+  end)
+
+  it('collects dead GPU tensors long before the device fills', function()
+    collectgarbage('collect')
+    cr.cuda.synchronize()
+    cr.cuda.reset_peak_memory_stats(0)
+    local before = cr.cuda.memory_stats(0)
+    for _ = 1, 60 do cr.empty({ 2 ^ 29 }, { device = 'cuda' }) end -- 120 GiB in 2 GiB tensors, none kept
+    local after = cr.cuda.memory_stats(0)
+    assert.are.equal(before.oom_retries, after.oom_retries)
+    assert.is_true(after.peak_allocated_bytes - before.allocated_bytes < 48 * 2 ^ 30,
+                   string.format('peak %.1f GiB', after.peak_allocated_bytes / 2 ^ 30))
   end)
 
   it('reports out of GPU memory with the size and the allocator figures', function()

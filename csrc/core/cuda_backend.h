@@ -12,7 +12,7 @@
 #include "gpu_chunks.h"
 #include "internal.h"
 
-enum { CR_CUDA_BACKEND_ABI = 3 };
+enum { CR_CUDA_BACKEND_ABI = 4 };
 
 /* The collectives of the NCCL entry. `count` is what one rank contributes: numel of the
  * tensor for all_reduce and broadcast, of `send` for all_gather, of `recv` for
@@ -27,6 +27,9 @@ typedef enum {
 typedef struct cr_cuda_backend {
     int abi; /* CR_CUDA_BACKEND_ABI of the backend's build; must equal the core's */
     int device_count;
+    /* GPU bytes allocated between Lua collections at the least (core/tensor.c's GC hint):
+     * an eighth of the smallest device's memory. */
+    int64_t gc_every_bytes;
     /* Device memory from the caching allocator of `device`. Blocks belong to the device's
      * compute stream: a freed block is reused by later work on that stream without a
      * wait. Out of memory: the cache is emptied and the request retried once, then

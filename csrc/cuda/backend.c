@@ -356,9 +356,17 @@ cr_status cr_cuda_backend_open(cr_cuda_backend *out, int core_abi, size_t table_
     }
     if (n < 1) return cr_fail(CR_ERR_DEVICE, "the CUDA runtime sees no GPU");
     device_count = n < CR_GPU_MAX_DEVICES ? n : CR_GPU_MAX_DEVICES;
+    size_t smallest = 0;
+    for (int d = 0; d < device_count; d++) {
+        struct cudaDeviceProp prop;
+        if (cudaGetDeviceProperties(&prop, d) == cudaSuccess && (!smallest || prop.totalGlobalMem < smallest))
+            smallest = prop.totalGlobalMem;
+    }
+    cudaGetLastError();
     *out = (cr_cuda_backend){
         .abi = CR_CUDA_BACKEND_ABI,
         .device_count = device_count,
+        .gc_every_bytes = smallest ? (int64_t)(smallest / 8) : (int64_t)1 << 30,
         .alloc = cr_gpu_alloc,
         .release = cr_gpu_release,
         .host_alloc = host_alloc,

@@ -8,14 +8,18 @@
  * copies, since cuDNN has no f64 kernels for NHWC (CUDNN_STATUS_NOT_SUPPORTED backwards,
  * seen on an H200 with cuDNN 9).
  *
- * The algorithms come from cuDNN's heuristics (cudnnGet*_v7) and are cached per problem
- * shape; with CRESCENT_CUDNN_BENCHMARK=1 the algorithms are timed instead
- * (cudnnFind*AlgorithmEx) on the first call of each shape and direction, as
- * torch.backends.cudnn.benchmark does, and cr_cuda_set_deterministic keeps only algorithms
- * that give the same bits on every run. This uses cuDNN's legacy API, still shipped with cuDNN 9. */
+ * Each direction goes first to cuDNN's graph API (conv_graph.c: f32, f16 and bf16,
+ * ungrouped, not deterministic), whose engines are PyTorch's; what it does not take runs
+ * here through cuDNN's legacy API (still shipped with cuDNN 9). There the algorithms come
+ * from cuDNN's heuristics (cudnnGet*_v7) and are cached per problem shape; with
+ * CRESCENT_CUDNN_BENCHMARK=1 the algorithms are timed instead (cudnnFind*AlgorithmEx) on
+ * the first call of each shape and direction, as torch.backends.cudnn.benchmark does,
+ * and cr_cuda_set_deterministic keeps only algorithms that give the same bits on every
+ * run. */
 #include <cudnn.h>
 #include <pthread.h>
 
+#include "conv_graph.h"
 #include "cuda_impl.h"
 #include "elementwise_impl.h"
 
@@ -234,9 +238,11 @@ static const void *zero_of(cr_dtype dt) {
 }
 
 /* y[:, o] += b[o] */
-static cr_status add_bias(cudnnHandle_t h, const cr_tensor *b, cudnnTensorDescriptor_t yd, cr_tensor *y) {
-    cudnnTensorDescriptor_t bd = NULL;
+static cr_status add_bias(cudnnHandle_t h, const cr_tensor *b, cr_tensor *y) {
+    cudnnTensorDescriptor_t bd = NULL, yd = NULL;
     cr_status st = check(cudnnCreateTensorDescriptor(&bd), "conv2d: bias");
+    if (!st) st = check(cudnnCreateTensorDescriptor(&yd), "conv2d: bias");
+    if (!st) st = tensor_desc(yd, y);
     if (!st)
         st = check(cudnnSetTensor4dDescriptor(bd, CUDNN_TENSOR_NCHW, cr_gpu_cudnn_type(b->dtype), 1,
                                               (int)b->shape[0], 1, 1), "conv2d: bias");
@@ -244,6 +250,7 @@ static cr_status add_bias(cudnnHandle_t h, const cr_tensor *b, cudnnTensorDescri
         st = check(cudnnAddTensor(h, one_of(y->dtype), bd, cr_tensor_ptr(b), one_of(y->dtype), yd,
                                   cr_tensor_ptr(y)), "conv2d: bias");
     if (bd) cudnnDestroyTensorDescriptor(bd);
+    if (yd) cudnnDestroyTensorDescriptor(yd);
     return st;
 }
 
@@ -275,18 +282,12 @@ static cr_status choose_forward(cudnnHandle_t h, int device, conv_descs *d, cons
     return check(cudnnSetConvolutionMathType(d->conv, out->math), "conv2d: math type");
 }
 
-static cr_status gpu_conv2d(cr_call *c) {
-    int device;
-    cr_status st = cr_gpu_call_device(c, &device);
-    if (st) return st;
-    cr_tensor *b = c->in[2], *x = NULL, *w = NULL, *y = NULL;
-    if (!c->out[0]->numel) return CR_OK;
-    cudnnHandle_t h;
+/* y = conv(x, w) through the legacy API (x, w, y in their dtype's layout). */
+static cr_status forward_legacy(cudnnHandle_t h, int device, const cr_call *c, cr_tensor *x, cr_tensor *w,
+                                cr_tensor *y) {
     conv_descs d;
-    memset(&d, 0, sizeof d);
-    if ((st = cr_gpu_cudnn(device, &h)) || (st = as_conv_layout(&x, c->in[0])) || (st = as_conv_layout(&w, c->in[1])) ||
-        (st = conv_target(&y, c->out[0])) || (st = descs_init(&d, c, x, w, y)))
-        goto done;
+    cr_status st = descs_init(&d, c, x, w, y);
+    if (st) return st;
     algo_choice algo;
     size_t ws_bytes = 0;
     void *ws = NULL;
@@ -300,10 +301,26 @@ static cr_status gpu_conv2d(cr_call *c) {
                                            d.conv, (cudnnConvolutionFwdAlgo_t)algo.algo, ws, ws_bytes,
                                            zero_of(dt), d.y, cr_tensor_ptr(y)), "conv2d");
     if (ws) cr_gpu_release(device, ws, ws_bytes);
-    if (!st && b) st = add_bias(h, b, d.y, y);
+    descs_free(&d);
+    return st;
+}
+
+static cr_status gpu_conv2d(cr_call *c) {
+    int device;
+    cr_status st = cr_gpu_call_device(c, &device);
+    if (st) return st;
+    cr_tensor *b = c->in[2], *x = NULL, *w = NULL, *y = NULL;
+    if (!c->out[0]->numel) return CR_OK;
+    cudnnHandle_t h;
+    bool ran = false;
+    if ((st = cr_gpu_cudnn(device, &h)) || (st = as_conv_layout(&x, c->in[0])) || (st = as_conv_layout(&w, c->in[1])) ||
+        (st = conv_target(&y, c->out[0])) ||
+        (st = cr_gpu_conv_graph(h, device, CR_CONV_FWD, c->i, x, w, y, deterministic, &ran)))
+        goto done;
+    if (!ran) st = forward_legacy(h, device, c, x, w, y);
+    if (!st && b) st = add_bias(h, b, y);
     if (!st) st = deliver(c->out[0], y);
 done:
-    descs_free(&d);
     cr_tensor_free(x);
     cr_tensor_free(w);
     cr_tensor_free(y);
@@ -359,26 +376,13 @@ static void choose_backward(cudnnHandle_t h, int device, conv_descs *d, const cr
     pthread_mutex_unlock(&lock);
 }
 
-static cr_status gpu_conv2d_backward(cr_call *c) {
-    int device;
-    cr_status st = cr_gpu_call_device(c, &device);
-    if (st) return st;
-    cr_tensor *gx_slot = c->out[0], *gw_slot = c->out[1], *gb = c->out[2];
-    cudnnHandle_t h;
-    if ((st = cr_gpu_cudnn(device, &h))) return st;
-    if (!c->in[0]->numel || !c->in[1]->numel) { /* nothing flows: zero grads */
-        if (gx_slot) st = cr_op_fill_(gx_slot, 0);
-        if (!st && gw_slot) st = cr_op_fill_(gw_slot, 0);
-        if (!st && gb) st = cr_op_fill_(gb, 0);
-        return st;
-    }
-    cr_tensor *gy = NULL, *x = NULL, *w = NULL, *gx = NULL, *gw = NULL;
+/* The grads the graph API left (gx, gw: NULL where done or not wanted) through the
+ * legacy API. */
+static cr_status backward_legacy(cudnnHandle_t h, int device, const cr_call *c, cr_tensor *x, cr_tensor *w,
+                                 cr_tensor *gy, cr_tensor *gx, cr_tensor *gw) {
     conv_descs d;
-    memset(&d, 0, sizeof d);
-    if ((st = as_conv_layout(&gy, c->in[0])) || (st = as_conv_layout(&x, c->in[1])) || (st = as_conv_layout(&w, c->in[2])) ||
-        (gx_slot && (st = conv_target(&gx, gx_slot))) || (gw_slot && (st = conv_target(&gw, gw_slot))) ||
-        (st = descs_init(&d, c, x, w, gy)))
-        goto done;
+    cr_status st = descs_init(&d, c, x, w, gy);
+    if (st) return st;
     cr_dtype dt = x->dtype;
     algo_choice data, filter;
     choose_backward(h, device, &d, x, w, gy, gx, gw, dt, &data, &filter);
@@ -395,7 +399,6 @@ static cr_status gpu_conv2d_backward(cr_call *c) {
                                                     ws_bytes, zero_of(dt), d.x, cr_tensor_ptr(gx)),
                        "conv2d_backward (data)");
         if (ws) cr_gpu_release(device, ws, ws_bytes);
-        if (!st) st = deliver(gx_slot, gx);
     }
     if (!st && gw) {
         size_t ws_bytes = 0;
@@ -411,21 +414,54 @@ static cr_status gpu_conv2d_backward(cr_call *c) {
                                                       zero_of(dt), d.w, cr_tensor_ptr(gw)),
                        "conv2d_backward (filter)");
         if (ws) cr_gpu_release(device, ws, ws_bytes);
-        if (!st) st = deliver(gw_slot, gw);
     }
-    if (!st && gb) {
-        cudnnTensorDescriptor_t bd = NULL;
-        st = check(cudnnCreateTensorDescriptor(&bd), "conv2d_backward: bias");
-        if (!st)
-            st = check(cudnnSetTensor4dDescriptor(bd, CUDNN_TENSOR_NCHW, cr_gpu_cudnn_type(gb->dtype), 1,
-                                                  (int)gb->shape[0], 1, 1), "conv2d_backward: bias");
-        if (!st)
-            st = check(cudnnConvolutionBackwardBias(h, one_of(dt), d.y, cr_tensor_ptr(gy), zero_of(dt), bd,
-                                                    cr_tensor_ptr(gb)), "conv2d_backward (bias)");
-        if (bd) cudnnDestroyTensorDescriptor(bd);
-    }
-done:
     descs_free(&d);
+    return st;
+}
+
+/* gb[o] = sum of gy[:, o] */
+static cr_status bias_grad(cudnnHandle_t h, const cr_tensor *gy, cr_tensor *gb) {
+    cudnnTensorDescriptor_t bd = NULL, yd = NULL;
+    cr_status st = check(cudnnCreateTensorDescriptor(&bd), "conv2d_backward: bias");
+    if (!st) st = check(cudnnCreateTensorDescriptor(&yd), "conv2d_backward: bias");
+    if (!st) st = tensor_desc(yd, gy);
+    if (!st)
+        st = check(cudnnSetTensor4dDescriptor(bd, CUDNN_TENSOR_NCHW, cr_gpu_cudnn_type(gb->dtype), 1,
+                                              (int)gb->shape[0], 1, 1), "conv2d_backward: bias");
+    if (!st)
+        st = check(cudnnConvolutionBackwardBias(h, one_of(gy->dtype), yd, cr_tensor_ptr(gy), zero_of(gy->dtype), bd,
+                                                cr_tensor_ptr(gb)), "conv2d_backward (bias)");
+    if (bd) cudnnDestroyTensorDescriptor(bd);
+    if (yd) cudnnDestroyTensorDescriptor(yd);
+    return st;
+}
+
+static cr_status gpu_conv2d_backward(cr_call *c) {
+    int device;
+    cr_status st = cr_gpu_call_device(c, &device);
+    if (st) return st;
+    cr_tensor *gx_slot = c->out[0], *gw_slot = c->out[1], *gb = c->out[2];
+    cudnnHandle_t h;
+    if ((st = cr_gpu_cudnn(device, &h))) return st;
+    if (!c->in[0]->numel || !c->in[1]->numel) { /* nothing flows: zero grads */
+        if (gx_slot) st = cr_op_fill_(gx_slot, 0);
+        if (!st && gw_slot) st = cr_op_fill_(gw_slot, 0);
+        if (!st && gb) st = cr_op_fill_(gb, 0);
+        return st;
+    }
+    cr_tensor *gy = NULL, *x = NULL, *w = NULL, *gx = NULL, *gw = NULL;
+    bool data_ran = false, filter_ran = false;
+    if ((st = as_conv_layout(&gy, c->in[0])) || (st = as_conv_layout(&x, c->in[1])) || (st = as_conv_layout(&w, c->in[2])) ||
+        (gx_slot && (st = conv_target(&gx, gx_slot))) || (gw_slot && (st = conv_target(&gw, gw_slot))) ||
+        (gx && (st = cr_gpu_conv_graph(h, device, CR_CONV_BWD_DATA, c->i, gx, w, gy, deterministic, &data_ran))) ||
+        (gw && (st = cr_gpu_conv_graph(h, device, CR_CONV_BWD_FILTER, c->i, x, gw, gy, deterministic, &filter_ran))))
+        goto done;
+    if ((gx && !data_ran) || (gw && !filter_ran))
+        st = backward_legacy(h, device, c, x, w, gy, data_ran ? NULL : gx, filter_ran ? NULL : gw);
+    if (!st && gx) st = deliver(gx_slot, gx);
+    if (!st && gw) st = deliver(gw_slot, gw);
+    if (!st && gb) st = bias_grad(h, gy, gb);
+done:
     cr_tensor_free(gy);
     cr_tensor_free(x);
     cr_tensor_free(w);

@@ -3,7 +3,8 @@
 // casts, mixed dtypes and bool outputs need no extra pass), broadcast and strided through
 // the merged dims of ops/iter.c. Dense f32 operands take a vectorised path (float4), and
 // dense operands of one half dtype another (four halves per 8-byte load, f32 arithmetic,
-// core/half.h's rounding on store, the same bits as the general path). The
+// core/half.h's rounding on store, the same bits as the general path), and so do dense
+// casts between f32 and a half. Strided work indexes in 32 bits where it fits. The
 // results follow the CPU reference loops (csrc/ops/elementwise.c, unary_math.c, compare.c):
 // NaN propagation in maximum/minimum/relu/clamp, integer wrap-around in the operand type,
 // zero for non-finite floats stored into integers.
@@ -101,25 +102,27 @@ __device__ __forceinline__ T apply(int op, T o, T a, T b, T c, const Params &q) 
     return (T)0;
 }
 
-// The offsets of flat index i in each operand (bytes), through the merged dims.
-template <int NARGS>
-__device__ __forceinline__ void offsets(const crk_iter &it, int64_t i, int64_t *off) {
+// The offsets of flat index i in each operand (bytes), through the merged dims. I: the
+// index type, U: its unsigned twin for the divisions (32 bits where every index and
+// offset fits: 64-bit division is emulated and was most of a strided copy's time).
+template <int NARGS, typename I, typename U>
+__device__ __forceinline__ void offsets(const crk_iter &it, U i, I *off) {
 #pragma unroll
     for (int k = 0; k < NARGS; k++) off[k] = 0;
     for (int d = it.ndim - 1; d >= 0; d--) {
-        int64_t n = it.shape[d], c = i % n;
+        U n = (U)it.shape[d], c = i % n;
         i /= n;
 #pragma unroll
-        for (int k = 0; k < NARGS; k++) off[k] += c * it.stride[k][d];
+        for (int k = 0; k < NARGS; k++) off[k] += (I)c * (I)it.stride[k][d];
     }
 }
 
-template <typename T, int NARGS>
+template <typename T, int NARGS, typename I, typename U>
 __global__ void elementwise_kernel(const crk_iter it, int op, const Params q, bool reads_out) {
     const int64_t step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < it.numel; i += step) {
-        int64_t off[NARGS];
-        offsets<NARGS>(it, i, off);
+        I off[NARGS];
+        offsets<NARGS, I, U>(it, (U)i, off);
         T v[4] = {(T)0, (T)0, (T)0, (T)0};
 #pragma unroll
         for (int k = 1; k < NARGS; k++)
@@ -212,14 +215,93 @@ cudaError_t launch_dense_half(const crk_iter *it, int op, const Params &q, bool 
 
 bool dense_f32(const crk_iter *it) { return dense_of(it, F32, 4, 16); }
 
-template <typename T>
-cudaError_t launch(const crk_iter *it, int op, const Params &q, bool reads_out, cudaStream_t s) {
+// Whether every flat index and every operand's byte offset fits in 31 bits.
+bool fits_32(const crk_iter *it) {
+    const int64_t lim = ((int64_t)1 << 31) - 1;
+    if (it->numel > lim) return false;
+    for (int k = 0; k < it->nargs; k++) {
+        int64_t reach = 0;
+        for (int d = 0; d < it->ndim; d++) {
+            int64_t st = it->stride[k][d] < 0 ? -it->stride[k][d] : it->stride[k][d];
+            if (st > lim) return false;
+            reach += (it->shape[d] - 1) * st;
+            if (reach > lim) return false;
+        }
+    }
+    return true;
+}
+
+template <typename T, typename I, typename U>
+void launch_indexed(const crk_iter *it, int op, const Params &q, bool reads_out, cudaStream_t s) {
     unsigned grid = grid_for(it->numel);
     switch (it->nargs) {
-    case 1: elementwise_kernel<T, 1><<<grid, THREADS, 0, s>>>(*it, op, q, reads_out); break;
-    case 2: elementwise_kernel<T, 2><<<grid, THREADS, 0, s>>>(*it, op, q, reads_out); break;
-    case 3: elementwise_kernel<T, 3><<<grid, THREADS, 0, s>>>(*it, op, q, reads_out); break;
-    default: elementwise_kernel<T, 4><<<grid, THREADS, 0, s>>>(*it, op, q, reads_out); break;
+    case 1: elementwise_kernel<T, 1, I, U><<<grid, THREADS, 0, s>>>(*it, op, q, reads_out); break;
+    case 2: elementwise_kernel<T, 2, I, U><<<grid, THREADS, 0, s>>>(*it, op, q, reads_out); break;
+    case 3: elementwise_kernel<T, 3, I, U><<<grid, THREADS, 0, s>>>(*it, op, q, reads_out); break;
+    default: elementwise_kernel<T, 4, I, U><<<grid, THREADS, 0, s>>>(*it, op, q, reads_out); break;
+    }
+}
+
+template <typename T>
+cudaError_t launch(const crk_iter *it, int op, const Params &q, bool reads_out, cudaStream_t s) {
+    if (fits_32(it)) launch_indexed<T, int32_t, uint32_t>(it, op, q, reads_out, s);
+    else launch_indexed<T, int64_t, uint64_t>(it, op, q, reads_out, s);
+    return cudaGetLastError();
+}
+
+// Dense casts between f32 and a half dtype (SRC, DST: dtype codes): four elements per
+// thread, 16-byte f32 and 8-byte half accesses, store()'s conversions.
+template <int SRC, int DST> __global__ void dense_cast_kernel(char *out, const char *x, int64_t n) {
+    constexpr int SS = SRC == F32 ? 4 : 2, DS = DST == F32 ? 4 : 2;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    const int64_t n4 = n / 4;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += step) {
+        float v[4];
+        if constexpr (SS == 4) {
+            float4 a = reinterpret_cast<const float4 *>(x)[i];
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+        } else {
+            uint2 a = reinterpret_cast<const uint2 *>(x)[i];
+            uint32_t h[4] = {a.x & 0xffffu, a.x >> 16, a.y & 0xffffu, a.y >> 16};
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = half_value<SRC == BF16>(h[k]);
+        }
+        if constexpr (DS == 4) {
+            reinterpret_cast<float4 *>(out)[i] = make_float4(v[0], v[1], v[2], v[3]);
+        } else {
+            uint32_t h[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) h[k] = half_bits<DST == BF16>(v[k]);
+            reinterpret_cast<uint2 *>(out)[i] = make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
+        }
+    }
+    for (int64_t i = n4 * 4 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        store<float>(out + i * DS, DST, load<float>(x + i * SS, SRC));
+}
+
+// A dense copy between f32 and a half dtype, aligned for dense_cast_kernel.
+bool dense_cast(const crk_iter *it, int op) {
+    if (op != CRK_COPY || it->ndim != 1 || it->nargs != 2 || it->host_scalar) return false;
+    int d = it->dtype[0], x = it->dtype[1];
+    bool f32_to_half = x == F32 && (d == BF16 || d == F16), half_to_f32 = d == F32 && (x == BF16 || x == F16);
+    if (!f32_to_half && !half_to_f32) return false;
+    for (int k = 0; k < 2; k++) {
+        int size = it->dtype[k] == F32 ? 4 : 2;
+        if (it->stride[k][0] != size || ((uintptr_t)it->base[k]) % (size * 4)) return false;
+    }
+    return true;
+}
+
+cudaError_t launch_dense_cast(const crk_iter *it, cudaStream_t s) {
+    unsigned grid = grid_for((it->numel + 3) / 4);
+    char *out = it->base[0];
+    const char *x = it->base[1];
+    int64_t n = it->numel;
+    switch (it->dtype[1] * 8 + it->dtype[0]) {
+    case F32 * 8 + BF16: dense_cast_kernel<F32, BF16><<<grid, THREADS, 0, s>>>(out, x, n); break;
+    case F32 * 8 + F16: dense_cast_kernel<F32, F16><<<grid, THREADS, 0, s>>>(out, x, n); break;
+    case BF16 * 8 + F32: dense_cast_kernel<BF16, F32><<<grid, THREADS, 0, s>>>(out, x, n); break;
+    default: dense_cast_kernel<F16, F32><<<grid, THREADS, 0, s>>>(out, x, n); break;
     }
     return cudaGetLastError();
 }
@@ -244,6 +326,7 @@ extern "C" int crk_elementwise(crk_op op, crk_compute compute, const crk_iter *i
                                                               op, q, reads_out);
         return cudaGetLastError();
     }
+    if (dense_cast(it, op)) return launch_dense_cast(it, stream);
     if (compute == CRK_F32 && it->nargs >= 2 && dense_of(it, BF16, 2, 8))
         return launch_dense_half<true>(it, op, q, reads_out, stream);
     if (compute == CRK_F32 && it->nargs >= 2 && dense_of(it, F16, 2, 8))

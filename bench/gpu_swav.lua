@@ -13,7 +13,8 @@
 -- compile=1: the twin also times its bf16 steps under torch.compile (minutes of compiling).
 -- profile=1: no timing and no twin; each crescent step profiled over `steps` steps after
 -- `warmup`, the ops that took the most time printed as a table. Run it with
--- CUDA_LAUNCH_BLOCKING=1 so that each op's time is its GPU time:
+-- CUDA_LAUNCH_BLOCKING=1 so that each op's time holds its GPU time (and its host work,
+-- which launch blocking no longer overlaps: host-heavy ops look slower than they run):
 --   CUDA_LAUNCH_BLOCKING=1 luajit bench/gpu_swav.lua profile=1 steps=3
 -- Last line: {"bench": "gpu_swav", "crescent": {...}, "torch": {...}, "ratio_swav_bf16": r, ...}
 package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
@@ -32,6 +33,8 @@ if not cr.cuda.is_available() then
   return
 end
 
+local timed_mallocs -- cudaMalloc calls in the timed steps of the last rate()
+
 local function rate(step, images)
   for _ = 1, args.warmup do step() end
   if args.profile == 1 then
@@ -44,10 +47,13 @@ local function rate(step, images)
     return nil
   end
   cr.cuda.synchronize()
+  local m0 = cr.cuda.memory_stats(0).device_mallocs
   local t0 = harness.now()
   for _ = 1, args.steps do step() end
   cr.cuda.synchronize()
-  return args.steps * images / (harness.now() - t0)
+  local r = args.steps * images / (harness.now() - t0)
+  timed_mallocs = cr.cuda.memory_stats(0).device_mallocs - m0
+  return r
 end
 
 local function swav_rate(amp)
@@ -98,9 +104,10 @@ for _, run in ipairs({ { 'swav', swav_rate }, { 'supervised', supervised_rate } 
     local ok, r = pcall(run[2], amp)
     if ok then figures[key] = r else print(string.format('crescent %s failed: %s', key, tostring(r))) end
     local m1 = cr.cuda.memory_stats(0)
-    print(string.format('crescent %s: %s img/s; peak GPU memory %.2f GiB, %d cudaMalloc calls, %d out-of-memory retries',
-      key, ok and r and string.format('%.1f', r) or '-', m1.peak_allocated_bytes / 2 ^ 30,
-      m1.device_mallocs - m0.device_mallocs, m1.oom_retries - m0.oom_retries))
+    print(string.format('crescent %s: %s img/s; peak GPU memory %.2f GiB, %d cudaMalloc calls (%s in the timed steps), ' ..
+      '%d out-of-memory retries', key, ok and r and string.format('%.1f', r) or '-', m1.peak_allocated_bytes / 2 ^ 30,
+      m1.device_mallocs - m0.device_mallocs, tostring(timed_mallocs), m1.oom_retries - m0.oom_retries))
+    timed_mallocs = nil
   end
 end
 if args.profile == 1 then return end

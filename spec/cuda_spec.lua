@@ -1,6 +1,7 @@
 -- cuda_spec — tensors on CUDA GPUs against the CPU reference. Without a usable GPU the
 -- GPU block is one pending line; the errors a user meets then are checked everywhere.
 local cr = H.cr
+local ffi = require 'ffi'
 
 describe('cuda without a usable GPU', function()
   if H.gpu_available() then
@@ -319,6 +320,44 @@ H.describe_gpu('cuda tensors', function()
         loss:backward()
         return { a, b, c, d, x.grad }
       end, 1e-6, 1e-6, 'pooling ' .. dt)
+    end
+  end)
+
+  it('max-pools channels-last and half tensors in their own layout and dtype, as the cpu does', function()
+    for _, dt in ipairs({ 'f32', 'bf16', 'f16' }) do
+      for _, layout in ipairs({ 'rowmajor', 'channels_last' }) do
+        local outs = {}
+        same_on_both(function(dev)
+          -- small integers (ties; exact in every dtype and through the identity conv)
+          local x = (H.park_miller({ 2, 8, 9, 10 }, 51) * 4):long():float():to(dev)
+          if layout == 'channels_last' then x = x:conv2d(cr.eye(8):view(8, 8, 1, 1):to(dev)) end
+          x = x:detach():to(dt):requires_grad_()
+          local a = x:max_pool2d(3, { stride = 2, padding = 1 })
+          local d = x:max_pool2d(2, { dilation = 2, ceil_mode = true })
+          -- the grad arriving at a: channels-last too where x is (an identity conv again)
+          local g = H.park_miller(a.shape, 52, 'f32'):to('bf16'):float():to(dev)
+          if layout == 'channels_last' then g = g:conv2d(cr.eye(8):view(8, 8, 1, 1):to(dev)) end
+          g = g:to(dt)
+          local loss = (a:float() * g:float()):sum() + d:float():sum()
+          loss:backward()
+          -- the backward op itself, on a grad and indices in a's layout
+          local _, ind = x:detach():max_pool2d(3, { stride = 2, padding = 1, return_indices = true })
+          local p = ffi.new('cr_pool2d_params', { { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, false, true })
+          local gx -- (the cpu's backward op takes f32 and f64 grads only)
+          if dev == 'cpu' then gx = cr.Tensor._wrap.call(cr.C.cr_op_max_pool2d_backward, g:float(), ind, 9, 10, p):to(dt)
+          else gx = cr.Tensor._wrap.call(cr.C.cr_op_max_pool2d_backward, g, ind, 9, 10, p) end
+          outs[dev] = { a = a, d = d, gx = gx }
+          return { a, d, x.grad, gx }
+        end, 1e-6, 1e-6, string.format('max_pool2d %s %s', dt, layout))
+        local cuda = outs.cuda
+        assert.are.equal(dt, cuda.a.dtype, 'pooled in its own dtype')
+        assert.are.equal(dt, cuda.gx.dtype, 'its grad in its own dtype')
+        if layout == 'channels_last' then
+          assert.is_true(cuda.a:is_channels_last(), 'the output keeps the channels-last layout')
+          assert.is_true(cuda.d:is_channels_last(), 'the dilated output keeps the channels-last layout')
+          assert.is_true(cuda.gx:is_channels_last(), 'the backward keeps the channels-last layout')
+        end
+      end
     end
   end)
 

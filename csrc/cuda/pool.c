@@ -1,6 +1,6 @@
 /* pool.c (cuda) — max, average and adaptive average pooling on the GPU: the call's
  * geometry (ops/pool.c's c->i layout: kernel, stride, padding, dilation, ceil mode, count
- * pad; in_h, in_w for the backward ops) handed to kernels/pool.cu. */
+ * pad; in_h, in_w for the backward ops), dtype and layout handed to kernels/pool.cu. */
 #include "cuda_impl.h"
 
 /* h, w: the input plane; y: the pooled tensor [..., oh, ow]. */
@@ -12,7 +12,13 @@ static void geometry(const cr_call *c, int64_t h, int64_t w, const cr_tensor *y,
     g->kh = c->i[0], g->kw = c->i[1], g->sh = c->i[2], g->sw = c->i[3];
     g->ph = c->i[4], g->pw = c->i[5], g->dh = c->i[6], g->dw = c->i[7];
     g->count_include_pad = (int)c->i[9];
-    g->f64 = y->dtype == CR_DT_F64;
+    g->dtype = (int)y->dtype;
+    g->channels = y->ndim == 4 ? y->shape[1] : 1;
+    /* ops/pool.c hands max pooling channels-last tensors that are not also row-major, and
+     * the others of the call in the same layout: the first input's decides (a tensor
+     * that is both has the same memory either way) */
+    const cr_tensor *lead = c->in[0];
+    g->channels_last = lead->ndim == 4 && cr_tensor_is_channels_last(lead) && !cr_tensor_is_contiguous(lead);
 }
 
 static void forward_geometry(const cr_call *c, crk_pool *g) {

@@ -6,7 +6,9 @@
  * pooling wants blocked layouts, and reordering NCHW in and out costs more memory traffic
  * than the pooling itself, so these plain loops are the only path (PyTorch does the same
  * for NCHW tensors). Window bounds follow PyTorch's CPU kernels exactly, so values,
- * indices and ties agree. */
+ * indices and ties agree. On a GPU, max pooling (the ResNet stem's) also reads halves and
+ * channels-last tensors as they are, with outputs, indices and grads in the input's
+ * layout; elsewhere halves pool through f32 and inputs through row-major copies. */
 #include <math.h>
 
 #include "internal.h"
@@ -65,6 +67,12 @@ static int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, 
 enum { PARAM_LIMIT = 1 << 30 };
 
 static bool is_half(cr_dtype dt) { return dt == CR_DT_F16 || dt == CR_DT_BF16; }
+
+/* Whether a GPU max-pooling tensor keeps its channels-last layout (rather than a
+ * row-major copy): 4-D, channels-last and not also row-major. */
+static bool gpu_channels_last(const cr_tensor *t) {
+    return !cr_tensor_on_cpu(t) && t->ndim == 4 && cr_tensor_is_channels_last(t) && !cr_tensor_is_contiguous(t);
+}
 
 static cr_status check_input(const char *op, const cr_tensor *x) {
     char a[160];
@@ -219,15 +227,17 @@ cr_status cr_op_max_pool2d(cr_tensor **out, cr_tensor **indices, cr_tensor *x,
     cr_status s = check_input("max_pool2d", x);
     if (!s) s = check_params("max_pool2d", x->ndim, x->shape, p, true, oshape);
     if (s) return s;
-    if (is_half(x->dtype)) return max_pool_through_f32(out, indices, x, p);
+    if (is_half(x->dtype) && cr_tensor_on_cpu(x)) return max_pool_through_f32(out, indices, x, p);
     cr_call c;
     cr_tensor *xc = NULL;
     if ((s = cr_call_init(&c, CR_OP_MAX_POOL2D, 1, 2))) return s;
     params_to_call(&c, p);
-    s = cr_op_contiguous(&xc, x);
+    const bool cl = gpu_channels_last(x);
+    if (cl) cr_tensor_retain(xc = x);
+    else s = cr_op_contiguous(&xc, x);
     c.in[0] = xc;
-    if (!s) s = cr_tensor_alloc(&c.out[0], x->ndim, oshape, x->dtype, cr_tensor_dev(x));
-    if (!s) s = cr_tensor_alloc(&c.out[1], x->ndim, oshape, CR_DT_I64, cr_tensor_dev(x));
+    if (!s) s = cr_tensor_alloc_layout(&c.out[0], x->ndim, oshape, x->dtype, cr_tensor_dev(x), cl);
+    if (!s) s = cr_tensor_alloc_layout(&c.out[1], x->ndim, oshape, CR_DT_I64, cr_tensor_dev(x), cl);
     if (!s) s = cr_dispatch(&c);
     if (!s) s = cr_autograd_record(&c, 0, 2u); /* the backward needs only the indices */
     cr_tensor_free(xc);
@@ -280,16 +290,16 @@ cr_status cr_cpu_max_pool2d_backward(cr_call *c) {
     return CR_OK;
 }
 
-/* gx shape: gout's leading dims, then in_h x in_w. */
+/* gx shape: gout's leading dims, then in_h x in_w; halves_ok: the op takes half grads. */
 static cr_status backward_out_shape(const char *op, const cr_tensor *gout, int64_t in_h,
-                                    int64_t in_w, int64_t *shape) {
+                                    int64_t in_w, int64_t *shape, bool halves_ok) {
     char a[160];
     if (gout->ndim != 3 && gout->ndim != 4)
         return cr_fail(CR_ERR_ARG, "%s: grad_output must be 4-D or 3-D, got %s", op,
                        cr_shape_str(gout, a, sizeof a));
-    if (!cr_dtype_is_float(gout->dtype) || is_half(gout->dtype))
-        return cr_fail(CR_ERR_ARG, "%s: grad_output must be f32 or f64, got %s", op,
-                       cr_dtype_name(gout->dtype));
+    if (!cr_dtype_is_float(gout->dtype) || (is_half(gout->dtype) && !halves_ok))
+        return cr_fail(CR_ERR_ARG, "%s: grad_output must be f32 or f64%s, got %s", op,
+                       halves_ok ? ", or a half" : "", cr_dtype_name(gout->dtype));
     if (in_h < 1 || in_w < 1 || in_h > PARAM_LIMIT || in_w > PARAM_LIMIT)
         return cr_fail(CR_ERR_ARG, "%s: input size %lld x %lld must be in [1, %d]", op,
                        (long long)in_h, (long long)in_w, PARAM_LIMIT);
@@ -316,16 +326,20 @@ static cr_status check_backward_params(const char *op, const cr_tensor *gout, co
     return CR_OK;
 }
 
-/* Runs a one-output backward op on contiguous copies of its inputs (no graph). */
+/* Runs a one-output backward op on contiguous copies of its inputs (no graph), or with
+ * channels_last on the inputs as they are (each already channels-last) and gx likewise. */
 static cr_status run_backward(cr_call *c, cr_tensor **gx, int nin, cr_tensor **ins,
-                              int ndim, const int64_t *shape, cr_dtype dt) {
+                              int ndim, const int64_t *shape, cr_dtype dt, bool channels_last) {
     cr_tensor *cont[2] = {NULL, NULL};
     bool prev = cr_grad_set_enabled(false);
     cr_status s = CR_OK;
-    for (int k = 0; k < nin && !s; k++) s = cr_op_contiguous(&cont[k], ins[k]);
+    for (int k = 0; k < nin && !s; k++) {
+        if (channels_last) cr_tensor_retain(cont[k] = ins[k]);
+        else s = cr_op_contiguous(&cont[k], ins[k]);
+    }
     cr_grad_set_enabled(prev);
     for (int k = 0; k < nin; k++) c->in[k] = cont[k];
-    if (!s) s = cr_tensor_alloc(&c->out[0], ndim, shape, dt, cr_tensor_dev(ins[0]));
+    if (!s) s = cr_tensor_alloc_layout(&c->out[0], ndim, shape, dt, cr_tensor_dev(ins[0]), channels_last);
     if (!s) s = cr_dispatch(c);
     for (int k = 0; k < nin; k++) cr_tensor_free(cont[k]);
     if (s) {
@@ -345,7 +359,7 @@ cr_status cr_op_max_pool2d_backward(cr_tensor **gx, cr_tensor *gout, cr_tensor *
     cr_status s = cr_check_same_device(op, gout, indices);
     if (s) return s;
     int64_t shape[4];
-    if ((s = backward_out_shape(op, gout, in_h, in_w, shape))) return s;
+    if ((s = backward_out_shape(op, gout, in_h, in_w, shape, !cr_tensor_on_cpu(gout)))) return s;
     if (indices->dtype != CR_DT_I64 || !cr_same_shape(indices, gout)) {
         char a[160], b[160];
         return cr_fail(CR_ERR_ARG, "%s: indices must be i64 with grad_output's shape %s, got "
@@ -358,7 +372,8 @@ cr_status cr_op_max_pool2d_backward(cr_tensor **gx, cr_tensor *gout, cr_tensor *
     params_to_call(&c, p);
     c.i[10] = in_h, c.i[11] = in_w;
     cr_tensor *ins[2] = {gout, indices};
-    return run_backward(&c, gx, 2, ins, gout->ndim, shape, gout->dtype);
+    return run_backward(&c, gx, 2, ins, gout->ndim, shape, gout->dtype,
+                        gpu_channels_last(gout) && gpu_channels_last(indices));
 }
 
 /* ---- average pooling ------------------------------------------------------------------ */
@@ -501,14 +516,14 @@ cr_status cr_op_avg_pool2d_backward(cr_tensor **gx, cr_tensor *gout, int64_t in_
     *gx = NULL;
     CR_CHECK_TENSOR(op, gout, "grad_output");
     int64_t shape[4];
-    cr_status s = backward_out_shape(op, gout, in_h, in_w, shape);
+    cr_status s = backward_out_shape(op, gout, in_h, in_w, shape, false);
     if (s) return s;
     if ((s = check_backward_params(op, gout, shape, p, false))) return s;
     cr_call c;
     if ((s = cr_call_init(&c, CR_OP_AVG_POOL2D_BACKWARD, 1, 1))) return s;
     params_to_call(&c, p);
     c.i[10] = in_h, c.i[11] = in_w;
-    return run_backward(&c, gx, 1, &gout, gout->ndim, shape, gout->dtype);
+    return run_backward(&c, gx, 1, &gout, gout->ndim, shape, gout->dtype, false);
 }
 
 /* ---- adaptive average pooling ---------------------------------------------------------- */
@@ -632,10 +647,10 @@ cr_status cr_op_adaptive_avg_pool2d_backward(cr_tensor **gx, cr_tensor *gout, in
     *gx = NULL;
     CR_CHECK_TENSOR(op, gout, "grad_output");
     int64_t shape[4];
-    cr_status s = backward_out_shape(op, gout, in_h, in_w, shape);
+    cr_status s = backward_out_shape(op, gout, in_h, in_w, shape, false);
     if (s) return s;
     cr_call c;
     if ((s = cr_call_init(&c, CR_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, 1, 1))) return s;
     c.i[10] = in_h, c.i[11] = in_w;
-    return run_backward(&c, gx, 1, &gout, gout->ndim, shape, gout->dtype);
+    return run_backward(&c, gx, 1, &gout, gout->ndim, shape, gout->dtype, false);
 }

@@ -107,10 +107,13 @@ int crk_optim_update(const cr_gpu_optim_chunk *chunks, int64_t n, cudaStream_t s
 /* out[k] (device memory) = sum |x|^p over chunk k (p = 2: squares; INFINITY: max |x|, NaN sticking). */
 int crk_pow_sums(const cr_gpu_norm_chunk *chunks, int64_t n, double p, double *out, cudaStream_t stream);
 
-/* 2-D pooling over `planes` row-major planes of h x w (f32 or f64), as ops/pool.c. */
+/* 2-D pooling over `planes` planes of h x w, as ops/pool.c: row-major, or for max pooling
+ * also channels-last (planes = N * channels, element (n, c, r, q) at ((n h + r) w + q)
+ * channels + c), for outputs and indices too. dtype (a cr_dtype value): f32 or f64, and
+ * for max pooling also f16 or bf16. */
 typedef struct crk_pool {
-    int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
-    int count_include_pad, f64;
+    int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, channels;
+    int count_include_pad, dtype, channels_last;
 } crk_pool;
 int crk_max_pool2d(const crk_pool *g, const void *x, void *y, int64_t *ind, cudaStream_t stream);
 int crk_max_pool2d_backward(const crk_pool *g, const void *gy, const int64_t *ind, void *gx,

@@ -1,5 +1,6 @@
-// pool.cu — max, average and adaptive average pooling on row-major planes, forward and
-// backward, with ops/pool.c's windows: NaN and the first maximum win, windows clipped to
+// pool.cu — max, average and adaptive average pooling on row-major planes (max pooling
+// also on channels-last tensors, in any float dtype), forward and backward, with
+// ops/pool.c's windows: NaN and the first maximum win, windows clipped to
 // the input (and its padding for the average's divisor), PyTorch's adaptive bins. The
 // backward kernels gather (one thread per input element reads the outputs whose windows
 // hold it), so they need no atomics and give the same bits on every run.
@@ -11,27 +12,52 @@
 
 namespace {
 
-template <typename T> __global__ void max_fwd(crk_pool g, const T *x, T *y, int64_t *ind) {
-    GRID_STRIDE(i, g.planes * g.oh * g.ow) {
-        int64_t ow = i % g.ow, oh = (i / g.ow) % g.oh, k = i / (g.ow * g.oh);
-        int64_t h0 = oh * g.sh - g.ph, h1 = h0 + (g.kh - 1) * g.dh + 1;
+// Plane k, row r, column q of a stack of h x w planes: its element offset, and the
+// reverse for a flat index in memory order (row-major, or channels-last). I: the index
+// type (32 bits where the tensor fits).
+template <typename I> __device__ __forceinline__ I offset_of(const crk_pool &g, I k, I r, I q, I h, I w) {
+    if (!g.channels_last) return (k * h + r) * w + q;
+    const I C = (I)g.channels;
+    return ((k / C * h + r) * w + q) * C + k % C;
+}
+
+template <typename I> __device__ __forceinline__ void position_of(const crk_pool &g, I i, I h, I w, I *k, I *r, I *q) {
+    if (!g.channels_last) {
+        *q = i % w;
+        *r = (i / w) % h;
+        *k = i / (w * h);
+        return;
+    }
+    const I C = (I)g.channels, c = i % C, rest = i / C;
+    *q = rest % w;
+    *r = (rest / w) % h;
+    *k = rest / (w * h) * C + c;
+}
+
+// Values of any float dtype (g.dtype), compared and summed in f64.
+template <typename I> __global__ void max_fwd(crk_pool g, const char *x, char *y, int64_t *ind) {
+    const int es = dtype_size(g.dtype);
+    const I n = (I)(g.planes * g.oh * g.ow), H = (I)g.h, W = (I)g.w;
+    for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += (I)(gridDim.x * blockDim.x)) {
+        I k, oh, ow;
+        position_of<I>(g, i, (I)g.oh, (I)g.ow, &k, &oh, &ow);
+        int64_t h0 = (int64_t)oh * g.sh - g.ph, h1 = h0 + (g.kh - 1) * g.dh + 1;
         if (h1 > g.h) h1 = g.h;
         while (h0 < 0) h0 += g.dh;
-        int64_t w0 = ow * g.sw - g.pw, w1 = w0 + (g.kw - 1) * g.dw + 1;
+        int64_t w0 = (int64_t)ow * g.sw - g.pw, w1 = w0 + (g.kw - 1) * g.dw + 1;
         if (w1 > g.w) w1 = g.w;
         while (w0 < 0) w0 += g.dw;
-        const T *xp = x + k * g.h * g.w;
         double best = -INFINITY;
         int64_t at = h0 < h1 && w0 < w1 ? h0 * g.w + w0 : -1;
         for (int64_t ih = h0; ih < h1; ih += g.dh)
             for (int64_t iw = w0; iw < w1; iw += g.dw) {
-                double v = (double)xp[ih * g.w + iw];
+                double v = load<double>(x + (int64_t)offset_of<I>(g, k, (I)ih, (I)iw, H, W) * es, g.dtype);
                 if (v > best || isnan(v)) {
                     best = v;
                     at = ih * g.w + iw;
                 }
             }
-        y[i] = (T)best;
+        store<double>(y + (int64_t)i * es, g.dtype, best);
         ind[i] = at;
     }
 }
@@ -46,18 +72,22 @@ __device__ __forceinline__ void covering(int64_t i, int64_t k, int64_t s, int64_
     if (*hi > out - 1) *hi = out - 1;
 }
 
-template <typename T> __global__ void max_bwd(crk_pool g, const T *gy, const int64_t *ind, T *gx) {
-    GRID_STRIDE(i, g.planes * g.h * g.w) {
-        int64_t iw = i % g.w, ih = (i / g.w) % g.h, k = i / (g.w * g.h);
-        int64_t flat = ih * g.w + iw, oh0, oh1, ow0, ow1;
+template <typename I> __global__ void max_bwd(crk_pool g, const char *gy, const int64_t *ind, char *gx) {
+    const int es = dtype_size(g.dtype);
+    const I n = (I)(g.planes * g.h * g.w), OH = (I)g.oh, OW = (I)g.ow;
+    for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += (I)(gridDim.x * blockDim.x)) {
+        I k, ih, iw;
+        position_of<I>(g, i, (I)g.h, (I)g.w, &k, &ih, &iw);
+        int64_t flat = (int64_t)ih * g.w + iw, oh0, oh1, ow0, ow1;
         covering(ih, g.kh, g.sh, g.ph, g.dh, g.oh, &oh0, &oh1);
         covering(iw, g.kw, g.sw, g.pw, g.dw, g.ow, &ow0, &ow1);
-        const int64_t base = k * g.oh * g.ow;
         double acc = 0;
         for (int64_t oh = oh0; oh <= oh1; oh++)
-            for (int64_t ow = ow0; ow <= ow1; ow++)
-                if (ind[base + oh * g.ow + ow] == flat) acc += (double)gy[base + oh * g.ow + ow];
-        gx[i] = (T)acc;
+            for (int64_t ow = ow0; ow <= ow1; ow++) {
+                I o = offset_of<I>(g, k, (I)oh, (I)ow, OH, OW);
+                if (ind[o] == flat) acc += load<double>(gy + (int64_t)o * es, g.dtype);
+            }
+        store<double>(gx + (int64_t)i * es, g.dtype, acc);
     }
 }
 
@@ -146,15 +176,15 @@ template <typename T> __global__ void adaptive_bwd(crk_pool g, const T *gy, T *g
 } // namespace
 
 
+static bool fits_32(int64_t n) { return n < ((int64_t)1 << 31); }
+
 extern "C" int crk_max_pool2d(const crk_pool *g, const void *x, void *y, int64_t *ind, cudaStream_t s) {
-    if (g->f64) {
-        if (g->planes * g->oh * g->ow == 0) return 0;
-        max_fwd<double><<<grid_for(g->planes * g->oh * g->ow), THREADS, 0, s>>>(*g, (const double *)x,
-                                                                                (double *)y, ind);
-    } else if (g->planes * g->oh * g->ow) {
-        max_fwd<float><<<grid_for(g->planes * g->oh * g->ow), THREADS, 0, s>>>(*g, (const float *)x,
-                                                                               (float *)y, ind);
-    }
+    int64_t n = g->planes * g->oh * g->ow, in = g->planes * g->h * g->w;
+    if (!n) return 0;
+    if (fits_32(n) && fits_32(in))
+        max_fwd<int32_t><<<grid_for(n), THREADS, 0, s>>>(*g, (const char *)x, (char *)y, ind);
+    else
+        max_fwd<int64_t><<<grid_for(n), THREADS, 0, s>>>(*g, (const char *)x, (char *)y, ind);
     return cudaGetLastError();
 }
 
@@ -162,15 +192,17 @@ extern "C" int crk_max_pool2d_backward(const crk_pool *g, const void *gy, const 
                                        cudaStream_t s) {
     int64_t n = g->planes * g->h * g->w;
     if (!n) return 0;
-    if (g->f64) max_bwd<double><<<grid_for(n), THREADS, 0, s>>>(*g, (const double *)gy, ind, (double *)gx);
-    else max_bwd<float><<<grid_for(n), THREADS, 0, s>>>(*g, (const float *)gy, ind, (float *)gx);
+    if (fits_32(n) && fits_32(g->planes * g->oh * g->ow))
+        max_bwd<int32_t><<<grid_for(n), THREADS, 0, s>>>(*g, (const char *)gy, ind, (char *)gx);
+    else
+        max_bwd<int64_t><<<grid_for(n), THREADS, 0, s>>>(*g, (const char *)gy, ind, (char *)gx);
     return cudaGetLastError();
 }
 
 extern "C" int crk_avg_pool2d(const crk_pool *g, const void *x, void *y, cudaStream_t s) {
     int64_t n = g->planes * g->oh * g->ow;
     if (!n) return 0;
-    if (g->f64) avg_fwd<double><<<grid_for(n), THREADS, 0, s>>>(*g, (const double *)x, (double *)y);
+    if (g->dtype == F64) avg_fwd<double><<<grid_for(n), THREADS, 0, s>>>(*g, (const double *)x, (double *)y);
     else avg_fwd<float><<<grid_for(n), THREADS, 0, s>>>(*g, (const float *)x, (float *)y);
     return cudaGetLastError();
 }
@@ -178,7 +210,7 @@ extern "C" int crk_avg_pool2d(const crk_pool *g, const void *x, void *y, cudaStr
 extern "C" int crk_avg_pool2d_backward(const crk_pool *g, const void *gy, void *gx, cudaStream_t s) {
     int64_t n = g->planes * g->h * g->w;
     if (!n) return 0;
-    if (g->f64) avg_bwd<double><<<grid_for(n), THREADS, 0, s>>>(*g, (const double *)gy, (double *)gx);
+    if (g->dtype == F64) avg_bwd<double><<<grid_for(n), THREADS, 0, s>>>(*g, (const double *)gy, (double *)gx);
     else avg_bwd<float><<<grid_for(n), THREADS, 0, s>>>(*g, (const float *)gy, (float *)gx);
     return cudaGetLastError();
 }
@@ -186,7 +218,7 @@ extern "C" int crk_avg_pool2d_backward(const crk_pool *g, const void *gy, void *
 extern "C" int crk_adaptive_avg_pool2d(const crk_pool *g, const void *x, void *y, cudaStream_t s) {
     int64_t n = g->planes * g->oh * g->ow;
     if (!n) return 0;
-    if (g->f64) adaptive_fwd<double><<<grid_for(n), THREADS, 0, s>>>(*g, (const double *)x, (double *)y);
+    if (g->dtype == F64) adaptive_fwd<double><<<grid_for(n), THREADS, 0, s>>>(*g, (const double *)x, (double *)y);
     else adaptive_fwd<float><<<grid_for(n), THREADS, 0, s>>>(*g, (const float *)x, (float *)y);
     return cudaGetLastError();
 }
@@ -195,7 +227,7 @@ extern "C" int crk_adaptive_avg_pool2d_backward(const crk_pool *g, const void *g
                                                 cudaStream_t s) {
     int64_t n = g->planes * g->h * g->w;
     if (!n) return 0;
-    if (g->f64) adaptive_bwd<double><<<grid_for(n), THREADS, 0, s>>>(*g, (const double *)gy, (double *)gx);
+    if (g->dtype == F64) adaptive_bwd<double><<<grid_for(n), THREADS, 0, s>>>(*g, (const double *)gy, (double *)gx);
     else adaptive_bwd<float><<<grid_for(n), THREADS, 0, s>>>(*g, (const float *)gy, (float *)gx);
     return cudaGetLastError();
 }

@@ -11,11 +11,11 @@
 -- model-FLOPs utilisation (MFU, against the GPU's dense bf16 peak).
 --   luajit bench/gpu_swav.lua [batch=64] [sup_batch=256] [steps=20] [warmup=5] [compile=0] [profile=0]
 -- compile=1: the twin also times its bf16 steps under torch.compile (minutes of compiling).
--- profile=1: no timing and no twin; each crescent step profiled over `steps` steps after
--- `warmup`, the ops that took the most time printed as a table. Run it with
--- CUDA_LAUNCH_BLOCKING=1 so that each op's time holds its GPU time (and its host work,
--- which launch blocking no longer overlaps: host-heavy ops look slower than they run):
---   CUDA_LAUNCH_BLOCKING=1 luajit bench/gpu_swav.lua profile=1 steps=3
+-- profile=1: no timing and no twin; crescent's steps profiled over `steps` steps after
+-- `warmup` with GPU times (cr.profiler.start{gpu = 0}: the GPU work each op queued), the
+-- ops that took the most time printed as a table, beside the twin's
+-- (gpu_swav_torch.py --profile):
+--   luajit bench/gpu_swav.lua profile=1 steps=3
 -- Last line: {"bench": "gpu_swav", "crescent": {...}, "torch": {...}, "ratio_swav_bf16": r, ...}
 package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
 local cjson = require 'cjson'
@@ -39,11 +39,10 @@ local function rate(step, images)
   for _ = 1, args.warmup do step() end
   if args.profile == 1 then
     cr.cuda.synchronize()
-    cr.profiler.start()
+    cr.profiler.start({ gpu = 0 })
     for _ = 1, args.steps do step() end
-    cr.cuda.synchronize()
     cr.profiler.stop()
-    print(cr.profiler.table(25))
+    print(cr.profiler.table(30))
     return nil
   end
   cr.cuda.synchronize()

@@ -433,6 +433,30 @@ H.describe_gpu('cuda tensors', function()
     end
   end)
 
+  it('profiles in GPU time: spans hold the GPU work queued inside them, nested', function()
+    local a, b = cr.randn({ 2048, 2048 }, { device = 'cuda' }), cr.randn({ 2048, 2048 }, { device = 'cuda' })
+    cr.cuda.synchronize()
+    cr.profiler.start({ gpu = 0 })
+    local region = cr.profiler.begin('products')
+    local c
+    for _ = 1, 4 do c = a:matmul(b) end
+    cr.profiler.finish(region)
+    local host_region = cr.profiler.begin('host only')
+    cr.profiler.finish(host_region)
+    cr.profiler.stop() -- waits for the device
+    local ev = cr.profiler.events()
+    local by, mm = {}, 0
+    for _, e in ipairs(ev) do
+      by[e.name] = by[e.name] or e
+      if e.name == 'mm' or e.name == 'matmul' then mm = mm + e.dur_us end
+      assert.is_true(e.dur_us >= 0 and e.self_us >= -1, e.name)
+    end
+    -- four 2048^3 products (69 GFLOP) take GPU time, and the region holds them all
+    assert.is_true(mm > 0 and by.products.dur_us >= mm - 1, string.format('%g %g', mm, by.products.dur_us))
+    assert.is_true(by['host only'].dur_us < by.products.dur_us)
+    assert.is_true(c:sum():item() == c:sum():item())
+  end)
+
   it('collects dead GPU tensors long before the device fills', function()
     collectgarbage('collect')
     cr.cuda.synchronize()

@@ -54,6 +54,16 @@ describe('cr.profiler', function()
     assert.are.equal(0, #cr.profiler.events())
   end)
 
+  it('refuses bad options, and GPU timing where no GPU is usable, naming why', function()
+    H.assert_error(function() cr.profiler.start('gpu') end, 'profiler.start', 'opts must be a table')
+    H.assert_error(function() cr.profiler.start({ gpu = -1 }) end, 'profiler.start', 'device index')
+    H.assert_error(function() cr.profiler.start({ gpu = 0.5 }) end, 'profiler.start', 'device index')
+    if not H.gpu_available() then
+      H.assert_error(function() cr.profiler.start({ gpu = 0 }) end, cr.cuda.why_not())
+      assert.is_false(cr.profiler.active())
+    end
+  end)
+
   it('the profile hook writes a trace and a table for its window of steps', function()
     local model = cr.nn.Linear(3, 2)
     local batches = {}

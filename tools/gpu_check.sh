@@ -10,8 +10,8 @@
 #                "build/crescent_cdef.h", "build/crescent_loop.so"])
 # Args: parts to run, any of specs recipes bench profile sanitize (default: all but
 # profile; specs, recipes and sanitize run side by side on the one GPU, bench and profile
-# alone afterwards). profile: the benchmark's steps op by op (bench/gpu_swav.lua profile=1
-# with CUDA_LAUNCH_BLOCKING=1) and the twin's CUDA kernels (gpu_swav_torch.py --profile).
+# alone afterwards). profile: the benchmark's steps op by op in GPU time
+# (bench/gpu_swav.lua profile=1) and the twin's CUDA kernels (gpu_swav_torch.py --profile).
 # The bench log's name carries CRESCENT_CUDNN_BENCHMARK=1
 # when that is set (cuDNN times its algorithms, as torch.backends.cudnn.benchmark).
 # The recipes' loss curves (metrics.jsonl in logs.tgz) compare with the same commands and
@@ -79,7 +79,7 @@ if want bench; then
   pack
 fi
 if want profile; then
-  part gpu_swav_profile 200 env CUDA_LAUNCH_BLOCKING=1 luajit bench/gpu_swav.lua profile=1 steps=3 warmup=3
+  part gpu_swav_profile 200 luajit bench/gpu_swav.lua profile=1 steps=3 warmup=3
   part gpu_swav_torch_profile 200 "$CRESCENT_TORCH_PYTHON" bench/gpu_swav_torch.py --profile --steps 3 --warmup 3
   pack
 fi

@@ -12,7 +12,7 @@
 #include "gpu_chunks.h"
 #include "internal.h"
 
-enum { CR_CUDA_BACKEND_ABI = 4 };
+enum { CR_CUDA_BACKEND_ABI = 5 };
 
 /* The collectives of the NCCL entry. `count` is what one rank contributes: numel of the
  * tensor for all_reduce and broadcast, of `send` for all_gather, of `recv` for
@@ -55,6 +55,12 @@ typedef struct cr_cuda_backend {
     cr_status (*optim_update)(int device, const cr_gpu_optim_chunk *chunks, int64_t n);
     cr_status (*pow_sums)(int device, const cr_gpu_norm_chunk *chunks, int64_t n, double p,
                           double *out);
+    /* The profiler's GPU clock (core/profile.c): event_record makes a timing event and
+     * records it on the device's compute stream; event_elapsed gives the milliseconds
+     * between two recorded events once the device was synchronised; event_free. */
+    cr_status (*event_record)(int device, void **event);
+    cr_status (*event_elapsed)(void *start, void *end, double *ms);
+    void (*event_free)(void *event);
     /* NCCL (csrc/cuda/nccl.c): one communicator per process, on one device, with a stream
      * of its own. All NULL in a backend built without nccl.h. The core (core/nccl.c)
      * checks the arguments; these check only what the core cannot see.

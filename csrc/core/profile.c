@@ -1,16 +1,20 @@
 /* profile.c — the op profiler (crescent.h, "the profiler"): spans kept in a growing
- * array while it is on, with a stack of open spans for nesting and self time. */
+ * array while it is on, with a stack of open spans for nesting and self time. In GPU
+ * mode each span also records a timing event on a device's compute stream at its start
+ * and end; the stop waits for the device and replaces the spans' host times by the GPU
+ * times between their events. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "cuda_backend.h"
 
 typedef struct {
     const char *name;
     double start, dur, child; /* microseconds; child: the time of the spans nested directly in it */
     int depth;
+    void *gpu_start, *gpu_end; /* GPU mode: the span's timing events (NULL if not made) */
 } prof_event;
 
 enum { PROF_MAX_DEPTH = 256 };
@@ -25,7 +29,10 @@ static struct {
     int depth;
     char **names; /* interned copies of the names given to cr_profile_begin */
     int64_t nnames, capnames;
-} prof;
+    int gpu;                   /* GPU mode: the device; -1 otherwise */
+    const cr_cuda_backend *be; /* GPU mode: the backend that makes the events */
+    void *gpu_t0;              /* GPU mode: the event at the start */
+} prof = {.gpu = -1};
 
 static double now_us(void) {
     struct timespec ts;
@@ -34,6 +41,16 @@ static double now_us(void) {
 }
 
 static void free_record(void) {
+    if (prof.be) {
+        for (int64_t i = 0; i < prof.n; i++) {
+            prof.be->event_free(prof.ev[i].gpu_start);
+            prof.be->event_free(prof.ev[i].gpu_end);
+        }
+        prof.be->event_free(prof.gpu_t0);
+    }
+    prof.gpu_t0 = NULL;
+    prof.be = NULL;
+    prof.gpu = -1;
     for (int64_t i = 0; i < prof.nnames; i++) free(prof.names[i]);
     free(prof.names);
     free(prof.ev);
@@ -51,13 +68,60 @@ cr_status cr_profile_start(void) {
     return CR_OK;
 }
 
+cr_status cr_profile_start_gpu(int device) {
+    const cr_cuda_backend *be;
+    cr_status st = cr_cuda_backend_for(&be, device, false);
+    if (st) return st;
+    cr_profile_start();
+    prof.be = be;
+    prof.gpu = device;
+    if ((st = be->event_record(device, &prof.gpu_t0))) {
+        prof.on = false;
+        free_record();
+    }
+    return st;
+}
+
+/* A GPU timing event of the current session on its device (NULL when it fails). */
+static void *gpu_event(void) {
+    void *e = NULL;
+    if (prof.gpu >= 0 && prof.be->event_record(prof.gpu, &e)) e = NULL;
+    return e;
+}
+
+/* GPU mode, after the device finished: each span's GPU start and duration, then the
+ * children's sums again (spans are in start order, so a span's parent is the last one
+ * before it one level up). */
+static void use_gpu_times(void) {
+    if (prof.be->synchronize(prof.gpu)) return; /* the host times stay */
+    for (int64_t i = 0; i < prof.n; i++) {
+        prof_event *e = &prof.ev[i];
+        double at, dur;
+        if (e->gpu_start && e->gpu_end && !prof.be->event_elapsed(prof.gpu_t0, e->gpu_start, &at) &&
+            !prof.be->event_elapsed(e->gpu_start, e->gpu_end, &dur)) {
+            e->start = 1e3 * at;
+            e->dur = 1e3 * dur;
+        }
+        e->child = 0;
+    }
+    int64_t parent[PROF_MAX_DEPTH];
+    for (int64_t i = 0; i < prof.n; i++) {
+        prof_event *e = &prof.ev[i];
+        if (e->depth > 0) prof.ev[parent[e->depth - 1]].child += e->dur;
+        parent[e->depth] = i;
+    }
+}
+
 void cr_profile_stop(void) {
+    if (!prof.on) return;
     double t = now_us();
     while (prof.depth > 0) { /* spans still open: closed at the stop */
         prof_event *e = &prof.ev[prof.stack[--prof.depth]];
         e->dur = t - prof.t0 - e->start;
+        if (!e->gpu_end) e->gpu_end = gpu_event();
     }
     prof.on = false;
+    if (prof.gpu >= 0) use_gpu_times();
 }
 
 bool cr_profile_active(void) { return prof.on && pthread_equal(prof.thread, pthread_self()); }
@@ -73,7 +137,7 @@ int64_t cr_profile_push(const char *name) {
         prof.cap = cap;
     }
     int64_t i = prof.n++;
-    prof.ev[i] = (prof_event){name, now_us() - prof.t0, 0, 0, prof.depth};
+    prof.ev[i] = (prof_event){name, now_us() - prof.t0, 0, 0, prof.depth, gpu_event(), NULL};
     prof.stack[prof.depth++] = i;
     return i;
 }
@@ -83,6 +147,7 @@ void cr_profile_pop(int64_t i) {
     prof.depth--;
     prof_event *e = &prof.ev[i];
     e->dur = now_us() - prof.t0 - e->start;
+    e->gpu_end = gpu_event();
     if (prof.depth > 0) prof.ev[prof.stack[prof.depth - 1]].child += e->dur;
 }
 

@@ -332,6 +332,33 @@ static cr_status pow_sums(int device, const cr_gpu_norm_chunk *chunks, int64_t n
     return st;
 }
 
+static cr_status event_record(int device, void **out) {
+    *out = NULL;
+    cr_status st = cr_gpu_enter(device);
+    if (st) return st;
+    cudaEvent_t e = NULL;
+    cudaError_t err = cudaEventCreate(&e);
+    if (err == cudaSuccess) err = cudaEventRecord(e, cr_gpu_stream(device));
+    if (err != cudaSuccess) {
+        if (e) cudaEventDestroy(e);
+        return cr_gpu_check(err, "profiler: GPU timing event");
+    }
+    *out = e;
+    return CR_OK;
+}
+
+static cr_status event_elapsed(void *start, void *end, double *ms) {
+    float f = 0;
+    cr_status st = cr_gpu_check(cudaEventElapsedTime(&f, (cudaEvent_t)start, (cudaEvent_t)end),
+                                "profiler: GPU time between events");
+    *ms = f;
+    return st;
+}
+
+static void event_free(void *e) {
+    if (e) cudaEventDestroy((cudaEvent_t)e);
+}
+
 static void empty_cache(void) {
     synchronize(-1);
     pthread_mutex_lock(&pinned_lock);
@@ -379,6 +406,9 @@ cr_status cr_cuda_backend_open(cr_cuda_backend *out, int core_abi, size_t table_
         .set_deterministic = cr_gpu_set_deterministic,
         .optim_update = optim_update,
         .pow_sums = pow_sums,
+        .event_record = event_record,
+        .event_elapsed = event_elapsed,
+        .event_free = event_free,
     };
     cr_gpu_fill_nccl(out); /* NULL entries in a build without NCCL */
     cr_gpu_register_elementwise();

@@ -181,6 +181,12 @@ void cr_rng_philox_words(uint32_t *out, int64_t n, uint64_t seed, uint64_t offse
  * nesting depth and its self time (its duration less its children's). Only the thread
  * that called cr_profile_start is recorded. Starting again discards the last record. */
 cr_status cr_profile_start(void);
+/* As cr_profile_start, with every span timed on the GPU instead: a timing event on the
+ * compute stream of cuda:device at its start and end, so a span's time is the GPU work
+ * queued inside it (host work that the GPU overlaps costs nothing there). The times are
+ * read at cr_profile_stop, which waits for the device; a span whose events could not be
+ * made keeps its host times. */
+cr_status cr_profile_start_gpu(int device);
 void cr_profile_stop(void);
 bool cr_profile_active(void);
 /* A named region (names are copied); returns its index for cr_profile_end, or -1 when

@@ -3,7 +3,7 @@
 -- (chrome://tracing, https://ui.perfetto.dev) and as a table of the ops that took the most
 -- time. When off, an op pays one branch for it.
 --
---   cr.profiler.start()
+--   cr.profiler.start()                   -- or start{gpu = 0}: GPU times of cuda:0's work
 --   ... forward, backward, step ...
 --   cr.profiler.stop()
 --   cr.profiler.chrome_trace('trace.json')
@@ -17,7 +17,20 @@ local util = require 'crescent.util'
 
 local M = {}
 
-function M.start() util.check(C.cr_profile_start()) end
+-- opts.gpu = i: each span's time is the GPU time of the work it queued on cuda:i (timing
+-- events on the device's compute stream, read at stop, which waits for the device), not
+-- the host's: what a GPU step costs op by op while the host runs ahead of it.
+function M.start(opts)
+  if opts ~= nil and type(opts) ~= 'table' then
+    error('profiler.start: opts must be a table such as {gpu = 0} or nil, got ' .. type(opts), 2)
+  end
+  local gpu = opts and opts.gpu
+  if gpu == nil then return util.check(C.cr_profile_start()) end
+  if type(gpu) ~= 'number' or gpu < 0 or gpu ~= math.floor(gpu) then
+    error('profiler.start: gpu must be a device index (0 for cuda:0), got ' .. tostring(gpu), 2)
+  end
+  util.check(C.cr_profile_start_gpu(gpu))
+end
 function M.stop() C.cr_profile_stop() end
 function M.active() return C.cr_profile_active() end
 

@@ -2,7 +2,8 @@
 -- with cr.profiler: every op, backward rule and region (step N, forward, backward,
 -- optimizer) those steps ran. Then it writes <dir>/profile-<first>-<count>.json (a Chrome
 -- trace: chrome://tracing or https://ui.perfetto.dev) and .txt (the table of the ops with
--- the most self time), and prints the table's top rows.
+-- the most self time), and prints the table's top rows. On a GPU task the times are the
+-- GPU's (cr.profiler.start{gpu = i}).
 --
 --   task:add_hook(cr.hooks.profile{first = 10, count = 3, dir = 'runs/exp1'})
 --   luajit recipes/swav.lua train.profile=10:3
@@ -11,10 +12,17 @@ local profiler = require 'crescent.profiler'
 local Profile = {}
 Profile.__index = Profile
 
+-- The index of a task's GPU ('cuda', 'cuda:1'), nil on the cpu.
+local function gpu_index(device)
+  local i = type(device) == 'string' and device:match('^cuda:?(%d*)$')
+  if not i then return nil end
+  return tonumber(i) or 0
+end
+
 function Profile:before_step(task)
   if task.phase_name ~= 'train' then return end
   local step = task.iteration + 1
-  if step == self.first then profiler.start() end
+  if step == self.first then profiler.start({ gpu = gpu_index(task.device) }) end
   if step >= self.first and step < self.first + self.count then self.region = profiler.begin('step ' .. step) end
 end
 

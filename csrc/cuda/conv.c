@@ -237,20 +237,33 @@ static const void *zero_of(cr_dtype dt) {
     return dt == CR_DT_F64 ? (const void *)&zero : (const void *)&zerof;
 }
 
+/* The descriptors of a bias b [K] (as [1, K, 1, 1]) and of the output y it belongs to
+ * (in y's layout); the caller destroys both (NULL where not made). */
+static cr_status bias_descs(const cr_tensor *b, const cr_tensor *y, cudnnTensorDescriptor_t *bd,
+                            cudnnTensorDescriptor_t *yd, const char *what) {
+    *bd = *yd = NULL;
+    cr_status st = check(cudnnCreateTensorDescriptor(bd), what);
+    if (!st) st = check(cudnnCreateTensorDescriptor(yd), what);
+    if (!st) st = tensor_desc(*yd, y);
+    if (!st)
+        st = check(cudnnSetTensor4dDescriptor(*bd, CUDNN_TENSOR_NCHW, cr_gpu_cudnn_type(b->dtype), 1,
+                                              (int)b->shape[0], 1, 1), what);
+    return st;
+}
+
+static void bias_descs_free(cudnnTensorDescriptor_t bd, cudnnTensorDescriptor_t yd) {
+    if (bd) cudnnDestroyTensorDescriptor(bd);
+    if (yd) cudnnDestroyTensorDescriptor(yd);
+}
+
 /* y[:, o] += b[o] */
 static cr_status add_bias(cudnnHandle_t h, const cr_tensor *b, cr_tensor *y) {
-    cudnnTensorDescriptor_t bd = NULL, yd = NULL;
-    cr_status st = check(cudnnCreateTensorDescriptor(&bd), "conv2d: bias");
-    if (!st) st = check(cudnnCreateTensorDescriptor(&yd), "conv2d: bias");
-    if (!st) st = tensor_desc(yd, y);
-    if (!st)
-        st = check(cudnnSetTensor4dDescriptor(bd, CUDNN_TENSOR_NCHW, cr_gpu_cudnn_type(b->dtype), 1,
-                                              (int)b->shape[0], 1, 1), "conv2d: bias");
+    cudnnTensorDescriptor_t bd, yd;
+    cr_status st = bias_descs(b, y, &bd, &yd, "conv2d: bias");
     if (!st)
         st = check(cudnnAddTensor(h, one_of(y->dtype), bd, cr_tensor_ptr(b), one_of(y->dtype), yd,
                                   cr_tensor_ptr(y)), "conv2d: bias");
-    if (bd) cudnnDestroyTensorDescriptor(bd);
-    if (yd) cudnnDestroyTensorDescriptor(yd);
+    bias_descs_free(bd, yd);
     return st;
 }
 
@@ -421,18 +434,12 @@ static cr_status backward_legacy(cudnnHandle_t h, int device, const cr_call *c, 
 
 /* gb[o] = sum of gy[:, o] */
 static cr_status bias_grad(cudnnHandle_t h, const cr_tensor *gy, cr_tensor *gb) {
-    cudnnTensorDescriptor_t bd = NULL, yd = NULL;
-    cr_status st = check(cudnnCreateTensorDescriptor(&bd), "conv2d_backward: bias");
-    if (!st) st = check(cudnnCreateTensorDescriptor(&yd), "conv2d_backward: bias");
-    if (!st) st = tensor_desc(yd, gy);
-    if (!st)
-        st = check(cudnnSetTensor4dDescriptor(bd, CUDNN_TENSOR_NCHW, cr_gpu_cudnn_type(gb->dtype), 1,
-                                              (int)gb->shape[0], 1, 1), "conv2d_backward: bias");
+    cudnnTensorDescriptor_t bd, yd;
+    cr_status st = bias_descs(gb, gy, &bd, &yd, "conv2d_backward: bias");
     if (!st)
         st = check(cudnnConvolutionBackwardBias(h, one_of(gy->dtype), yd, cr_tensor_ptr(gy), zero_of(gy->dtype), bd,
                                                 cr_tensor_ptr(gb)), "conv2d_backward (bias)");
-    if (bd) cudnnDestroyTensorDescriptor(bd);
-    if (yd) cudnnDestroyTensorDescriptor(yd);
+    bias_descs_free(bd, yd);
     return st;
 }
 

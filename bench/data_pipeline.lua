@@ -11,6 +11,12 @@
 --   luajit bench/data_pipeline.lua [batch=256] [repeats=7] [warmup=2]
 -- Last line: {"bench": "data_pipeline", "unit": "samples/s", "results": [{pipeline,
 -- threads, crescent, torch, ratio}, ...], ...}
+--
+-- source=jpeg [root=data/photos]: the streamed pipeline on JPEG photographs instead, from
+-- file to augmented crops at ImageNet's sizes, beside torchvision + PIL in DataLoader
+-- workers (bench/data_pipeline_jpeg.lua; the twin needs `make torchenv`, the folder
+-- `build/torchenv/bin/python tools/make_photo_folder.py data/photos`):
+--   luajit bench/data_pipeline.lua source=jpeg [root=data/photos] [batch=32] [batches=12] [decode_files=200]
 package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
 local cjson = require 'cjson'
 local cr = require 'crescent'
@@ -19,7 +25,28 @@ local harness = require 'harness'
 
 local T = cr.data.transforms
 
-local args = harness.args('bench/data_pipeline.lua', { { 'batch', 256 }, { 'repeats', 7 }, { 'warmup', 2 } })
+-- source= and root= (words), then the numeric key=N arguments
+local source, root, numeric = 'synthetic', 'data/photos', {}
+for _, a in ipairs(arg or {}) do
+  local k, v = a:match('^(%w+)=(.+)$')
+  if k == 'source' then source = v elseif k == 'root' then root = v else numeric[#numeric + 1] = a end
+end
+if source ~= 'synthetic' and source ~= 'jpeg' then
+  error("data_pipeline: source must be 'synthetic' or 'jpeg', got '" .. source .. "'", 0)
+end
+
+if source == 'jpeg' then
+  local args = harness.args('bench/data_pipeline.lua source=jpeg', { { 'batch', 32 }, { 'batches', 12 },
+                                                                     { 'decode_files', 200 } }, numeric)
+  if args.batch < 1 or args.batches < 1 or args.decode_files < 1 then
+    error('data_pipeline: batch, batches and decode_files must be >= 1', 0)
+  end
+  require('data_pipeline_jpeg')(root, args, harness.threads())
+  return
+end
+
+local args = harness.args('bench/data_pipeline.lua', { { 'batch', 256 }, { 'repeats', 7 }, { 'warmup', 2 } },
+                          numeric)
 if args.batch < 1 or args.repeats < 1 then error('data_pipeline: batch and repeats must be >= 1', 0) end
 
 local threads = harness.threads()

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <omp.h>
 #include <png.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
@@ -27,14 +28,34 @@ typedef struct {
     int h, w, c;
 } raw_image;
 
-/* One per thread: the TurboJPEG handle is made on first use and reused. */
+/* One per thread, for the thread's life (a loader worker decodes thousands of files):
+ * the TurboJPEG handle is made on first use and destroyed when the thread exits. */
 typedef struct {
     tjhandle tj;
 } decoder;
 
-static void decoder_close(decoder *d) {
+static pthread_key_t decoder_key;
+static pthread_once_t decoder_once = PTHREAD_ONCE_INIT;
+
+static void decoder_destroy(void *p) {
+    decoder *d = p;
     if (d->tj) tjDestroy(d->tj);
-    d->tj = NULL;
+    free(d);
+}
+
+static void decoder_key_init(void) {
+    if (pthread_key_create(&decoder_key, decoder_destroy)) abort(); /* only with no keys left at all */
+}
+
+/* This thread's decoder; NULL when out of memory (jpeg_handle then says so). */
+static decoder *thread_decoder(void) {
+    pthread_once(&decoder_once, decoder_key_init);
+    decoder *d = pthread_getspecific(decoder_key);
+    if (!d && (d = calloc(1, sizeof *d)) && pthread_setspecific(decoder_key, d)) {
+        free(d);
+        d = NULL;
+    }
+    return d;
 }
 
 /* ---- files ------------------------------------------------------------------------ */
@@ -123,12 +144,23 @@ static int check_dims(const char *path, const char *fmt, int64_t h, int64_t w, c
 /* ---- JPEG ------------------------------------------------------------------------- */
 
 static int jpeg_handle(decoder *d, const char *path, char *err, size_t cap) {
+    if (!d) {
+        snprintf(err, cap, "'%s': out of memory for a JPEG decoder", path);
+        return -1;
+    }
     if (!d->tj) d->tj = tjInitDecompress();
     if (!d->tj) {
         snprintf(err, cap, "'%s': cannot start the JPEG decoder (%s)", path, tjGetErrorStr2(NULL));
         return -1;
     }
     return 0;
+}
+
+/* A handle that met an error or a warning is not reused: TurboJPEG 2.1 then read the
+ * next truncated file's header as 0 x 0 pixels instead of failing. */
+static void jpeg_drop(decoder *d) {
+    tjDestroy(d->tj);
+    d->tj = NULL;
 }
 
 /* libjpeg warnings that still give the whole image (PIL accepts these files too); every
@@ -142,6 +174,7 @@ static int decode_jpeg(decoder *d, const char *path, const uint8_t *buf, size_t 
     int w, h, subsamp, cs;
     if (tjDecompressHeader3(d->tj, buf, (unsigned long)len, &w, &h, &subsamp, &cs) != 0) {
         snprintf(err, cap, "'%s': corrupt JPEG header (%s)", path, tjGetErrorStr2(d->tj));
+        jpeg_drop(d);
         return -1;
     }
     if (check_dims(path, "JPEG", h, w, err, cap)) return -1;
@@ -158,8 +191,10 @@ static int decode_jpeg(decoder *d, const char *path, const uint8_t *buf, size_t 
     int pf = want_c == 1 ? TJPF_GRAY : TJPF_RGB;
     if (tjDecompress2(d->tj, buf, (unsigned long)len, pix, w, 0, h, pf, 0) != 0) {
         const char *msg = tjGetErrorStr2(d->tj);
-        if (!(tjGetErrorCode(d->tj) == TJERR_WARNING && benign_jpeg_warning(msg))) {
-            snprintf(err, cap, "'%s': truncated or corrupt JPEG (%s)", path, msg);
+        bool benign = tjGetErrorCode(d->tj) == TJERR_WARNING && benign_jpeg_warning(msg);
+        if (!benign) snprintf(err, cap, "'%s': truncated or corrupt JPEG (%s)", path, msg);
+        jpeg_drop(d);
+        if (!benign) {
             free(pix);
             return -1;
         }
@@ -396,7 +431,7 @@ cr_status cr_image_load(const char *path, const char *member, int64_t offset, in
                         int height, int width, uint8_t **pix, int64_t *h, int64_t *w) {
     *pix = NULL;
     char err[IMG_ERRCAP];
-    decoder d = {0};
+    decoder *d = thread_decoder();
     raw_image r;
     int rc;
     if (member) {
@@ -404,11 +439,10 @@ cr_status cr_image_load(const char *path, const char *member, int64_t offset, in
         snprintf(name, sizeof name, "%.300s:%.200s", path, member);
         uint8_t *buf;
         rc = read_member(path, name, offset, length, &buf, err, sizeof err);
-        if (!rc) rc = decode_bytes(&d, name, buf, (size_t)length, channels, &r, err, sizeof err);
+        if (!rc) rc = decode_bytes(d, name, buf, (size_t)length, channels, &r, err, sizeof err);
     } else {
-        rc = decode_file(&d, path, channels, &r, err, sizeof err);
+        rc = decode_file(d, path, channels, &r, err, sizeof err);
     }
-    decoder_close(&d);
     if (rc) return cr_fail(CR_ERR_ARG, "%s", err);
     int oh = height ? height : r.h, ow = width ? width : r.w;
     uint8_t *out = malloc((size_t)channels * (size_t)oh * (size_t)ow);
@@ -457,31 +491,32 @@ cr_status cr_image_probe(cr_image_info *info, const char *path) {
             }
         }
     } else if (fmt == CR_IMAGE_JPEG) {
-        decoder d = {0};
+        decoder *d = thread_decoder();
         int w, h, subsamp, cs;
-        if (jpeg_handle(&d, path, err, sizeof err)) {
+        if (jpeg_handle(d, path, err, sizeof err)) {
             st = cr_fail(CR_ERR_ARG, "probe_image: %s", err);
         } else {
-            int bad = tjDecompressHeader3(d.tj, buf, (unsigned long)len, &w, &h, &subsamp, &cs);
+            int bad = tjDecompressHeader3(d->tj, buf, (unsigned long)len, &w, &h, &subsamp, &cs);
             if (bad && !full) { /* the frame header lies beyond the first bytes: read all */
                 free(buf);
                 buf = NULL;
-                if (slurp(path, 0, &buf, &len, &full, err, sizeof err))
+                jpeg_drop(d);
+                if (slurp(path, 0, &buf, &len, &full, err, sizeof err) || jpeg_handle(d, path, err, sizeof err))
                     st = cr_fail(CR_ERR_ARG, "probe_image: %s", err);
                 else
-                    bad = tjDecompressHeader3(d.tj, buf, (unsigned long)len, &w, &h, &subsamp, &cs);
+                    bad = tjDecompressHeader3(d->tj, buf, (unsigned long)len, &w, &h, &subsamp, &cs);
             }
             if (st) {
             } else if (bad) {
                 st = cr_fail(CR_ERR_ARG, "probe_image: '%s': corrupt JPEG header (%s)", path,
-                             tjGetErrorStr2(d.tj));
+                             tjGetErrorStr2(d->tj));
+                jpeg_drop(d);
             } else if (check_dims(path, "JPEG", h, w, err, sizeof err)) {
                 st = cr_fail(CR_ERR_ARG, "probe_image: %s", err);
             } else {
                 *info = (cr_image_info){CR_IMAGE_JPEG, h, w, cs == TJCS_GRAY ? 1 : 3};
             }
         }
-        decoder_close(&d);
     } else {
         not_image(path, buf, len, err, sizeof err);
         st = cr_fail(CR_ERR_ARG, "probe_image: %s", err);
@@ -508,10 +543,9 @@ cr_status cr_image_read(cr_tensor **out, const char *path, int channels, int hei
     cr_status st = check_size_args("read_image", channels, height, width);
     if (st) return st;
     char err[IMG_ERRCAP];
-    decoder d = {0};
+    decoder *d = thread_decoder();
     raw_image r;
-    int rc = decode_file(&d, path, channels, &r, err, sizeof err);
-    decoder_close(&d);
+    int rc = decode_file(d, path, channels, &r, err, sizeof err);
     if (rc) return cr_fail(CR_ERR_ARG, "read_image: %s", err);
     int oh = height ? height : r.h, ow = width ? width : r.w;
     int64_t shape[3] = {channels, oh, ow};
@@ -549,7 +583,7 @@ cr_status cr_image_decode_files(cr_tensor *out, int64_t row0, const char *const 
 
 #pragma omp parallel if (par)
     {
-        decoder d = {0};
+        decoder *d = thread_decoder();
         char err[IMG_ERRCAP];
 #pragma omp for schedule(dynamic, 1)
         for (int64_t i = 0; i < n; i++) {
@@ -558,7 +592,7 @@ cr_status cr_image_decode_files(cr_tensor *out, int64_t row0, const char *const 
             stop = first_bad;
             if (!ok && stop < i) continue; /* the call fails anyway */
             uint8_t *dst = base + i * sample;
-            if (decode_into(&d, paths[i], C, oh, ow, dst, err, sizeof err) == 0) {
+            if (decode_into(d, paths[i], C, oh, ow, dst, err, sizeof err) == 0) {
                 if (ok) ok[i] = 1;
                 continue;
             }
@@ -575,7 +609,6 @@ cr_status cr_image_decode_files(cr_tensor *out, int64_t row0, const char *const 
                 first_bad = i;
             }
         }
-        decoder_close(&d);
     }
     if (!ok && first_bad < n)
         return cr_fail(CR_ERR_ARG, "decode_images: %s (file %lld of %lld)", first_err,

@@ -10,7 +10,8 @@
 --                    0.1), grayscale 0.2, blur p 0.5 sigma (0.1, 2) (MoCo v2's aug_plus)
 -- at 1 thread (one worker) and at all threads (a worker per thread), in samples/s and per
 -- core; then the decode alone, one thread: crescent's (libturbojpeg, the whole image)
--- against PIL's. Both sides time their first batches from the start of the epoch (worker
+-- against PIL's; then how far a reduced-DCT decode could shrink each sample's decode.
+-- Both sides time their first batches from the start of the epoch (worker
 -- start-up included, as a training epoch pays it); the loaders shuffle.
 local cjson = require 'cjson'
 local cr = require 'crescent'
@@ -31,7 +32,8 @@ local function moco()
                        grayscale = 0.2, blur = { p = 0.5, sigma = { 0.1, 2 } }, mean = MEAN, std = STD }
 end
 
-local PIPELINES = { { name = 'swav_multicrop', build = swav }, { name = 'moco_two_views', build = moco } }
+local PIPELINES = { { name = 'swav_multicrop', build = swav, sizes = { 224, 224, 96, 96, 96, 96, 96, 96 } },
+                    { name = 'moco_two_views', build = moco, sizes = { 224, 224 } } }
 
 -- samples/s of the first `batches` batches of B with `workers` threads, timed from the
 -- start of the epoch (with workers, batches built ahead into the ring would flatter a
@@ -58,6 +60,28 @@ local function decode_rate(paths, n)
   local t0 = harness.now()
   for i = 1, n do cr.data.images.read(paths[1 + (i - 1) * step]) end
   return n / (harness.now() - t0)
+end
+
+-- How far a reduced-DCT decode could go: per sample (every 4th file), the smallest of
+-- libjpeg-turbo's scales k/8 at which no crop of the sample would be upsampled; the
+-- share of samples at each k, as '8/8 85.4%, 7/8 8.1%, ...'.
+local function dct_scales(paths, views, sizes)
+  local count, n = {}, 0
+  for i = 1, #paths, 4 do
+    local info = cr.data.images.probe(paths[i])
+    local need = 0
+    for c = 1, #sizes do
+      local d = views:draw(info.height, info.width, 0, 0, i - 1, c - 1)
+      need = math.max(need, sizes[c] / d.width, sizes[c] / d.height)
+    end
+    local k = math.max(1, math.min(8, math.ceil(8 * need - 1e-9)))
+    count[k], n = (count[k] or 0) + 1, n + 1
+  end
+  local parts = {}
+  for k = 8, 1, -1 do
+    if count[k] then parts[#parts + 1] = string.format('%d/8 %.1f%%', k, 100 * count[k] / n) end
+  end
+  return table.concat(parts, ', ')
 end
 
 return function(root, args, threads)
@@ -104,6 +128,10 @@ return function(root, args, threads)
   local td = torch.decode
   print(string.format('decode alone, 1 thread, files/s: crescent (libturbojpeg) %.1f, PIL %s, ratio %s', c.decode,
     fmt(td, '%.1f'), fmt(td and c.decode / td, '%.2f')))
+  for _, p in ipairs(PIPELINES) do
+    print(string.format('%s: the decode scales its samples allow (reduced DCT, no crop upsampled): %s', p.name,
+      dct_scales(ds.paths, p.build(), p.sizes)))
+  end
   print(cjson.encode { bench = 'data_pipeline', source = 'jpeg', unit = 'samples/s', batch = B, threads = threads,
                        results = results, decode = { crescent = c.decode, torch = td or cjson.null } })
 end

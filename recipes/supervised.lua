@@ -1,10 +1,17 @@
--- recipes/supervised.lua — supervised training of a ResNet (CIFAR stem: 3x3 conv, no max
--- pool) on Fashion-MNIST, with test accuracy after every epoch. Copy it and change what
--- you like; every default below can also be overridden from the command line:
+-- recipes/supervised.lua — supervised training of a ResNet on Fashion-MNIST (or any data
+-- set the SSL recipes read: CIFAR, image folders, file lists, tar shards), with test
+-- accuracy after every epoch. Copy it and change what you like; every default below can
+-- also be overridden from the command line:
 --
 --   luajit recipes/supervised.lua
 --   luajit recipes/supervised.lua train.epochs=2 optim.lr=0.2 data.batch_size=128 model.width=32
+--   luajit recipes/supervised.lua data.name=image_folder data.root=data/demo data.size=48 data.workers=2
 --   luajit recipes/supervised.lua --config myrun.lua        (a file returning a table of overrides)
+--
+-- Streamed sets (image folders, file lists, tar shards) are decoded by the loader's
+-- workers and resized to data.size; data.augment is the random crop (padding 4) and flip
+-- for every source. model.stem auto: the CIFAR stem (3x3 conv, no pool) up to 64 px,
+-- else ImageNet's; a test split is needed (an image folder's val/, data.test_list, ...).
 --
 -- The run folder runs/<run.name> (default runs/supervised) gets config.lua, metrics.jsonl,
 -- TensorBoard events and checkpoints/; running again with the same run.name resumes from
@@ -19,39 +26,44 @@ local nn = cr.nn
 
 local defaults = cr.config.merge(cr.config.common(), {
   train = { epochs = 4, test_every = 1, log_every = 100 },
-  data = { batch_size = 128, augment = false },
-  model = { arch = 'resnet18', width = 16 },
+  data = cr.config.merge(cr.data.sources.defaults, { batch_size = 128, augment = false }),
+  model = { arch = 'resnet18', width = 16, stem = 'auto' },
   -- name (sgd, lars, adamw), accum_steps, clip_norm, scaling, ...: crescent/optim/from_config.lua
   optim = cr.optim.from_config.defaults { lr = 0.1, nesterov = true, weight_decay = 5e-4, no_decay_bias_norm = true,
                                           warmup_epochs = 0.3 },
 }, cr.engine.run.defaults { best = 'test_top1' })
-local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.run.types, cr.optim.from_config.types, {
-  ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50' }, doc = 'the network' },
-  ['model.width'] = { type = 'integer', min = 1, doc = "the first stage's width (64: torchvision's)" },
+local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.run.types, cr.optim.from_config.types,
+                                                                     cr.data.sources.types, cr.ssl.recipe.MODEL_TYPES, {
   ['optim.warmup_epochs'] = { type = 'number', min = 0, doc = 'linear lr warm-up from 0, in epochs' },
   ['train.test_every'] = { type = 'integer', min = 0, doc = 'a test phase after every N epochs and the last (0: never)' },
   ['train.log_every'] = { type = 'integer', min = 1, doc = 'a progress line, metrics and diagnostics every N steps' },
   ['data.augment'] = { type = 'boolean', doc = 'random crop (padding 4) and horizontal flip of the training images' },
 }) })
 
-if cfg.data.name ~= 'fashion_mnist' then
-  error("data.name='" .. cfg.data.name .. "': this recipe trains on fashion_mnist only", 0)
-end
 local device = cr.engine.run.setup(cfg)
 
--- data: normalised 28x28 grey images; data.limit keeps the first N of each split
-local limit = cfg.data.limit > 0 and cfg.data.limit or nil
-local root_dir = cfg.data.root ~= '' and cfg.data.root or nil
-local train_set = cr.data.fashion_mnist { root = root_dir, split = 'train', limit = limit }
-local test_set = cr.data.fashion_mnist { root = root_dir, split = 'test', limit = limit }
+-- data: the normalised images of cfg.data (data.limit keeps the first N of each split;
+-- data.val_split tests on held-out training images instead)
+local train_set, test_set, eval_name = cr.data.sources.datasets(cfg)
+if not test_set then
+  error("supervised: data.name='" .. cfg.data.name .. "' has no test split here (image_folder: a val/ folder; " ..
+    'file_list: data.test_list; tar_shards: data.test_root), or hold one out with data.val_split', 0)
+end
+if not train_set.num_classes or train_set.num_classes < 1 then
+  error("supervised: data.name='" .. cfg.data.name .. "' has no labels to train on", 0)
+end
+local workers = cfg.data.workers
 local train_loader = cr.data.Loader(train_set, { batch_size = cfg.data.batch_size, shuffle = true,
                                                  drop_last = true, seed = cfg.train.seed, augment = cfg.data.augment,
-                                                 shard = cr.dist.setup.shard() })
-local test_loader = cr.data.Loader(test_set, { batch_size = 500, shuffle = false, drop_last = false })
+                                                 shard = cr.dist.setup.shard(), workers = workers })
+local test_loader = cr.data.Loader(test_set, { batch_size = 500, shuffle = false, drop_last = false, workers = workers })
 
--- model: 1 input channel, 10 classes; built on the cpu (the same weights for a seed on any
--- device), then moved to the run's device before the optimizer takes its parameters
-local model = nn.models[cfg.model.arch] { stem = 'cifar', width = cfg.model.width, in_channels = 1, num_classes = 10 }
+-- model: the data's channels and classes; built on the cpu (the same weights for a seed on
+-- any device), then moved to the run's device before the optimizer takes its parameters
+local nchan, height = cr.data.sources.image_shape(train_set)
+local stem = cfg.model.stem == 'auto' and (height > 64 and 'imagenet' or 'cifar') or cfg.model.stem
+local model = nn.models[cfg.model.arch] { stem = stem, width = cfg.model.width, in_channels = nchan,
+                                          num_classes = train_set.num_classes }
 model:to(device)
 local freeze = cr.engine.run.freeze(cfg, model)   -- model.freeze=<pattern>: fixed, in eval mode
 local ddp = cr.dist.setup.model(cfg, model)   -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP
@@ -95,9 +107,9 @@ local profile = cr.engine.run.profile_hook(cfg, dir)           -- train.profile=
 if profile then task:add_hook(profile) end
 cr.dist.setup.task(task)   -- k ranks: rank 0 logs, evaluates and checkpoints; the ranks stop together
 
-print(string.format('supervised: %s width %d (%.2fM params) on fashion_mnist (%d train, %d test), ' ..
+print(string.format('supervised: %s width %d (%.2fM params) on %s (%d train, %d %s), ' ..
   '%d epochs, batch %d, lr %g, %d threads%s', cfg.model.arch, cfg.model.width, model:num_parameters() / 1e6,
-  #train_set, #test_set, cfg.train.epochs, cfg.data.batch_size, peak, cr.get_num_threads(),
+  cfg.data.name, #train_set, #test_set, eval_name, cfg.train.epochs, cfg.data.batch_size, peak, cr.get_num_threads(),
   cr.dist.setup.describe(ddp)))
 cr.train(task)
 
@@ -106,7 +118,7 @@ local h = task.storage:history('loss')
 local train_loss = h and h:avg(task.iterations_per_epoch) or 0
 local m = task.metrics
 local function round(v, digits) return tonumber(string.format('%.' .. digits .. 'f', v or 0)) end
-local results = { recipe = 'supervised', epochs = task.epoch, test_top1 = round(m.test_top1, 2),
+local results = { recipe = 'supervised', epochs = task.epoch, evaluated_on = eval_name, test_top1 = round(m.test_top1, 2),
   train_loss = round(train_loss, 4), seconds = round(m.seconds, 1), img_per_s = round(m.train_img_per_s, 1),
   preempted = task.signal }
 print(require('crescent.util').json(results))

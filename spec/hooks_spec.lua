@@ -444,4 +444,35 @@ describe('recipes/supervised.lua', function()
     assert.truthy(io.open(runs .. '.d/supervised/checkpoints/latest.safetensors', 'rb'), 'no checkpoint')
     os.execute("rm -rf '" .. runs .. ".d' '" .. runs .. "'")
   end)
+
+  it('trains on a streamed image folder, list or shards, and asks for a test split', function()
+    local dir = os.tmpname()
+    os.execute("rm -f '" .. dir .. "'")
+    local function run(args)
+      local p = io.popen('luajit recipes/supervised.lua train.epochs=1 model.width=4 data.size=16 data.batch_size=8 ' ..
+        'run.dir=' .. dir .. '/runs ' .. args .. ' 2>&1')
+      local out = p:read('*a')
+      p:close()
+      return out
+    end
+    assert(os.execute('luajit tools/make_image_folder.lua ' .. dir .. '/demo 6 > /dev/null') == 0)
+    local cjson = require 'cjson'
+    for _, args in ipairs {
+      'data.name=image_folder data.root=' .. dir .. '/demo run.name=folder',
+      'data.name=file_list data.root=' .. dir .. '/demo data.list=train.txt data.test_list=val.txt run.name=list',
+      "data.name=tar_shards data.root='" .. dir .. "/demo/shards/train-{000..001}.tar' data.test_root=" .. dir ..
+        '/demo/shards/val-000.tar run.name=shards',
+    } do
+      local out = run(args)
+      local ok, j = pcall(cjson.decode, out:match('([^\n]+)\n?$'))
+      assert.is_true(ok, out)
+      assert.are.equal('test', j.evaluated_on, out)
+      assert.is_true(j.test_top1 >= 0 and j.test_top1 <= 100, out)
+      assert.truthy(out:find('on ' .. args:match('data.name=(%S+)'), 1, true), out)
+    end
+    local out = run('data.name=image_folder data.root=' .. dir .. '/demo/train run.name=none')
+    assert.truthy(out:find('has no test split here', 1, true), out)
+    assert.truthy(out:find('data.val_split', 1, true), out)
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
 end)

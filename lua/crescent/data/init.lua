@@ -20,4 +20,5 @@ return {
   tar_shards = require 'crescent.data.tar_shards',
   images = require 'crescent.data.image_folder',   -- read/decode/probe/resize/write_jpeg/write_png
   transforms = require 'crescent.data.transforms',
+  sources = require 'crescent.data.sources',     -- the data sets of a recipe's data.* keys
 }

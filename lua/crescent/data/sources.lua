@@ -20,20 +20,21 @@ M.defaults = { size = 32, skip_bad = false, val_split = 0, list = '', test_list 
 
 -- Their types and docs (data.name's choices included).
 M.types = {
-    ['data.name'] = { type = 'string', choices = { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder',
-                                                   'file_list', 'tar_shards' },
-                      doc = "the data set (image_folder: data.root with class folders; file_list: data.list's files; " ..
-                            "tar_shards: data.root a pattern of webdataset shards, 'train-{000..143}.tar')" },
-    ['data.test_root'] = { type = 'string', doc = "tar_shards: the test shards' pattern ('': no test set)" },
-    ['data.list'] = { type = 'string', doc = "file_list: a text file of '<path> <label>' lines (paths relative to " ..
-      'data.root), the training images' },
-    ['data.test_list'] = { type = 'string', doc = "file_list: the test images' list ('': no test set)" },
-    ['data.size'] = { type = 'integer', min = 1, doc = 'image side for synthetic images, and the side image_folder ' ..
-      'images are resized to for evaluation (crops are cut from each file at its own size)' },
-    ['data.skip_bad'] = { type = 'boolean', doc = 'image_folder, file_list: replace a file that does not decode by ' ..
-      'the next readable one, with a warning, instead of stopping' },
-    ['data.val_split'] = { type = 'number', min = 0, doc = 'hold out this fraction (< 1) or number of training ' ..
-                                                           'images for the kNN instead of the test set' },
+  ['data.name'] = { type = 'string', choices = { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder',
+                                                 'file_list', 'tar_shards' },
+                    doc = "the data set (image_folder: data.root with class folders; file_list: data.list's files; " ..
+                          "tar_shards: data.root a pattern of webdataset shards, 'train-{000..143}.tar')" },
+  ['data.test_root'] = { type = 'string', doc = "tar_shards: the test shards' pattern ('': no test set)" },
+  ['data.list'] = { type = 'string', doc = "file_list: a text file of '<path> <label>' lines (paths relative to " ..
+    'data.root), the training images' },
+  ['data.test_list'] = { type = 'string', doc = "file_list: the test images' list ('': no test set)" },
+  ['data.size'] = { type = 'integer', min = 1, doc = 'image side for synthetic images, and the side streamed images ' ..
+    '(image_folder, file_list, tar_shards) are resized to in whole-image batches: evaluation, supervised training ' ..
+    '(SSL crops are cut from each file at its own size)' },
+  ['data.skip_bad'] = { type = 'boolean', doc = 'image_folder, file_list: replace a file that does not decode by ' ..
+    'the next readable one, with a warning, instead of stopping' },
+  ['data.val_split'] = { type = 'number', min = 0, doc = 'hold out this fraction (< 1) or number of training ' ..
+                                                         'images and evaluate on them instead of the test set' },
 }
 
 -- A streamed source's train set (opts[key] = train) and test set (opts[key] = test;

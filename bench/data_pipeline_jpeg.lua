@@ -54,9 +54,11 @@ local function loader_rate(ds, views, B, batches, workers)
   return batches * B / sec
 end
 
--- files/s of decoding n of the files whole (spread over the classes), on this thread
+-- files/s of decoding n of the files whole (spread over the classes), on this thread,
+-- after one untimed pass (so that both sides read them from the page cache)
 local function decode_rate(paths, n)
   local step = math.max(1, math.floor(#paths / n))
+  for i = 1, n do cr.data.images.read(paths[1 + (i - 1) * step]) end
   local t0 = harness.now()
   for i = 1, n do cr.data.images.read(paths[1 + (i - 1) * step]) end
   return n / (harness.now() - t0)

@@ -95,22 +95,7 @@ cr.set_num_threads(threads)
 local torch = harness.run_twin('bench/data_pipeline_torch.py', threads,
   string.format('--batch %d --repeats %d --warmup %d', B, args.repeats, args.warmup))
 
-local function fmt(v, pattern) return v and string.format(pattern, v) or '-' end
-
 print(string.format('data pipeline, batch %d of random u8 28x28 images, median of %d (crescent %s)', B,
   args.repeats, cr.version))
-print(string.format('%-16s %7s %14s %10s %14s %10s %7s', 'pipeline', 'threads', 'crescent /s', 'per core',
-  'torch /s', 'per core', 'ratio'))
-local results = {}
-for _, p in ipairs(pipelines) do
-  for _, t in ipairs(thread_counts) do
-    local key = p.name .. '@' .. t
-    local c, tv = crescent[key], torch[key]
-    local ratio = tv and tv > 0 and c / tv or nil
-    print(string.format('%-16s %7d %14.0f %10.0f %14s %10s %7s', p.name, t, c, c / t, fmt(tv, '%.0f'),
-      fmt(tv and tv / t, '%.0f'), fmt(ratio, '%.2f')))
-    results[#results + 1] = { pipeline = p.name, threads = t, crescent = c, torch = tv or cjson.null,
-                              ratio = ratio or cjson.null }
-  end
-end
+local results = harness.ratio_table(pipelines, thread_counts, crescent, torch, 0)
 print(cjson.encode { bench = 'data_pipeline', unit = 'samples/s', batch = B, threads = threads, results = results })

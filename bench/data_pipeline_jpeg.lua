@@ -113,20 +113,7 @@ return function(root, args, threads)
   print(string.format('data pipeline on %d JPEG photographs in %s (%.0f KB a file), batch %d, %d batches timed ' ..
     '(crescent %s; twin: torchvision + PIL in DataLoader workers, %s)', #ds.paths, folder, bytes / n_probe / 1e3, B,
     batches, cr.version, py))
-  print(string.format('%-16s %7s %14s %10s %14s %10s %7s', 'pipeline', 'threads', 'crescent /s', 'per core',
-    'torch /s', 'per core', 'ratio'))
-  local results = {}
-  for _, p in ipairs(PIPELINES) do
-    for _, t in ipairs(thread_counts) do
-      local key = p.name .. '@' .. t
-      local cv, tv = c[key], torch[key]
-      local ratio = tv and tv > 0 and cv / tv or nil
-      print(string.format('%-16s %7d %14.1f %10.1f %14s %10s %7s', p.name, t, cv, cv / t, fmt(tv, '%.1f'),
-        fmt(tv and tv / t, '%.1f'), fmt(ratio, '%.2f')))
-      results[#results + 1] = { pipeline = p.name, threads = t, crescent = cv, torch = tv or cjson.null,
-                                ratio = ratio or cjson.null }
-    end
-  end
+  local results = harness.ratio_table(PIPELINES, thread_counts, c, torch, 1)
   local td = torch.decode
   print(string.format('decode alone, 1 thread, files/s: crescent (libturbojpeg) %.1f, PIL %s, ratio %s', c.decode,
     fmt(td, '%.1f'), fmt(td and c.decode / td, '%.2f')))

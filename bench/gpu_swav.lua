@@ -105,7 +105,7 @@ for _, run in ipairs({ { 'swav', swav_rate }, { 'supervised', supervised_rate } 
     local m1 = cr.cuda.memory_stats(0)
     print(string.format('crescent %s: %s img/s; peak GPU memory %.2f GiB, %d cudaMalloc calls (%s in the timed steps), ' ..
       '%d out-of-memory retries', key, ok and r and string.format('%.1f', r) or '-', m1.peak_allocated_bytes / 2 ^ 30,
-      m1.device_mallocs - m0.device_mallocs, tostring(timed_mallocs), m1.oom_retries - m0.oom_retries))
+      m1.device_mallocs - m0.device_mallocs, timed_mallocs and tostring(timed_mallocs) or '-', m1.oom_retries - m0.oom_retries))
     timed_mallocs = nil
   end
 end

@@ -137,6 +137,28 @@ end
 -- Runs <python> <script> [args] on `threads` (python: /usr/bin/python3, Debian's CPU
 -- PyTorch, unless given); returns {bench = value} from its JSON lines (empty, with a
 -- printed reason, when the twin could not run).
+-- Prints a pipelines x thread counts table of samples/s, crescent's and the twin's
+-- (figures keyed '<pipeline>@<threads>'), per core and their ratio, with `digits`
+-- decimals; returns the rows for the JSON line ({pipeline, threads, crescent, torch, ratio}).
+function H.ratio_table(pipelines, thread_counts, crescent, torch, digits)
+  local function fmt(v, pattern) return v and string.format(pattern, v) or '-' end
+  local num = '%.' .. digits .. 'f'
+  print(string.format('%-16s %7s %14s %10s %14s %10s %7s', 'pipeline', 'threads', 'crescent /s', 'per core',
+    'torch /s', 'per core', 'ratio'))
+  local rows = {}
+  for _, p in ipairs(pipelines) do
+    for _, t in ipairs(thread_counts) do
+      local key = p.name .. '@' .. t
+      local c, tv = crescent[key], torch[key]
+      local ratio = tv and tv > 0 and c / tv or nil
+      print(string.format('%-16s %7d %14s %10s %14s %10s %7s', p.name, t, fmt(c, num), fmt(c / t, num), fmt(tv, num),
+        fmt(tv and tv / t, num), fmt(ratio, '%.2f')))
+      rows[#rows + 1] = { pipeline = p.name, threads = t, crescent = c, torch = tv or cjson.null, ratio = ratio or cjson.null }
+    end
+  end
+  return rows
+end
+
 function H.run_twin(script, threads, args, python)
   local p = io.popen(string.format('CRESCENT_THREADS=%d %s %s %s 2>&1', threads, python or '/usr/bin/python3', script,
     args or ''))

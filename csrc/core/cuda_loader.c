@@ -62,6 +62,7 @@ static void open_backend(void) {
         return;
     }
     backend = be;
+    cr_memory_set_gpu_gc_floor(be.gc_every_bytes);
     loaded = true;
 }
 

@@ -12,7 +12,8 @@ static int64_t stat_live_bytes, stat_peak_bytes, stat_live_tensors, stat_live_st
  * but seen by the GC hint: dead GPU tensors are freed only when Lua collects their
  * handles, so GPU garbage must count towards a collection too, or it piles up until the
  * device is full (seen on an H200: 139 GiB held by a ResNet-50 benchmark). The floor is
- * the backend's gc_every_bytes (an eighth of the smallest device). */
+ * the backend's gc_every_bytes (an eighth of the smallest device), set once when the
+ * backend loads (cr_memory_set_gpu_gc_floor). */
 static int64_t stat_gpu_live_bytes, stat_gpu_since_hint, gpu_hint_floor = (int64_t)1 << 30;
 
 /* Larger than any machine we run on: a size past this is a mistake, not a request. */
@@ -57,6 +58,10 @@ static int hint_due(int64_t *since_counter, const int64_t *live_counter, int64_t
     return 1;
 }
 
+void cr_memory_set_gpu_gc_floor(int64_t bytes) {
+    if (bytes > 0) __atomic_store_n(&gpu_hint_floor, bytes, __ATOMIC_RELAXED);
+}
+
 int cr_memory_gc_hint(void) {
     int cpu = hint_due(&stat_since_hint, &stat_live_bytes, (int64_t)64 << 20);
     int gpu = hint_due(&stat_gpu_since_hint, &stat_gpu_live_bytes,
@@ -92,7 +97,6 @@ static cr_status storage_new_cuda(cr_storage **out, size_t alloc, cr_device dev,
     }
     (*out)->pinned = pinned;
     if (!pinned) {
-        __atomic_store_n(&gpu_hint_floor, be->gc_every_bytes, __ATOMIC_RELAXED);
         __atomic_add_fetch(&stat_gpu_live_bytes, (int64_t)alloc, __ATOMIC_RELAXED);
         __atomic_add_fetch(&stat_gpu_since_hint, (int64_t)alloc, __ATOMIC_RELAXED);
     }

@@ -39,6 +39,13 @@ static bool env_is(const char *name, char v) {
     return e && e[0] == v && !e[1];
 }
 
+/* CRESCENT_CUDNN_GRAPH=0, read once (every convolution asks) */
+static bool graph_off(void) {
+    static int off = -1;
+    if (off < 0) off = env_is("CRESCENT_CUDNN_GRAPH", '0');
+    return off;
+}
+
 static void parts_free(plan_parts *p) {
     cudnnBackendDescriptor_t all[] = {p->plan, p->heur, p->graph, p->op, p->conv, p->y, p->w, p->x};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -282,7 +289,7 @@ cr_status cr_gpu_conv_graph(cudnnHandle_t h, int device, cr_conv_dir dir, const 
     *ran = false;
     cr_dtype dt = x->dtype;
     bool f32_ok = dt == CR_DT_F32 && cr_gpu_tf32_setting() != 0;
-    if (env_is("CRESCENT_CUDNN_GRAPH", '0') || deterministic || params[6] != 1 ||
+    if (graph_off() || deterministic || params[6] != 1 ||
         !(f32_ok || dt == CR_DT_BF16 || dt == CR_DT_F16) || !aligned16(x) || !aligned16(w) || !aligned16(y))
         return CR_OK;
     void *ptrs[3] = {cr_tensor_ptr(x), cr_tensor_ptr(w), cr_tensor_ptr(y)};

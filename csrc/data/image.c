@@ -36,6 +36,7 @@ typedef struct {
 
 static pthread_key_t decoder_key;
 static pthread_once_t decoder_once = PTHREAD_ONCE_INIT;
+static bool decoder_key_ok;
 
 static void decoder_destroy(void *p) {
     decoder *d = p;
@@ -43,13 +44,13 @@ static void decoder_destroy(void *p) {
     free(d);
 }
 
-static void decoder_key_init(void) {
-    if (pthread_key_create(&decoder_key, decoder_destroy)) abort(); /* only with no keys left at all */
-}
+static void decoder_key_init(void) { decoder_key_ok = pthread_key_create(&decoder_key, decoder_destroy) == 0; }
 
-/* This thread's decoder; NULL when out of memory (jpeg_handle then says so). */
+/* This thread's decoder; NULL when out of memory or out of thread keys (jpeg_handle then
+ * says so). */
 static decoder *thread_decoder(void) {
     pthread_once(&decoder_once, decoder_key_init);
+    if (!decoder_key_ok) return NULL;
     decoder *d = pthread_getspecific(decoder_key);
     if (!d && (d = calloc(1, sizeof *d)) && pthread_setspecific(decoder_key, d)) {
         free(d);
@@ -145,7 +146,8 @@ static int check_dims(const char *path, const char *fmt, int64_t h, int64_t w, c
 
 static int jpeg_handle(decoder *d, const char *path, char *err, size_t cap) {
     if (!d) {
-        snprintf(err, cap, "'%s': out of memory for a JPEG decoder", path);
+        snprintf(err, cap, "'%s': cannot keep a JPEG decoder for this thread (out of memory or of "
+                 "thread-local keys)", path);
         return -1;
     }
     if (!d->tj) d->tj = tjInitDecompress();

@@ -414,8 +414,6 @@ dim3 sums_grid(int64_t M, int64_t C, int64_t *rows_per_block) {
     return dim3((unsigned)cblocks, (unsigned)(mblocks < 1 ? 1 : mblocks > 65535 ? 65535 : mblocks));
 }
 
-bool fits_32(int64_t n) { return n < ((int64_t)1 << 31); }
-
 // Whether x's rows (and every other vector operand) suit the row kernels.
 template <typename TX> bool rows_ok(int64_t M, int64_t C, int64_t S, int channels_last,
                                     std::initializer_list<const void *> ptrs) {

@@ -21,6 +21,9 @@ inline unsigned grid_for(int64_t work, int threads = THREADS) {
     return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
 }
 
+// Whether n elements (or offsets) index in 31 bits, so kernels may use 32-bit indices.
+inline bool fits_32(int64_t n) { return n < ((int64_t)1 << 31); }
+
 #define GRID_STRIDE(i, n)                                                              \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);          \
          i += (int64_t)gridDim.x * blockDim.x)

@@ -216,7 +216,7 @@ cudaError_t launch_dense_half(const crk_iter *it, int op, const Params &q, bool 
 bool dense_f32(const crk_iter *it) { return dense_of(it, F32, 4, 16); }
 
 // Whether every flat index and every operand's byte offset fits in 31 bits.
-bool fits_32(const crk_iter *it) {
+bool offsets_fit_32(const crk_iter *it) {
     const int64_t lim = ((int64_t)1 << 31) - 1;
     if (it->numel > lim) return false;
     for (int k = 0; k < it->nargs; k++) {
@@ -244,7 +244,7 @@ void launch_indexed(const crk_iter *it, int op, const Params &q, bool reads_out,
 
 template <typename T>
 cudaError_t launch(const crk_iter *it, int op, const Params &q, bool reads_out, cudaStream_t s) {
-    if (fits_32(it)) launch_indexed<T, int32_t, uint32_t>(it, op, q, reads_out, s);
+    if (offsets_fit_32(it)) launch_indexed<T, int32_t, uint32_t>(it, op, q, reads_out, s);
     else launch_indexed<T, int64_t, uint64_t>(it, op, q, reads_out, s);
     return cudaGetLastError();
 }

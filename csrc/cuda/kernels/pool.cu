@@ -176,8 +176,6 @@ template <typename T> __global__ void adaptive_bwd(crk_pool g, const T *gy, T *g
 } // namespace
 
 
-static bool fits_32(int64_t n) { return n < ((int64_t)1 << 31); }
-
 extern "C" int crk_max_pool2d(const crk_pool *g, const void *x, void *y, int64_t *ind, cudaStream_t s) {
     int64_t n = g->planes * g->oh * g->ow, in = g->planes * g->h * g->w;
     if (!n) return 0;

@@ -277,6 +277,25 @@ describe('ssl.extract_features and hooks.knn', function()
     H.assert_error(function() again:after_train(resumed) end, 'measured twice')
     H.assert_error(function() cr.hooks.knn { train_set = ds } end, 'test_set must be a data set')
   end)
+
+  it('measures at the end of every N-th epoch, but not after a phase a signal or stop request ended', function()
+    local ds = cr.data.synthetic { n = 20, shape = { 1, 12, 12 }, num_classes = 2 }
+    local h = cr.hooks.knn { train_set = ds, test_set = ds, k = 3, every = 1, model = tiny_trunk(),
+                             out = { write = function() end, flush = function() end } }
+    local measured = 0
+    h.measure = function() measured = measured + 1; return 50, 100 end
+    local task = { phase_name = 'train', iteration = 4, epoch = 0, epochs = 3, metrics = {},
+                   storage = { put_scalar = function() end } }
+    h:after_phase(task)
+    assert.are.equal(1, measured)
+    -- preempted mid-epoch (a run killed here measured the whole train set before its
+    -- checkpoint, past a scheduler's grace period)
+    task.signal, task.stop_requested = 'SIGTERM', true
+    h:after_phase(task)
+    task.signal = nil
+    h:after_phase(task)
+    assert.are.equal(1, measured)
+  end)
 end)
 
 describe('ssl recipes', function()

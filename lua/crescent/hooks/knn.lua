@@ -63,6 +63,9 @@ function Knn:load_state_dict(s) self.measured_at = s.measured_at end
 
 function Knn:after_phase(task)
   if task.phase_name ~= 'train' or self.every == 0 then return end
+  -- a phase a signal or a stop request ended: the epoch may be cut short, and a
+  -- preempted run must reach its checkpoint within the grace period, not after a kNN
+  if task.signal or task.stop_requested then return end
   local done = task.epoch + 1  -- epochs finished, this one included
   if done % self.every == 0 and done < task.epochs then
     self:record(task, string.format('epoch %d/%d', done, task.epochs))

@@ -428,6 +428,45 @@ describe('Loader', function()
     assert.are.same(want, loader:order(epoch):totable())
   end)
 
+  it('cr_data_buffer_shuffle follows its documented buffer and word order', function()
+    local BUFFER = 0x4275666665723031ULL
+    local function shuffled(stream, buffer, seed, epoch)
+      local box = ffi.new('cr_tensor*[1]')
+      if C.cr_data_buffer_shuffle(box, cr.tensor(stream, { dtype = 'i64' }), buffer, seed, epoch) ~= 0 then
+        error(ffi.string(C.cr_last_error()), 0)
+      end
+      return ffi.gc(box[0], C.cr_tensor_free):totable()
+    end
+    local stream = {}
+    for i = 1, 40 do stream[i] = 100 + 3 * i end
+    local seed, epoch, buffer = 4, 2, 6
+    local w = words(64, mix(mix(bit.bxor(ffi.cast('uint64_t', seed), BUFFER)) + epoch), 0)
+    local pool, want, k = {}, {}, 0
+    local function pick(n)
+      local slot = tonumber(bit.rshift(ffi.cast('uint64_t', w[k]) * n, 32)) + 1
+      k = k + 1
+      return slot
+    end
+    for _, row in ipairs(stream) do
+      if #pool < buffer then pool[#pool + 1] = row
+      else
+        local j = pick(buffer)
+        want[#want + 1] = pool[j]
+        pool[j] = row
+      end
+    end
+    while #pool > 0 do
+      local j = pick(#pool)
+      want[#want + 1] = pool[j]
+      pool[j] = pool[#pool]
+      pool[#pool] = nil
+    end
+    assert.are.same(want, shuffled(stream, buffer, seed, epoch))
+    assert.are.same(stream, shuffled(stream, 1, seed, epoch))        -- a buffer of one: the stream itself
+    assert.are_not.same(want, shuffled(stream, buffer, seed, epoch + 1))
+    H.assert_error(function() shuffled(stream, 0, seed, epoch) end, 'buffer = 0 must be in [1, 2^32)')
+  end)
+
   it('visits each sample once per epoch; shuffle = false keeps the data set order', function()
     local ds = synthetic(23, 2, 2)
     local seen = {}

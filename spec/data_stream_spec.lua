@@ -328,8 +328,8 @@ describe('tar shards', function()
   end
   local list = tmpdir.write('tar_list.txt', table.concat(lines, '\n') .. '\n')
 
-  it('reads every sample by its offset: the batches of the same images listed as files', function()
-    local ds = data.tar_shards { urls = path('shard-{00..01}.tar'), size = 12 }
+  it('with shuffle_buffer = 0 reads every sample by its offset: the batches of the same images listed as files', function()
+    local ds = data.tar_shards { urls = path('shard-{00..01}.tar'), size = 12, shuffle_buffer = 0 }
     assert.are.equal(9, #ds)
     assert.are.same(labels, ds.labels:totable())
     has(ds.paths[2], 'shard-00.tar:s02xxxx')
@@ -344,6 +344,103 @@ describe('tar shards', function()
     assert.are.equal(3, #b.index)
     assert.are.equal(6, #rest)
     assert.are.same(held.members.names[1], held.paths[1]:match(':(.*)$'))
+  end)
+
+  -- six shards of six samples (the folder's images again under new keys)
+  local many = {}
+  for shard = 0, 5 do
+    local dir = 'tar_many' .. shard
+    mkdir(dir)
+    for j = 1, 6 do
+      local i = (shard * 6 + j - 1) % #src + 1
+      local key = string.format('m%d_%d', shard, j)
+      assert(os.execute(string.format("cp '%s' '%s/%s.%s'", src.paths[i], path(dir), key, src.paths[i]:match('%.(%a+)$'))) == 0)
+      tmpdir.write(dir .. '/' .. key .. '.cls', tostring(labels[i]) .. '\n')
+    end
+    many[#many + 1] = path(string.format('many-%d.tar', shard))
+    assert(os.execute(string.format("cd '%s' && tar -cf '%s' $(ls | sort)", path(dir), many[#many])) == 0)
+  end
+
+  -- the rows of an epoch in the order the batches hand them out
+  local function rows_of(batches)
+    local out = {}
+    for _, b in ipairs(batches) do
+      for _, r in ipairs(b.index:totable()) do out[#out + 1] = r end
+    end
+    return out
+  end
+
+  it('reads each shard front to back through a shuffle buffer: every sample once, the same bytes', function()
+    local ds = data.tar_shards { urls = many, size = 12, shuffle_buffer = 5 }
+    assert.are.equal(36, #ds)
+    assert.are.equal(5, ds.shuffle_buffer)
+    local loader = data.Loader(ds, { batch_size = 4, seed = 3, workers = 2 })
+    local epoch0 = epoch_of(loader, 0)
+    local stats = loader:stream_stats()
+    assert.are.same({ members = 36, backward_seeks = 0 }, { members = stats.members, backward_seeks = stats.backward_seeks })
+    assert.is_true(stats.peak_members <= 5 + (4 + 1) * 4, 'peak ' .. stats.peak_members)   -- buffer + batches in flight
+    local rows = rows_of(epoch0)
+    local seen = {}
+    for _, r in ipairs(rows) do seen[r] = (seen[r] or 0) + 1 end
+    for r = 0, 35 do assert.are.equal(1, seen[r], 'row ' .. r) end
+    -- shards are visited whole: a row leaves at most `buffer` places after it was read
+    local order, stream = require('crescent.data.shard_order').epoch(ds, { seed = 3, epoch = 0, shuffle = true, size = 36 })
+    assert.are.same(rows, order:totable())
+    local at = {}
+    for k, r in ipairs(stream:totable()) do at[r] = k end
+    for k, r in ipairs(rows) do assert.is_true(at[r] <= k + 5, 'row ' .. r .. ' read at ' .. at[r] .. ', out at ' .. k) end
+    local shard_of = {}
+    for k, r in ipairs(stream:totable()) do shard_of[k] = math.floor(r / 6) end
+    for k = 1, 36, 6 do
+      for j = k + 1, k + 5 do assert.are.equal(shard_of[k], shard_of[j]) end
+    end
+    assert.are_not.same(rows, rows_of(epoch_of(loader, 1)))   -- another epoch, another order
+    -- the images are those read one by one (shuffle_buffer = 0), row by row
+    local by_row = {}
+    for _, b in ipairs(epoch_of(data.Loader(data.tar_shards { urls = many, size = 12, shuffle_buffer = 0 },
+        { batch_size = 9, seed = 3, workers = 1 }), 0)) do
+      for i, r in ipairs(b.index:totable()) do by_row[r] = b.input:select(0, i - 1) end
+    end
+    for _, b in ipairs(epoch0) do
+      for i, r in ipairs(b.index:totable()) do same(by_row[r], b.input:select(0, i - 1), 'row ' .. r) end
+    end
+  end)
+
+  it('gives the same multi-crop batches for any worker count, and resumes mid-epoch reading only the rest', function()
+    local ds = data.tar_shards { urls = many, shuffle_buffer = 7 }
+    local function with(workers) return data.Loader(ds, { batch_size = 5, views = multicrop(), seed = 2, workers = workers }) end
+    local full = epoch_of(with(1), 1)
+    assert_same_epochs(full, epoch_of(with(3), 1))
+    local resumed = with(2)
+    local tail = epoch_of(resumed, 1, 3)
+    assert_same_epochs({ table.unpack(full, 4) }, tail)
+    assert.are.equal(7 * 5 - 3 * 5, resumed:stream_stats().members)   -- drop_last: 7 batches of 5
+    assert.are.equal(0, resumed:stream_stats().backward_seeks)
+  end)
+
+  it('deals whole shards to the ranks: each reads only its own, all the same number of samples', function()
+    local ds = data.tar_shards { urls = many, size = 12, shuffle_buffer = 4 }
+    for epoch = 0, 1 do
+      local got = {}
+      for rank = 0, 3 do
+        local loader = data.Loader(ds, { batch_size = 3, seed = 5, workers = 1, shard = { rank = rank, world_size = 4 } })
+        assert.are.equal(9, loader:size())
+        local rows = rows_of(epoch_of(loader, epoch))
+        assert.are.equal(9, #rows)
+        local shards = {}
+        for _, r in ipairs(rows) do shards[math.floor(r / 6)] = true end
+        for sh in pairs(shards) do
+          assert.is_nil(got[sh], 'shard ' .. sh .. ' read by two ranks')
+          got[sh] = rank
+        end
+      end
+    end
+    local err = err_of(function()
+      epoch_of(data.Loader(ds, { batch_size = 1, workers = 1, shard = { rank = 6, world_size = 7 } }), 0)
+    end)
+    has(err, '6 tar shards for 7 ranks: rank 6 reads none')
+    has(err_of(require('crescent.data.dataset').StreamedDataset, { paths = { 'a.jpg' }, shuffle_buffer = 4 }), 'leave it 0')
+    has(err_of(data.tar_shards, { urls = many, shuffle_buffer = -1 }), 'shuffle_buffer must be an integer')
   end)
 
   it('feed a recipe: MoCo from data.root shards, the kNN on data.test_root', function()

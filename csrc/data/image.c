@@ -429,6 +429,29 @@ static int decode_into(decoder *d, const char *path, int want_c, int oh, int ow,
     return 0;
 }
 
+/* A decoded image at its size, or resized to height x width (0: its own), in a new
+ * malloc'd CHW block. */
+static cr_status finish_load(const char *name, raw_image *r, int channels, int height, int width, uint8_t **pix,
+                             int64_t *h, int64_t *w) {
+    int oh = height ? height : r->h, ow = width ? width : r->w;
+    uint8_t *out = malloc((size_t)channels * (size_t)oh * (size_t)ow);
+    if (!out) {
+        free(r->pix);
+        return cr_fail(CR_ERR_OOM, "'%s': out of memory for a %d x %d image", name, oh, ow);
+    }
+    resize_into(r->pix, channels, r->h, r->w, 1, (int64_t)r->w * channels, channels, out, oh, ow);
+    free(r->pix);
+    *pix = out;
+    *h = oh;
+    *w = ow;
+    return CR_OK;
+}
+
+/* An archive member's name in messages: "<archive>:<member>". */
+static void member_name(char *dst, size_t cap, const char *path, const char *member) {
+    snprintf(dst, cap, "%.300s:%.200s", path, member);
+}
+
 cr_status cr_image_load(const char *path, const char *member, int64_t offset, int64_t length, int channels,
                         int height, int width, uint8_t **pix, int64_t *h, int64_t *w) {
     *pix = NULL;
@@ -438,7 +461,7 @@ cr_status cr_image_load(const char *path, const char *member, int64_t offset, in
     int rc;
     if (member) {
         char name[IMG_ERRCAP];
-        snprintf(name, sizeof name, "%.300s:%.200s", path, member);
+        member_name(name, sizeof name, path, member);
         uint8_t *buf;
         rc = read_member(path, name, offset, length, &buf, err, sizeof err);
         if (!rc) rc = decode_bytes(d, name, buf, (size_t)length, channels, &r, err, sizeof err);
@@ -446,18 +469,17 @@ cr_status cr_image_load(const char *path, const char *member, int64_t offset, in
         rc = decode_file(d, path, channels, &r, err, sizeof err);
     }
     if (rc) return cr_fail(CR_ERR_ARG, "%s", err);
-    int oh = height ? height : r.h, ow = width ? width : r.w;
-    uint8_t *out = malloc((size_t)channels * (size_t)oh * (size_t)ow);
-    if (!out) {
-        free(r.pix);
-        return cr_fail(CR_ERR_OOM, "'%s': out of memory for a %d x %d image", path, oh, ow);
-    }
-    resize_into(r.pix, channels, r.h, r.w, 1, (int64_t)r.w * channels, channels, out, oh, ow);
-    free(r.pix);
-    *pix = out;
-    *h = oh;
-    *w = ow;
-    return CR_OK;
+    return finish_load(path, &r, channels, height, width, pix, h, w);
+}
+
+cr_status cr_image_load_encoded(const char *name, uint8_t *buf, int64_t len, int channels, int height, int width,
+                                uint8_t **pix, int64_t *h, int64_t *w) {
+    *pix = NULL;
+    char err[IMG_ERRCAP];
+    raw_image r;
+    if (decode_bytes(thread_decoder(), name, buf, (size_t)len, channels, &r, err, sizeof err))
+        return cr_fail(CR_ERR_ARG, "%s", err);
+    return finish_load(name, &r, channels, height, width, pix, h, w);
 }
 
 /* ---- public: probe, read, decode_files, resize ------------------------------------ */

@@ -32,6 +32,7 @@ struct cr_data_pipeline {
     /* the job (read-only once the workers run) */
     cr_tensor *images, *labels, *order;
     cr_data_paths *paths; /* streamed instead of images */
+    cr_stream_reader *reader; /* NULL, or the archives read front to back (job->stream) */
     int channels, height, width;
     bool skip_bad;
     int64_t skipped;               /* under mu: files replaced so far */
@@ -65,12 +66,21 @@ static void drop_outs(cr_tensor **out, int n) {
     }
 }
 
-/* Entry i of the path table (a file, or an archive member) decoded. */
-static cr_status load_one(const cr_data_paths *paths, int64_t i, int channels, int th, int tw, uint8_t **pix,
-                          int64_t *h, int64_t *w) {
+/* Entry i of the path table (a file, or an archive member) decoded: from the sequential
+ * reader when it holds the row (reader non-NULL), else read on its own. */
+static cr_status load_one(const cr_data_paths *paths, cr_stream_reader *reader, int64_t i, int channels, int th,
+                          int tw, uint8_t **pix, int64_t *h, int64_t *w) {
     int64_t offset = 0, length = -1;
     const char *member = cr_data_paths_member(paths, i, &offset, &length);
-    return cr_image_load(cr_data_paths_get(paths, i), member, offset, length, channels, th, tw, pix, h, w);
+    const char *path = cr_data_paths_get(paths, i);
+    uint8_t *bytes;
+    int64_t len;
+    if (reader && member && cr_stream_reader_take(reader, i, &bytes, &len)) {
+        char name[CR_PIPE_MSG];
+        snprintf(name, sizeof name, "%.300s:%.200s", path, member);
+        return cr_image_load_encoded(name, bytes, len, channels, th, tw, pix, h, w);
+    }
+    return cr_image_load(path, member, offset, length, channels, th, tw, pix, h, w);
 }
 
 /* Sample row's image: its file decoded, or with skip_bad the next readable file's (the
@@ -80,7 +90,7 @@ static cr_status load_sample(cr_data_pipeline *p, int64_t row, uint8_t **pix, in
     int64_t n = cr_data_paths_count(p->paths);
     int th = p->ngroups ? 0 : p->height, tw = p->ngroups ? 0 : p->width;
     *used = row;
-    cr_status st = load_one(p->paths, row, p->channels, th, tw, pix, h, w);
+    cr_status st = load_one(p->paths, p->reader, row, p->channels, th, tw, pix, h, w);
     if (!st || !p->skip_bad || st == CR_ERR_OOM) return st;
     char first[CR_PIPE_MSG];
     snprintf(first, sizeof first, "%s", cr_last_error());
@@ -89,7 +99,7 @@ static cr_status load_sample(cr_data_pipeline *p, int64_t row, uint8_t **pix, in
     pthread_mutex_unlock(&p->mu);
     for (int64_t k = 1; k < n && st && st != CR_ERR_OOM; k++) {
         *used = (row + k) % n;
-        st = load_one(p->paths, *used, p->channels, th, tw, pix, h, w);
+        st = load_one(p->paths, NULL, *used, p->channels, th, tw, pix, h, w);
     }
     if (st && st != CR_ERR_OOM)
         return cr_fail(CR_ERR_ARG, "pipeline: no file of the %lld decodes (the first: %s)", (long long)n, first);
@@ -288,12 +298,23 @@ static cr_status check_job(const cr_data_pipeline_job *j) {
     if (j->first_batch < 0 || j->first_batch > j->num_batches)
         return cr_fail(CR_ERR_ARG, "pipeline: first_batch = %lld must be in [0, %lld]",
                        (long long)j->first_batch, (long long)j->num_batches);
+    const cr_tensor *s = j->stream;
+    if (s) {
+        int64_t off, len;
+        if (!j->paths || n == 0 || !cr_data_paths_member(j->paths, 0, &off, &len))
+            return cr_fail(CR_ERR_ARG, "pipeline: a stream orders the reads of archive members (tar shards); "
+                           "this job has %s", j->paths ? "plain files" : "images in memory");
+        if (s->dtype != CR_DT_I64 || s->ndim != 1 || cr_tensor_device(s) != CR_DEV_CPU || !cr_tensor_is_contiguous(s))
+            return cr_fail(CR_ERR_ARG, "pipeline: stream must be a contiguous CPU i64 tensor [S] (rows in read "
+                           "order), got %s", cr_shape_str(s, buf, sizeof buf));
+    }
     return CR_OK;
 }
 
 /* ---- lifetime ---- */
 
 static void release_job(cr_data_pipeline *p) {
+    cr_stream_reader_free(p->reader);
     cr_data_paths_free(p->paths);
     cr_tensor_free(p->images);
     cr_tensor_free(p->labels);
@@ -306,6 +327,30 @@ static void release_job(cr_data_pipeline *p) {
     pthread_cond_destroy(&p->ready);
     pthread_mutex_destroy(&p->mu);
     free(p);
+}
+
+/* The sequential reader of job->stream, told how often the remaining batches use each
+ * row (so it skips the rows a resumed epoch has done). */
+static cr_status start_reader(cr_data_pipeline *p, const cr_data_pipeline_job *job) {
+    int64_t n = cr_data_paths_count(p->paths);
+    int32_t *need = calloc((size_t)n, sizeof *need);
+    if (!need) return cr_fail(CR_ERR_OOM, "pipeline: out of memory for the read plan of %lld rows", (long long)n);
+    const int64_t *ord = (const int64_t *)cr_tensor_ptr(p->order);
+    int64_t ostride = p->order->stride[0], end = p->num_batches * p->batch_size;
+    if (end > p->rows) end = p->rows;
+    for (int64_t t = job->first_batch * p->batch_size; t < end; t++) {
+        int64_t row = ord[t * ostride];
+        if (row >= 0 && row < n && need[row] < INT32_MAX) need[row]++;
+    }
+    cr_status st = cr_stream_reader_new(&p->reader, p->paths, (const int64_t *)cr_tensor_ptr(job->stream),
+                                        job->stream->shape[0], need);
+    free(need);
+    return st;
+}
+
+void cr_data_pipeline_stream_stats(cr_data_pipeline *p, cr_data_stream_stats *out) {
+    if (p) cr_stream_reader_stats_get(p->reader, out);
+    else memset(out, 0, sizeof *out);
 }
 
 cr_status cr_data_pipeline_start(cr_data_pipeline **out, const cr_data_pipeline_job *job) {
@@ -358,6 +403,10 @@ cr_status cr_data_pipeline_start(cr_data_pipeline **out, const cr_data_pipeline_
     if (!ok) {
         release_job(p);
         return cr_fail(CR_ERR_OOM, "pipeline: out of memory for %d slots", job->prefetch);
+    }
+    if (job->stream && (st = start_reader(p, job))) {
+        release_job(p);
+        return st;
     }
     /* Workers block every signal (they inherit the mask): Ctrl-C and friends stay with
      * the threads that run Lua. */

@@ -33,6 +33,17 @@ cr_status cr_data_read_idx(cr_tensor **out, const char *path);
 cr_status cr_data_permutation(cr_tensor **out, int64_t n, uint64_t seed, uint64_t epoch,
                               bool shuffle);
 
+/* The order in which a shuffle buffer of `buffer` rows emits the rows of `stream` (i64
+ * [M], the rows in the order they are read; webdataset's shuffle): the first `buffer`
+ * rows fill it; then each row read replaces a uniformly chosen one, which is emitted;
+ * when the stream ends, the rows left are emitted in random order. Draw k (the k-th
+ * pick) uses word k of Philox(key = mix(mix(seed ^ BUFFER) + epoch)), BUFFER =
+ * 0x4275666665723031, the slot (w * held) >> 32. So the row emitted k-th was read among
+ * the first k + buffer rows: a reader going front to back holds at most `buffer` rows
+ * that wait. Returns i64 [M]. */
+cr_status cr_data_buffer_shuffle(cr_tensor **out, const cr_tensor *stream, int64_t buffer, uint64_t seed,
+                                 uint64_t epoch);
+
 /* Training augmentation of cr_data_make_batch: pad the image by `pad` pixels of value 0
  * on every side, crop it back to H x W at a random offset, then flip it left-right
  * with probability 1/2 when `hflip` is non-zero (torchvision's RandomCrop(padding) +
@@ -205,7 +216,21 @@ typedef struct {
     uint64_t seed, epoch;             /* the crops' draws */
     int32_t workers;                  /* threads, 1 .. 64 */
     int32_t prefetch;                 /* ring slots, 1 .. 1024 */
+    const cr_tensor *stream;          /* NULL, or (paths of archive members only) i64 [S]: rows in
+                                       * the order to read them, each archive front to back, each
+                                       * row at most once; the workers then take each row's bytes
+                                       * from one sequential reader (stream_reader.c), which keeps
+                                       * the rows read ahead of their batch in memory and skips the
+                                       * rows no remaining batch uses. A row not in it is read on
+                                       * its own. Give the order from cr_data_buffer_shuffle over
+                                       * it, so that what waits stays bounded by its buffer. */
 } cr_data_pipeline_job;
+
+/* What a pipeline's sequential reader did (all 0 without a stream): members read, their
+ * bytes, seeks that went backwards, and the most bytes and members waiting at once. */
+typedef struct {
+    int64_t members, bytes, backward_seeks, peak_bytes, peak_members;
+} cr_data_stream_stats;
 
 typedef struct cr_data_pipeline cr_data_pipeline;
 
@@ -225,6 +250,9 @@ cr_status cr_data_pipeline_next(cr_data_pipeline *p, cr_tensor **outs);
 /* Streamed with skip_bad: the files replaced so far in this pipeline, and the first
  * one's message ("'<path>': <problem>") in msg (cap bytes; "" when none). */
 int64_t cr_data_pipeline_skipped(cr_data_pipeline *p, char *msg, int64_t cap);
+
+/* The sequential reader's figures so far (zeros when the job had no stream). */
+void cr_data_pipeline_stream_stats(cr_data_pipeline *p, cr_data_stream_stats *out);
 
 /* Stops the workers: each finishes the batch it is building, then all are joined and
  * the ring's batches freed. Idempotent; next fails afterwards. */

@@ -128,9 +128,12 @@ end
 -- are cut from the image at its own size, plain batches resize it to size = {h, w}.
 --   StreamedDataset{paths = {...}, labels = i64 [N] | nil, channels = 3, size = {h, w} | nil,
 --                   mean =, std =, num_classes =, name =, classes =, root =,
---                   skip_bad = false, warn = function(msg), members = nil}
+--                   skip_bad = false, warn = function(msg), members = nil, shuffle_buffer = 0}
 -- members = {files =, names =, offsets =, lengths =}: the samples are archive members (tar
 -- shards), sample i the lengths[i] bytes at offsets[i] of files[i]; paths then name them.
+-- shuffle_buffer = N > 0 (members only): the Loader reads each archive front to back and
+-- orders an epoch through a shuffle buffer of N samples (crescent.data.shard_order)
+-- instead of a full shuffle with a read per sample.
 -- skip_bad: a file that does not decode is replaced by the next readable one (the rows
 -- after it, wrapping round; its label goes with it, the draws stay keyed by the row),
 -- and the Loader warns (warn, default: stderr) after each epoch; else it stops the loader.
@@ -164,11 +167,21 @@ function M.StreamedDataset(o)
       end
     end
   end
+  local buffer = o.shuffle_buffer or 0
+  if type(buffer) ~= 'number' or buffer ~= math.floor(buffer) or buffer < 0 or buffer >= 2 ^ 32 then
+    error('StreamedDataset: shuffle_buffer must be an integer in [0, 2^32) (samples; 0: a full shuffle), got ' ..
+      tostring(buffer), 2)
+  end
+  if buffer > 0 and m == nil then
+    error('StreamedDataset: shuffle_buffer orders sequential reads of archive members (tar shards); these are ' ..
+      'files, read one by one in any order: leave it 0', 2)
+  end
   local ds = wrap {
     streamed = true, paths = paths, members = m, _paths = path_table(paths, m), labels = labels, n = n,
     channels = nchan, size = size, mean = o.mean or 0, std = o.std or 1,
     num_classes = o.num_classes, name = o.name or 'files',
     classes = o.classes, split = o.split, root = o.root, skip_bad = o.skip_bad == true, warn = o.warn,
+    shuffle_buffer = buffer,
   }
   ds._mean = per_channel(o.mean, 'mean', 0, nchan, 'StreamedDataset')
   ds._std = per_channel(o.std, 'std', 1, nchan, 'StreamedDataset')

@@ -24,6 +24,12 @@
 -- data set holding the same decoded pixels. Views must then come from
 -- cr.data.transforms.multicrop or two_views.
 --
+-- A tar-shard data set with shuffle_buffer > 0 (cr.data.tar_shards' default) is read
+-- front to back instead, shard by shard: the epoch's order is crescent.data.shard_order's
+-- (shards shuffled per seed and epoch, dealt to the ranks when sharded, samples through
+-- the shuffle buffer), and one reader in the pipeline reads each shard sequentially,
+-- keeping the samples read ahead of their batch (about shuffle_buffer of them) in memory.
+--
 -- workers = N >= 1 (default 0: each batch is built on the calling thread when asked for)
 -- starts N C threads per iter() that build the epoch's batches ahead, in order, into a
 -- ring of `prefetch` slots (default 2 N): at most prefetch batches wait in the ring
@@ -50,6 +56,7 @@ local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
 local sampler = require 'crescent.dist.sampler'
+local shard_order = require 'crescent.data.shard_order'
 
 local Loader = {}
 Loader.__index = Loader
@@ -187,6 +194,7 @@ local function new(_, ds, opts)
     mean = ffi.new('double[?]', #mean, mean), std = ffi.new('double[?]', #std, std),
     epoch = 0, batch = 0,   -- the sampler position: the next batch to hand out
     workers = workers, prefetch = prefetch, nchan = nchan,
+    sequential = streamed and (ds.shuffle_buffer or 0) > 0,   -- tar shards read front to back
     runs = setmetatable({}, { __mode = 'k' }),   -- live worker runs; weak: a dropped iterator is collected
   }, Loader)
   return self
@@ -207,8 +215,14 @@ function Loader:num_batches()
 end
 
 -- The epoch's sample order, i64 [N] (the identity when shuffle is off); with shard,
--- this rank's part of it, i64 [self:size()].
+-- this rank's part of it, i64 [self:size()]. Read front to back (a data set with
+-- shuffle_buffer), also the stream: the rows in the order the reader reads them.
 function Loader:order(epoch)
+  if self.sequential then
+    self.shards = self.shards or shard_order.shards(self.ds)
+    return shard_order.epoch(self.ds, { seed = self.seed, epoch = epoch, shuffle = self.shuffle, shard = self.shard,
+                                        size = self:size(), shards = self.shards })
+  end
   local box = util.box
   if C.cr_data_permutation(box, #self.ds, self.seed, epoch, self.shuffle) ~= 0 then util.raise() end
   local order, s = util.own(box[0]), self.shard
@@ -251,11 +265,12 @@ function Loader:iter(epoch, start_batch)
     error(string.format('Loader:iter: start_batch must be an integer in [0, %d], got %s', nb, tostring(start_batch)), 2)
   end
   self:close()
-  local order, bs = self:order(epoch), self.batch_size
+  local order, stream = self:order(epoch)
+  local bs = self.batch_size
   local n = order:size(0)   -- the data set's size, or the shard's
   local b = start_batch
   self.epoch, self.batch = epoch, b
-  if self.workers > 0 then return self:_iter_workers(order, epoch, b, nb) end
+  if self.workers > 0 then return self:_iter_workers(order, stream, epoch, b, nb) end
   return function()
     if b >= nb then
       self.epoch, self.batch = epoch + 1, 0
@@ -278,12 +293,23 @@ local skip_msg = ffi.new('char[?]', 1024)
 
 -- Frees a run's pipeline: joins its threads and drops its batches and references; then,
 -- for a streamed data set with skip_bad, warns of the files its workers replaced.
+local stats_ct = ffi.typeof('cr_data_stream_stats')
+
+-- The sequential reader's figures of a pipeline, as a table.
+local function stream_stats(p)
+  local st = ffi.new(stats_ct)
+  C.cr_data_pipeline_stream_stats(p, st)
+  return { members = tonumber(st.members), bytes = tonumber(st.bytes), backward_seeks = tonumber(st.backward_seeks),
+           peak_bytes = tonumber(st.peak_bytes), peak_members = tonumber(st.peak_members) }
+end
+
 local function close_run(run)
   local p = run.pipe
   if p ~= nil then
     run.pipe = nil
     ffi.gc(p, nil)
     C.cr_data_pipeline_stop(p)
+    if run.loader then run.loader.last_stream_stats = stream_stats(p) end
     local skipped = tonumber(C.cr_data_pipeline_skipped(p, skip_msg, 1024))
     C.cr_data_pipeline_free(p)
     if skipped > 0 and run.warn then
@@ -293,10 +319,11 @@ local function close_run(run)
   end
 end
 
--- Starts the threads for batches first .. nb - 1 of the epoch with this order.
-function Loader:_start(order, epoch, first, nb)
+-- Starts the threads for batches first .. nb - 1 of the epoch with this order (and the
+-- rows' read order, stream, or nil).
+function Loader:_start(order, stream, epoch, first, nb)
   local ds, job = self.ds, ffi.new(job_ct)
-  job.labels, job.order = ds.labels, order
+  job.labels, job.order, job.stream = ds.labels, order, stream
   if ds.streamed then
     job.paths, job.channels, job.skip_bad = ds._paths, ds.channels, ds.skip_bad and 1 or 0
     if ds.size then job.height, job.width = ds.size[1], ds.size[2] end
@@ -325,9 +352,10 @@ function Loader:_start(order, epoch, first, nb)
 end
 
 -- The iterator of Loader:iter with workers: batches come from the pipeline in order.
-function Loader:_iter_workers(order, epoch, b, nb)
-  local run = { warn = self.ds.streamed and self.ds.skip_bad and (self.ds.warn or default_warn) or nil }
-  if b < nb then run.pipe = self:_start(order, epoch, b, nb) end
+function Loader:_iter_workers(order, stream, epoch, b, nb)
+  local run = { warn = self.ds.streamed and self.ds.skip_bad and (self.ds.warn or default_warn) or nil,
+                loader = self.sequential and self or nil }
+  if b < nb then run.pipe = self:_start(order, stream, epoch, b, nb) end
   self.runs[run] = true
   local views = self.views
   local ngroups = views and #views.groups or 1
@@ -366,6 +394,17 @@ function Loader:_iter_workers(order, epoch, b, nb)
     if self.transform then batch = self.transform(batch) or batch end
     return batch
   end
+end
+
+-- A data set read front to back: what the reader of the latest epoch did, {members =,
+-- bytes =, backward_seeks =, peak_bytes =, peak_members =} (peak: read ahead of their
+-- batch and waiting), counted until that epoch's iterator finished or was closed; nil
+-- before or otherwise.
+function Loader:stream_stats()
+  for run in pairs(self.runs) do
+    if run.pipe ~= nil then return stream_stats(run.pipe) end
+  end
+  return self.last_stream_stats
 end
 
 -- Stops the worker threads of this loader's iterators (a no-op without workers). An

@@ -16,7 +16,8 @@ local M = {}
 local function fail(msg) error(msg, 0) end
 
 -- The data keys a recipe adds to cr.config.common()'s data section.
-M.defaults = { size = 32, skip_bad = false, val_split = 0, list = '', test_list = '', test_root = '' }
+M.defaults = { size = 32, skip_bad = false, val_split = 0, list = '', test_list = '', test_root = '',
+               shuffle_buffer = 1000 }
 
 -- Their types and docs (data.name's choices included).
 M.types = {
@@ -33,6 +34,8 @@ M.types = {
     '(SSL crops are cut from each file at its own size)' },
   ['data.skip_bad'] = { type = 'boolean', doc = 'image_folder, file_list: replace a file that does not decode by ' ..
     'the next readable one, with a warning, instead of stopping' },
+  ['data.shuffle_buffer'] = { type = 'integer', min = 0, doc = 'tar_shards: each shard is read front to back and ' ..
+    'the samples leave through a shuffle buffer of this many (0: a full shuffle, every image read on its own)' },
   ['data.val_split'] = { type = 'number', min = 0, doc = 'hold out this fraction (< 1) or number of training ' ..
                                                          'images and evaluate on them instead of the test set' },
 }
@@ -81,8 +84,8 @@ local function source_datasets(cfg)
       'list', d.list, d.test_list)
   elseif d.name == 'tar_shards' then
     if not root then fail("data.name=tar_shards needs data.root=<the shards, e.g. 'train-{000000..000143}.tar'>") end
-    return train_and_test(data().tar_shards, { size = { d.size, d.size }, skip_bad = d.skip_bad },
-      'urls', root, d.test_root)
+    return train_and_test(data().tar_shards, { size = { d.size, d.size }, skip_bad = d.skip_bad,
+      shuffle_buffer = d.shuffle_buffer }, 'urls', root, d.test_root)
   end
   fail("data.name='" .. tostring(d.name) .. "' is not a data set this recipe knows")
 end

@@ -2,19 +2,25 @@
 -- a sample is the members sharing a key (a member's name up to the first '.' of its
 -- base name), here an image (<key>.jpg, .jpeg or .png) and, for labels, <key>.cls
 -- holding the class number as text; other members are ignored. Each shard is indexed
--- when the data set is built, from its headers alone (csrc/data/tar.c); the Loader's
--- workers then read every image by its offset, so the order is the Loader's own
--- (shuffled per seed and epoch, resumable at any batch) rather than a shuffle buffer
--- over sequential reads, and a rank reads its share of every shard.
+-- when the data set is built, from its headers alone (csrc/data/tar.c). The Loader then
+-- reads each shard front to back, as webdataset does: an epoch visits the shards in an
+-- order shuffled per seed and epoch (dealt out to the ranks when sharded) and its
+-- samples leave through a shuffle buffer of `shuffle_buffer` samples
+-- (crescent.data.shard_order), still a pure function of (seed, epoch), so resuming at any
+-- batch replays it. shuffle_buffer = 0 gives the Loader's full shuffle instead, every
+-- image read at its offset, and a rank its share of every shard.
 --
 --   cr.data.tar_shards{urls = '/data/shards/train-{000000..000143}.tar' (or a list of files),
---                      channels = 3, size = {h, w} | n, mean =, std =, skip_bad = false, warn =}
+--                      channels = 3, size = {h, w} | n, mean =, std =, skip_bad = false, warn =,
+--                      shuffle_buffer = 1000}
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local dataset = require 'crescent.data.dataset'
 local util = require 'crescent.util'
 
-local OPTS = { urls = true, channels = true, size = true, mean = true, std = true, skip_bad = true, warn = true }
+local OPTS = { urls = true, channels = true, size = true, mean = true, std = true, skip_bad = true, warn = true,
+               shuffle_buffer = true }
+local DEFAULT_SHUFFLE_BUFFER = 1000   -- webdataset's usual size
 local IMAGE = { jpg = true, jpeg = true, png = true }
 
 local function fail(msg) error('tar_shards: ' .. msg, 3) end
@@ -152,5 +158,6 @@ return function(opts)
     members = { files = tars, names = names, offsets = offsets, lengths = lengths },
     channels = nc, size = size, num_classes = num_classes,
     name = 'tar_shards', skip_bad = opts.skip_bad == true, warn = opts.warn,
+    shuffle_buffer = opts.shuffle_buffer == nil and DEFAULT_SHUFFLE_BUFFER or opts.shuffle_buffer,
   }
 end

@@ -280,7 +280,7 @@ function R.frozen_defaults(drop)
     'train.amp', 'train.repl_on_signal', 'data.workers', 'dist.sync_bn', 'dist.bucket_mb', 'dist.find_unused',
     'dist.broadcast_buffers' })
   return cr.config.merge(cr.config.without(common, drop or {}), {
-    data = { batch_size = 500, size = 32, skip_bad = false, val_split = 0, list = '', test_list = '', test_root = '' },
+    data = cr.config.merge(sources.defaults, { batch_size = 500 }),
     model = cr.config.merge({ arch = 'resnet18', width = 16, stem = 'auto' }, cr.engine.run.init_defaults()),
   })
 end

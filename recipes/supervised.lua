@@ -108,8 +108,9 @@ if profile then task:add_hook(profile) end
 cr.dist.setup.task(task)   -- k ranks: rank 0 logs, evaluates and checkpoints; the ranks stop together
 
 print(string.format('supervised: %s width %d (%.2fM params) on %s (%d train, %d %s), ' ..
-  '%d epochs, batch %d, lr %g, %d thread%s%s', cfg.model.arch, cfg.model.width, model:num_parameters() / 1e6,
-  cfg.data.name, #train_set, #test_set, eval_name, cfg.train.epochs, cfg.data.batch_size, peak, cr.get_num_threads(), cr.get_num_threads() == 1 and '' or 's',
+  '%d epochs, batch %d, lr %g, %s%s', cfg.model.arch, cfg.model.width, model:num_parameters() / 1e6,
+  cfg.data.name, #train_set, #test_set, eval_name, cfg.train.epochs, cfg.data.batch_size, peak,
+  require('crescent.util').count_of(cr.get_num_threads(), 'thread'),
   cr.dist.setup.describe(ddp)))
 cr.train(task)
 

@@ -113,6 +113,14 @@ H.describe_gpu('cuda tensors', function()
       local x = x0:to(from)
       for _, to in ipairs(dts) do close(x:cuda():to(to), x:to(to), 0, 0, from .. ' -> ' .. to) end
     end
+    -- the edges of the cast rules (core/dtype.c): NaN, infinities, out of range, wrapping
+    local edges = cr.tensor({ 0 / 0, 1 / 0, -1 / 0, 1e30, -1e30, -2.7, 2.7, 300, -1, 2 ^ 40 + 5 }, { dtype = 'f64' })
+    for _, from in ipairs { 'f64', 'f32', 'i64' } do
+      local x = from == 'i64' and cr.tensor({ 300, -1, 2 ^ 40 + 5, 65537 }) or edges:to(from)
+      for _, to in ipairs { 'i64', 'i32', 'u8', 'bool' } do
+        assert.are.same(x:to(to):totable(), x:cuda():to(to):cpu():totable(), from .. ' -> ' .. to)
+      end
+    end
   end)
 
   it('selects, fills, copies in place and joins as the cpu does', function()

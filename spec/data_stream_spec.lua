@@ -413,7 +413,7 @@ describe('tar shards', function()
     assert_same_epochs(full, epoch_of(with(3), 1))
     local resumed = with(2)
     local tail = epoch_of(resumed, 1, 3)
-    assert_same_epochs({ table.unpack(full, 4) }, tail)
+    assert_same_epochs({ unpack(full, 4) }, tail)
     assert.are.equal(7 * 5 - 3 * 5, resumed:stream_stats().members)   -- drop_last: 7 batches of 5
     assert.are.equal(0, resumed:stream_stats().backward_seeks)
   end)

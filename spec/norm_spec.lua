@@ -126,11 +126,13 @@ describe('batch_norm', function()
     end
   end)
 
-  it('uses batch statistics in eval when there are no running statistics', function()
+  it('refuses eval mode without running statistics (as PyTorch does), and BatchNorm without them uses the batch', function()
     local x = seq({ 4, 3, 5 }, 0.9, 4)
-    local a = cr.batch_norm(x, nil, nil, { training = false })
-    local b = cr.batch_norm(x, nil, nil, { training = true })
-    H.assert_close(a, b, 1e-12, 0)
+    H.assert_error(function() cr.batch_norm(x, nil, nil, { training = false }) end,
+      "batch_norm: eval mode (training = false) normalises with running_mean and running_var, and none were given")
+    local bn = cr.nn.BatchNorm1d(3, { track_running_stats = false })
+    bn:eval()
+    H.assert_close(bn(x), cr.batch_norm(x, nil, nil, { weight = bn.weight, bias = bn.bias, training = true }), 1e-12, 0)
     -- and eval with running statistics leaves them alone
     local rm, rv = zeros(3), ones(3)
     local v = rm.version

@@ -219,6 +219,13 @@ cr_status cr_saved_out(cr_node *n, int k, cr_tensor **t) {
 }
 
 cr_status cr_check_inplace(const char *op, cr_tensor *t) {
+    for (int d = 0; d < t->ndim; d++)
+        if (t->stride[d] == 0 && t->shape[d] > 1) {
+            char b[160];
+            return cr_fail(CR_ERR_ARG, "%s: the tensor of shape %s repeats elements (an expanded view: dim %d has "
+                           "stride 0), so an in-place write would land several times on one element; write to a "
+                           "copy (:clone() or :contiguous())", op, cr_shape_str(t, b, sizeof b), d);
+        }
     if (grad_enabled && t->requires_grad)
         return cr_fail(CR_ERR_AUTOGRAD, "%s: in-place write to a tensor that requires grad "
                        "while recording; use the out-of-place op, or wrap it in cr.no_grad",

@@ -12,7 +12,7 @@
 #include "gpu_chunks.h"
 #include "internal.h"
 
-enum { CR_CUDA_BACKEND_ABI = 5 };
+enum { CR_CUDA_BACKEND_ABI = 6 };
 
 /* The collectives of the NCCL entry. `count` is what one rank contributes: numel of the
  * tensor for all_reduce and broadcast, of `send` for all_gather, of `recv` for

@@ -58,7 +58,13 @@ typedef struct cr_storage {
 
 struct cr_node;
 
+/* A live tensor's first word; anything else where a tensor is expected (a foreign
+ * object the FFI passed as a pointer to its payload, a freed tensor whose memory the
+ * allocator reused) fails CR_CHECK_TENSOR instead of being read as one. */
+enum { CR_TENSOR_LIVE = 0x7e4a5c31, CR_TENSOR_DEAD = 0x0dead7e4 };
+
 struct cr_tensor {
+    uint32_t magic; /* CR_TENSOR_LIVE; first, so checking it reads only the first word */
     int64_t refcount;
     cr_storage *storage;
     int64_t offset; /* in elements */
@@ -119,7 +125,13 @@ static inline void cr_tensor_bump_version(cr_tensor *t) { t->storage->version++;
 
 /* ---- element access for any dtype (core/dtype.c; f16/bf16 conversions in half.h) ---- */
 double cr_load_f64(const void *p, cr_dtype dt);
-void cr_store_f64(void *p, cr_dtype dt, double v);
+void cr_store_f64(void *p, cr_dtype dt, double v); /* float -> int: toward zero, saturated, NaN 0 */
+/* Integers stored and loaded exactly: a narrower integer dtype wraps modulo 2^bits. */
+void cr_store_i64(void *p, cr_dtype dt, int64_t v);
+int64_t cr_load_i64(const void *p, cr_dtype dt);
+/* A value from the user for a tensor of dtype dt: an error naming op, v and the range
+ * when an integer dtype cannot hold it (NaN, an infinity, out of range). */
+cr_status cr_check_value(const char *op, cr_dtype dt, double v);
 /* Offset (in elements) of flat row-major index i within the view. */
 int64_t cr_flat_offset(const cr_tensor *t, int64_t i);
 
@@ -129,6 +141,9 @@ int64_t cr_flat_offset(const cr_tensor *t, int64_t i);
         if (!(t))                                                                    \
             return cr_fail(CR_ERR_ARG, "%s: argument '%s' is nil; pass a tensor",    \
                            opname, argname);                                         \
+        if ((t)->magic != CR_TENSOR_LIVE)                                            \
+            return cr_fail(CR_ERR_ARG, "%s: argument '%s' is not a live tensor (a "  \
+                           "freed one, or another object)", opname, argname);        \
     } while (0)
 cr_status cr_check_same_device(const char *op, const cr_tensor *a, const cr_tensor *b);
 cr_status cr_check_float(const char *op, const cr_tensor *t, const char *argname);

@@ -198,6 +198,7 @@ cr_status cr_check_shape_arg(const char *op, int ndim, const int64_t *shape) {
 static cr_tensor *tensor_handle(void) {
     cr_tensor *t = calloc(1, sizeof *t);
     CR_ASSERT(t);
+    t->magic = CR_TENSOR_LIVE;
     t->refcount = 1;
     __atomic_add_fetch(&stat_live_tensors, 1, __ATOMIC_RELAXED);
     return t;
@@ -291,7 +292,10 @@ cr_status cr_tensor_from_data(cr_tensor **out, const void *data, int ndim,
 }
 
 cr_status cr_tensor_scalar(cr_tensor **out, double value, cr_dtype dt) {
-    cr_status st = cr_tensor_alloc(out, 0, NULL, dt, CR_CPU);
+    *out = NULL;
+    cr_status st = (unsigned)dt < CR_DT_COUNT ? cr_check_value("scalar", dt, value) : CR_OK;
+    if (st) return st;
+    st = cr_tensor_alloc(out, 0, NULL, dt, CR_CPU);
     if (st) return st;
     cr_store_f64((*out)->storage->data, dt, value);
     return CR_OK;
@@ -317,9 +321,12 @@ void cr_tensor_retain(cr_tensor *t) {
     if (t) __atomic_add_fetch(&t->refcount, 1, __ATOMIC_RELAXED);
 }
 
-void cr_tensor_free(cr_tensor *t) {
-    if (!t) return;
-    if (__atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
+/* The storage of released tensors (cr_tensor_release): empty, on the CPU, never freed. */
+static char released_byte;
+static cr_storage released_storage = {.refcount = INT64_MAX / 2, .data = &released_byte, .device = CR_DEV_CPU};
+
+/* Drops what a tensor holds: its graph node, grad, hooks and storage. */
+static void drop_contents(cr_tensor *t) {
     if (t->grad_fn) {
         cr_node *n = t->grad_fn;
         if (n->retain_target[t->output_nr] == t) n->retain_target[t->output_nr] = NULL;
@@ -328,10 +335,38 @@ void cr_tensor_free(cr_tensor *t) {
     cr_tensor_free(t->grad);
     free(t->hooks);
     free(t->post_hooks);
-    storage_release(t->storage);
+    if (t->storage != &released_storage) storage_release(t->storage);
+    t->grad_fn = NULL;
+    t->grad = NULL;
+    t->hooks = t->post_hooks = NULL;
+    t->nhooks = t->npost_hooks = 0;
+    t->storage = NULL;
+}
+
+void cr_tensor_free(cr_tensor *t) {
+    if (!t) return;
+    if (__atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
+    drop_contents(t);
     __atomic_sub_fetch(&stat_live_tensors, 1, __ATOMIC_RELAXED);
+    t->magic = CR_TENSOR_DEAD;
     free(t);
 }
+
+bool cr_tensor_release(cr_tensor *t) {
+    if (!t || t->magic != CR_TENSOR_LIVE || __atomic_load_n(&t->refcount, __ATOMIC_ACQUIRE) != 1) return false;
+    drop_contents(t);
+    t->storage = &released_storage;
+    t->ndim = 1;
+    t->shape[0] = 0;
+    t->stride[0] = 1;
+    t->numel = t->offset = 0;
+    t->requires_grad = t->retains_grad = t->is_view = false;
+    t->grad_acc = NULL;
+    t->magic = CR_TENSOR_DEAD;
+    return true;
+}
+
+bool cr_tensor_is_live(const cr_tensor *t) { return t && t->magic == CR_TENSOR_LIVE; }
 
 /* ---- accessors ---- */
 int cr_tensor_ndim(const cr_tensor *t) { return t ? t->ndim : 0; }
@@ -391,13 +426,14 @@ int64_t cr_flat_offset(const cr_tensor *t, int64_t i) {
 }
 
 double cr_tensor_get_flat(const cr_tensor *t, int64_t i) {
-    if (!t || i < 0 || i >= t->numel || t->storage->device != CR_DEV_CPU) return NAN;
+    if (!cr_tensor_is_live(t) || i < 0 || i >= t->numel || t->storage->device != CR_DEV_CPU) return NAN;
     size_t es = cr_dtype_size(t->dtype);
     return cr_load_f64((char *)t->storage->data + cr_flat_offset(t, i) * (int64_t)es, t->dtype);
 }
 
 cr_status cr_tensor_read_f64(const cr_tensor *t, double *out) {
     if (!t || !out) return cr_fail(CR_ERR_ARG, "read: nil tensor or buffer");
+    if (t->magic != CR_TENSOR_LIVE) return cr_fail(CR_ERR_ARG, "read: not a live tensor (a freed one, or another object)");
     if (t->storage->device != CR_DEV_CPU)
         return cr_fail(CR_ERR_DEVICE, "read: tensor is on cuda; copy it to cpu first");
     size_t es = cr_dtype_size(t->dtype);
@@ -409,6 +445,7 @@ cr_status cr_tensor_read_f64(const cr_tensor *t, double *out) {
 
 cr_status cr_tensor_read_i64(const cr_tensor *t, int64_t *out) {
     if (!t || !out) return cr_fail(CR_ERR_ARG, "read: nil tensor or buffer");
+    if (t->magic != CR_TENSOR_LIVE) return cr_fail(CR_ERR_ARG, "read: not a live tensor (a freed one, or another object)");
     if (t->storage->device != CR_DEV_CPU)
         return cr_fail(CR_ERR_DEVICE, "read: tensor is on cuda; copy it to cpu first");
     size_t es = cr_dtype_size(t->dtype);

@@ -106,6 +106,9 @@ int cr_memory_gc_hint(void);
 const char *cr_dtype_name(cr_dtype dt);
 size_t cr_dtype_size(cr_dtype dt);
 bool cr_dtype_is_float(cr_dtype dt);
+/* Whether a value from the user fits dtype dt: always for floats and bool; for integer
+ * dtypes a finite value within the range once truncated toward zero. */
+bool cr_dtype_holds(cr_dtype dt, double v);
 cr_dtype cr_dtype_promote(cr_dtype a, cr_dtype b);
 
 /* ---- tensors: lifetime and metadata ---------------------------------------- */
@@ -118,6 +121,14 @@ cr_status cr_tensor_from_data(cr_tensor **out, const void *data, int ndim,
 cr_status cr_tensor_scalar(cr_tensor **out, double value, cr_dtype dt);
 void cr_tensor_retain(cr_tensor *t);
 void cr_tensor_free(cr_tensor *t);
+/* Lua's t:free(): when the caller's reference is the only one, releases the tensor's
+ * memory, graph node and grad now and leaves the handle empty and marked dead (every op
+ * then refuses it) until cr_tensor_free frees the handle; returns true. Returns false,
+ * doing nothing, when others hold the tensor too (the caller then drops its reference
+ * with cr_tensor_free) or it is not a live tensor. */
+bool cr_tensor_release(cr_tensor *t);
+/* Whether t is a live tensor (not released or freed, and a tensor at all). */
+bool cr_tensor_is_live(const cr_tensor *t);
 
 int cr_tensor_ndim(const cr_tensor *t);
 int64_t cr_tensor_size(const cr_tensor *t, int dim);

@@ -399,7 +399,9 @@ cr_status cr_io_load_safetensors(cr_io_file **out, const char *path) {
     char ctx[600];
     snprintf(ctx, sizeof ctx, "load: '%.500s'", path);
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below (a
+     * regular file reads as it would without the flag) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return cr_fail(CR_ERR_ARG, "%s: cannot open: %s", ctx, strerror(errno));
     cr_status st = CR_OK;
     char *header = NULL;

@@ -286,8 +286,12 @@ static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr
     if (!isfinite(momentum))
         return cr_fail(CR_ERR_ARG, "batch_norm: momentum = %g; pass a finite number (default "
                        "0.1)", momentum);
+    if (!training && !running_mean)
+        return cr_fail(CR_ERR_ARG, "batch_norm: eval mode (training = false) normalises with running_mean and "
+                       "running_var, and none were given; pass them, or training = true to use this batch's "
+                       "statistics (as a BatchNorm without running statistics does)");
     const int64_t C = x->shape[1], M = C ? x->numel / C : 0;
-    const bool use_batch = training || !running_mean;
+    const bool use_batch = training;
     if (training && M <= 1)
         return cr_fail(CR_ERR_ARG, "batch_norm: expected more than 1 value per channel when "
                        "training, got input of shape %s; use a larger batch or eval mode",

@@ -36,6 +36,7 @@ cr_status cr_full_on(cr_tensor **out, int ndim, const int64_t *shape, double val
                      cr_device dev) {
     *out = NULL;
     cr_status st = cr_check_shape_arg("full", ndim, shape);
+    if (!st && (unsigned)dt < CR_DT_COUNT) st = cr_check_value("full", dt, value);
     if (st) return st;
     if ((st = cr_tensor_alloc(out, ndim, shape, dt, dev))) return st;
     if ((st = run_fill(*out, value))) {
@@ -52,7 +53,8 @@ cr_status cr_op_full(cr_tensor **out, int ndim, const int64_t *shape, double val
 
 cr_status cr_op_fill_(cr_tensor *t, double value) {
     CR_CHECK_TENSOR("fill_", t, "self");
-    cr_status st = cr_check_inplace("fill_", t);
+    cr_status st = cr_check_value("fill_", t->dtype, value);
+    if (!st) st = cr_check_inplace("fill_", t);
     if (st) return st;
     if ((st = run_fill(t, value))) return st;
     cr_tensor_bump_version(t);

@@ -13,6 +13,13 @@ cr_status cr_cpu_view(cr_call *c) { /* the geometry was set by the op; nothing t
 static cr_status make_view(cr_tensor **out, cr_op op, cr_tensor *t, int ndim,
                            const int64_t *shape, const int64_t *stride, int64_t offset,
                            const int64_t *iparams, int niparams) {
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++)
+        if (__builtin_mul_overflow(numel, shape[d], &numel)) {
+            char b[160];
+            return cr_fail(CR_ERR_ARG, "%s: a view of shape %s would have more than 2^63 elements",
+                           cr_op_name(op), cr_dims_str(ndim, shape, b, sizeof b));
+        }
     cr_call c;
     cr_status st = cr_call_init(&c, op, 1, 1);
     c.in[0] = t;
@@ -274,8 +281,10 @@ cr_status cr_op_slice(cr_tensor **out, cr_tensor *t, int64_t dim, int64_t start,
     int64_t shape[CR_MAX_DIMS], stride[CR_MAX_DIMS];
     memcpy(shape, t->shape, sizeof shape);
     memcpy(stride, t->stride, sizeof stride);
-    shape[dim] = (stop - start + step - 1) / step;
-    stride[dim] = t->stride[dim] * step;
+    int64_t span = stop - start;
+    shape[dim] = span / step + (span % step != 0);
+    /* one element or none: the stride is never stepped, so a huge step cannot overflow it */
+    if (__builtin_mul_overflow(t->stride[dim], step, &stride[dim])) stride[dim] = t->stride[dim];
     int64_t p[3] = {dim, start, step};
     return make_view(out, CR_OP_SLICE, t, t->ndim, shape, stride,
                      t->offset + start * t->stride[dim], p, 3);
@@ -310,7 +319,7 @@ cr_status cr_op_narrow(cr_tensor **out, cr_tensor *t, int64_t dim, int64_t start
     if (st) return st;
     int64_t n = t->ndim ? t->shape[dim] : 0;
     if (start < 0) start += n;
-    if (start < 0 || length < 0 || start + length > n)
+    if (start < 0 || length < 0 || start > n || length > n - start)
         return cr_fail(CR_ERR_ARG, "narrow: start %lld and length %lld do not fit dim %lld of "
                        "size %lld", (long long)start, (long long)length, (long long)dim,
                        (long long)n);

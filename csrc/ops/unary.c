@@ -79,16 +79,9 @@ static void loop_cast(char **p, const int64_t *s, int64_t n, const void *ctx) {
     } else if (from == to) {
         size_t es = cr_dtype_size(from);
         for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1] + i * s[1], es);
-    } else if (to == CR_DT_I64 && from != CR_DT_F32 && from != CR_DT_F64) {
-        for (int64_t i = 0; i < n; i++) /* ints through double are exact below 2^53 */
-            *(int64_t *)(p[0] + i * s[0]) = (int64_t)cr_load_f64(p[1] + i * s[1], from);
-    } else if (from == CR_DT_I64 && !cr_dtype_is_float(to)) {
-        for (int64_t i = 0; i < n; i++) {
-            int64_t v = *(const int64_t *)(p[1] + i * s[1]);
-            if (to == CR_DT_I32) *(int32_t *)(p[0] + i * s[0]) = (int32_t)v;
-            else if (to == CR_DT_U8) *(uint8_t *)(p[0] + i * s[0]) = (uint8_t)v;
-            else *(uint8_t *)(p[0] + i * s[0]) = v != 0;
-        }
+    } else if (!cr_dtype_is_float(from) && !cr_dtype_is_float(to)) {
+        for (int64_t i = 0; i < n; i++) /* integers exactly; narrower ones wrap */
+            cr_store_i64(p[0] + i * s[0], to, cr_load_i64(p[1] + i * s[1], from));
     } else {
         for (int64_t i = 0; i < n; i++)
             cr_store_f64(p[0] + i * s[0], to, cr_load_f64(p[1] + i * s[1], from));

@@ -86,8 +86,28 @@ function W.unary(f, name)
   end
 end
 
--- f(out, self, ...) with any further C arguments
+-- A userdata or a cdata that is not a tensor would reach C as a pointer to its payload
+-- (the FFI converts both) and be read as a tensor: refused here, naming the caller.
+local function foreign(x)
+  local tx = type(x)
+  return tx == 'userdata' or (tx == 'cdata' and not ffi.istype(tensor_ptr_ct, x))
+end
+pcall(ffi.cdef, 'typedef struct { const char *dli_fname; void *dli_fbase; const char *dli_sname; void *dli_saddr; } ' ..
+  'cr_dl_info; int dladdr(const void *addr, cr_dl_info *info);')
+-- The op a C entry point implements, from its symbol (cr_op_select -> select).
+local function op_name(f)
+  local ok, info = pcall(ffi.new, 'cr_dl_info')
+  if not ok or ffi.C.dladdr(ffi.cast('const void *', f), info) == 0 or info.dli_sname == nil then return 'op' end
+  return (ffi.string(info.dli_sname):gsub('^cr_op_', ''):gsub('^cr_', ''))
+end
+local function refuse_foreign(f, x)
+  error(string.format("%s: argument 'self' must be a tensor, got %s", op_name(f), type(x)), util.user_level())
+end
+
+-- f(out, self, ...) with any further C arguments (self: a tensor, or a number where the
+-- C function takes one)
 function W.call(f, self, ...)
+  if foreign(self) then refuse_foreign(f, self) end
   local st = f(box, self, ...)
   if st ~= 0 then retry(st, f, box, self, ...) end
   return own(box[0])
@@ -96,6 +116,7 @@ end
 -- f(out1, out2, self, ...) returning two tensors
 local box2 = ffi.new('cr_tensor*[2]')
 function W.call2(f, self, ...)
+  if foreign(self) then refuse_foreign(f, self) end
   local st = f(box2, box2 + 1, self, ...)
   if st ~= 0 then retry(st, f, box2, box2 + 1, self, ...) end
   return own(box2[0]), own(box2[1])
@@ -153,20 +174,34 @@ function Tensor.stride(t, d)
   return s
 end
 function props.is_cuda(t) return C.cr_tensor_device(t) == C.CR_DEV_CUDA end
-function Tensor.is_contiguous(t) return C.cr_tensor_is_contiguous(t) end
+function Tensor.is_contiguous(t) W.check_tensor(t, 'is_contiguous'); return C.cr_tensor_is_contiguous(t) end
 -- conv2d's f32 output on the oneDNN path is channels-last ([N, C, H, W] stored as NHWC)
-function Tensor.is_channels_last(t) return C.cr_tensor_is_channels_last(t) end
-function Tensor.is_floating_point(t) return C.cr_dtype_is_float(C.cr_tensor_dtype(t)) end
-function Tensor.data_ptr(t) return C.cr_tensor_data(t) end
-function Tensor.same_storage(a, b) return C.cr_tensor_same_storage(a, b) end
+function Tensor.is_channels_last(t) W.check_tensor(t, 'is_channels_last'); return C.cr_tensor_is_channels_last(t) end
+function Tensor.is_floating_point(t) W.check_tensor(t, 'is_floating_point'); return C.cr_dtype_is_float(C.cr_tensor_dtype(t)) end
+function Tensor.data_ptr(t) W.check_tensor(t, 'data_ptr'); return C.cr_tensor_data(t) end
+function Tensor.same_storage(a, b)
+  W.check_tensor(a, 'same_storage')
+  W.check_tensor(b, 'same_storage', 'other')
+  return C.cr_tensor_same_storage(a, b) end
 
--- Releases the handle now instead of waiting for the GC.
+-- Releases the tensor's memory now instead of waiting for the GC (when other holders,
+-- a view's base or a graph, share it, only this handle's reference goes). Any later use
+-- of t is refused ("not a live tensor").
 function Tensor.free(t)
-  ffi.gc(t, nil)
-  C.cr_tensor_free(t)
+  W.check_tensor(t, 'free')
+  if not C.cr_tensor_release(t) then
+    ffi.gc(t, nil)
+    C.cr_tensor_free(t)
+  end
+end
+
+local function check_live(t, what)
+  W.check_tensor(t, what)
+  if not C.cr_tensor_is_live(t) then error(what .. ': not a live tensor (it was freed)', 3) end
 end
 
 function Tensor.item(t)
+  check_live(t, 'item')
   if C.cr_tensor_numel(t) ~= 1 then
     error(string.format('item: the tensor has %d elements; item() needs exactly one', tonumber(C.cr_tensor_numel(t))), 2)
   end
@@ -179,6 +214,7 @@ end
 
 -- Nested Lua tables, row-major; 0-dim tensors give a number.
 function Tensor.totable(t)
+  check_live(t, 'totable')
   if C.cr_tensor_device(t) ~= C.CR_DEV_CPU then t = t:cpu() end
   local n = tonumber(C.cr_tensor_numel(t))
   local buf = ffi.new(double_vla_ct, math.max(n, 1))
@@ -202,16 +238,18 @@ end
 
 -- ---- autograd basics ------------------------------------------------------------------
 function Tensor.requires_grad_(t, flag)
+  W.check_tensor(t, 'requires_grad_')
   if flag == nil then flag = true end
   check(C.cr_tensor_set_requires_grad(t, flag and true or false))
   return t
 end
 function Tensor.detach(t)
+  W.check_tensor(t, 'detach')
   check(C.cr_tensor_detach(box, t))
   return own(box[0])
 end
-function Tensor.retain_grad(t) check(C.cr_tensor_retain_grad(t)); return t end
-function Tensor.zero_grad(t) check(C.cr_tensor_set_grad(t, nil)) end
+function Tensor.retain_grad(t) W.check_tensor(t, 'retain_grad'); check(C.cr_tensor_retain_grad(t)); return t end
+function Tensor.zero_grad(t) W.check_tensor(t, 'zero_grad'); check(C.cr_tensor_set_grad(t, nil)) end
 
 -- ---- operators ----------------------------------------------------------------------------
 -- `tensor + number` and `tensor - number`: Debian 12's LuaJIT (2.1.0-beta3) records these

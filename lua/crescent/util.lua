@@ -157,15 +157,25 @@ function M.dims_mask(what, dims, ndim)
   if ndim == 0 then return 0 end
   local mask = 0
   for _, d in ipairs(dims) do
+    if type(d) ~= 'number' or d ~= math.floor(d) then
+      error(string.format('%s: dims must be integers, got %s', what, tostring(d)), 3)
+    end
     local dd = d < 0 and d + ndim or d
     if dd < 0 or dd >= math.max(ndim, 1) then
-      error(string.format('%s: dim %d out of range for a %d-dim tensor', what, d, ndim), 3)
+      error(string.format('%s: dim %s out of range for a %d-dim tensor', what, tostring(d), ndim), 3)
     end
-    mask = bit.bor(mask, bit.lshift(1, dd))
+    local b = bit.lshift(1, dd)
+    if bit.band(mask, b) ~= 0 then
+      error(string.format('%s: dim %d appears more than once in the list of dims', what, dd), 3)
+    end
+    mask = bit.bor(mask, b)
   end
   return mask
 end
 
+
+-- "1 thread", "2 threads": a count and its noun.
+function M.count_of(n, noun) return n .. ' ' .. noun .. (n == 1 and '' or 's') end
 
 -- ---- files and names --------------------------------------------------------------------
 

@@ -51,23 +51,35 @@ template <typename T> __device__ __forceinline__ T load(const char *p, int dt) {
     }
 }
 
-template <typename T> __device__ __forceinline__ bool finite(T v) {
-    if constexpr (sizeof(T) == 8 && (T)0.5 != 0) return isfinite((double)v);
-    else if constexpr ((T)0.5 != 0) return isfinite((float)v);
-    else return true;
+// An integer from v: a float truncated toward zero and saturated at [lo, hi] (hi_open the
+// first double above hi), NaN 0; an integer as it is (a narrower store then wraps).
+template <typename T>
+__device__ __forceinline__ int64_t to_int(T v, double lo, double hi_open, int64_t lo_i, int64_t hi_i) {
+    if constexpr ((T)0.5 != 0) {
+        double d = (double)v;
+        if (d != d) return 0;
+        if (d <= lo) return lo_i;
+        if (d >= hi_open) return hi_i;
+        return (int64_t)d;
+    } else {
+        return (int64_t)v;
+    }
 }
 
-// v stored at p in dtype dt (cr_store_f64's conversions: halves through f32, non-finite
-// floats to 0 in integers, nonzero to true).
+// v stored at p in dtype dt (cr_store_f64's and cr_store_i64's rules, core/dtype.c:
+// halves through f32; floats to integers toward zero, saturated, NaN 0; integers to
+// narrower integers modulo 2^bits; nonzero to true).
 template <typename T> __device__ __forceinline__ void store(char *p, int dt, T v) {
     switch (dt) {
     case F32: *(float *)p = (float)v; break;
     case F64: *(double *)p = (double)v; break;
     case F16: *(uint16_t *)p = cr_f32_to_f16((float)v); break;
     case BF16: *(uint16_t *)p = cr_f32_to_bf16((float)v); break;
-    case I64: *(int64_t *)p = finite(v) ? (int64_t)v : 0; break;
-    case I32: *(int32_t *)p = finite(v) ? (int32_t)(int64_t)v : 0; break;
-    case U8: *(uint8_t *)p = finite(v) ? (uint8_t)(int64_t)v : 0; break;
+    case I64: *(int64_t *)p = to_int(v, -9223372036854775808.0, 9223372036854775808.0, INT64_MIN, INT64_MAX); break;
+    case I32:
+        *(int32_t *)p = (int32_t)(uint32_t)to_int(v, -2147483648.0, 2147483648.0, INT32_MIN, INT32_MAX);
+        break;
+    case U8: *(uint8_t *)p = (uint8_t)to_int(v, 0.0, 256.0, 0, 255); break;
     default: *(uint8_t *)p = v != (T)0; break;
     }
 }

@@ -109,9 +109,9 @@ return function(cr, nn)
   function BatchNorm:forward(x, relu)
     local factor = self:_begin(x)
     if self.training and (self.splits or 1) > 1 then return self:_split_forward(x, relu, factor) end
-    -- running stats are nil when not tracked: the op then normalises with batch stats
+    -- running stats are nil when not tracked: batch stats then, in eval mode too (PyTorch's rule)
     return call(relu and bn_relu_op or bn_op, x, self.weight, self.bias, self.running_mean,
-      self.running_var, self.training, factor or 0, self.eps)
+      self.running_var, self.training or self.running_mean == nil, factor or 0, self.eps)
   end
 
   function BatchNorm:extra_repr()

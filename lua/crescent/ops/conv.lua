@@ -9,9 +9,10 @@ return function(cr, Tensor, W)
   local conv_p = ffi.new('cr_conv2d_params')
   local pool_p = ffi.new('cr_pool2d_params')
 
+  local INT_MAX = 2 ^ 31 - 1   -- beyond any image: refused as given, not wrapped in C
   local function int(what, name, v)
-    if type(v) ~= 'number' or v ~= math.floor(v) or v ~= v then
-      error(string.format("%s: '%s' must be an integer, got %s", what, name, tostring(v)), 4)
+    if type(v) ~= 'number' or v ~= math.floor(v) or v ~= v or math.abs(v) > INT_MAX then
+      error(string.format("%s: '%s' must be an integer in [-2^31, 2^31), got %s", what, name, tostring(v)), 4)
     end
     return v
   end

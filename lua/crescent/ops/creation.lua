@@ -105,6 +105,14 @@ return function(cr, Tensor, W)
     local default = kind == 'bool' and C.CR_DT_BOOL or kind == 'int' and C.CR_DT_I64 or C.CR_DT_F32
     if #flat == 0 then default = C.CR_DT_F32 end
     local dt = opts_dtype(opts, default)
+    if not C.cr_dtype_is_float(dt) then   -- PyTorch's rule: a value the dtype cannot hold is an error
+      for i, v in ipairs(flat) do
+        if not C.cr_dtype_holds(dt, v) then
+          error(string.format('tensor: element %d (%s) does not fit %s; give values in range, or a float dtype', i,
+            tostring(v), util.dtype_name(dt)), 3)
+        end
+      end
+    end
     local buf = ffi.new(double_vla_ct, math.max(#flat, 1), flat)
     local n, s = util.shape_arg('tensor', shape)
     check(C.cr_tensor_from_data(box, buf, n, s, C.CR_DT_F64))
@@ -204,6 +212,14 @@ return function(cr, Tensor, W)
   end
   function Tensor.bernoulli(t) return cr.bernoulli(t) end
 
-  function Tensor.fill_(t, v) check(C.cr_op_fill_(t, v)); return t end
-  function Tensor.zero_(t) check(C.cr_op_zero_(t)); return t end
+  function Tensor.fill_(t, v)
+    W.check_tensor(t, 'fill_')
+    check(C.cr_op_fill_(t, v))
+    return t
+  end
+  function Tensor.zero_(t)
+    W.check_tensor(t, 'zero_')
+    check(C.cr_op_zero_(t))
+    return t
+  end
 end

@@ -89,6 +89,7 @@ return function(cr, Tensor, W)
   -- t:to(dtype) converts; t:to('cuda:1') / t:to('cpu') moves (opts.non_blocking: a copy
   -- from pinned memory to a GPU returns at once); t:float(), t:double(), t:long(), ...
   function Tensor.to(t, what, opts)
+    W.check_tensor(t, 'to')
     local dev, index = util.parse_device(what)
     if dev then return W.call(C.cr_op_to_device, t, dev, index, opts and opts.non_blocking or false) end
     if type(what) ~= 'number' and not util.dtypes[what] then
@@ -98,32 +99,36 @@ return function(cr, Tensor, W)
     return W.call(C.cr_op_to, t, util.dtype(what))
   end
   function Tensor.cuda(t, index, opts)
+    W.check_tensor(t, 'cuda')
     return W.call(C.cr_op_to_device, t, C.CR_DEV_CUDA, index or 0, opts and opts.non_blocking or false)
   end
-  function Tensor.cpu(t) return W.call(C.cr_op_to_device, t, C.CR_DEV_CPU, 0, false) end
-  function Tensor.pin_memory(t) return W.call(C.cr_op_pin_memory, t) end
-  function Tensor.is_pinned(t) return C.cr_tensor_is_pinned(t) end
-  function Tensor.float(t) return W.call(C.cr_op_to, t, C.CR_DT_F32) end
-  function Tensor.double(t) return W.call(C.cr_op_to, t, C.CR_DT_F64) end
-  function Tensor.half(t) return W.call(C.cr_op_to, t, C.CR_DT_F16) end
-  function Tensor.bfloat16(t) return W.call(C.cr_op_to, t, C.CR_DT_BF16) end
-  function Tensor.long(t) return W.call(C.cr_op_to, t, C.CR_DT_I64) end
-  function Tensor.int(t) return W.call(C.cr_op_to, t, C.CR_DT_I32) end
-  function Tensor.byte(t) return W.call(C.cr_op_to, t, C.CR_DT_U8) end
-  function Tensor.bool(t) return W.call(C.cr_op_to, t, C.CR_DT_BOOL) end
+  function Tensor.cpu(t) W.check_tensor(t, 'cpu'); return W.call(C.cr_op_to_device, t, C.CR_DEV_CPU, 0, false) end
+  function Tensor.pin_memory(t) W.check_tensor(t, 'pin_memory'); return W.call(C.cr_op_pin_memory, t) end
+  function Tensor.is_pinned(t) W.check_tensor(t, 'is_pinned'); return C.cr_tensor_is_pinned(t) end
+  function Tensor.float(t) W.check_tensor(t, 'float'); return W.call(C.cr_op_to, t, C.CR_DT_F32) end
+  function Tensor.double(t) W.check_tensor(t, 'double'); return W.call(C.cr_op_to, t, C.CR_DT_F64) end
+  function Tensor.half(t) W.check_tensor(t, 'half'); return W.call(C.cr_op_to, t, C.CR_DT_F16) end
+  function Tensor.bfloat16(t) W.check_tensor(t, 'bfloat16'); return W.call(C.cr_op_to, t, C.CR_DT_BF16) end
+  function Tensor.long(t) W.check_tensor(t, 'long'); return W.call(C.cr_op_to, t, C.CR_DT_I64) end
+  function Tensor.int(t) W.check_tensor(t, 'int'); return W.call(C.cr_op_to, t, C.CR_DT_I32) end
+  function Tensor.byte(t) W.check_tensor(t, 'byte'); return W.call(C.cr_op_to, t, C.CR_DT_U8) end
+  function Tensor.bool(t) W.check_tensor(t, 'bool'); return W.call(C.cr_op_to, t, C.CR_DT_BOOL) end
 
   -- in place (no graph recording on tensors that require grad: see cr_check_inplace)
   function Tensor.copy_(t, src)
+    W.check_tensor(t, 'copy_')
     src = W.as_tensor(src, t, 'copy_')
     util.check(C.cr_op_copy_(t, src))
     return t
   end
   function Tensor.add_(t, src, alpha)
+    W.check_tensor(t, 'add_')
     src = W.as_tensor(src, t, 'add_')
     util.check(C.cr_op_add_(t, src, alpha or 1))
     return t
   end
   function Tensor.mul_(t, src)
+    W.check_tensor(t, 'mul_')
     src = W.as_tensor(src, t, 'mul_')
     util.check(C.cr_op_mul_(t, src))
     return t

@@ -9,6 +9,9 @@ return function(cr, Tensor, W)
   -- a Lua table of indices becomes an i64 tensor on the device of `like` (the data)
   local function as_index(x, like)
     if type(x) == 'table' then return cr.tensor(x, { dtype = 'i64', device = W.is_tensor(like) and like.device or nil }) end
+    if x ~= nil and not W.is_tensor(x) then
+      error('index must be an integer tensor or a list of integers, got ' .. type(x), 3)
+    end
     return x -- nil reaches C, which names the missing argument
   end
   local function check_dim(what, dim)

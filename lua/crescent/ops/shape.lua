@@ -6,7 +6,7 @@ local C = require('crescent.ffi').C
 local util = require 'crescent.util'
 
 return function(cr, Tensor, W)
-  local call = W.call
+  local call, check_tensor = W.call, W.check_tensor
 
   local function shape_from(what, ...)
     local first = ...
@@ -14,12 +14,33 @@ return function(cr, Tensor, W)
     return util.shape_arg(what, ...)
   end
 
-  function Tensor.view(t, ...) local n, s = shape_from('view', ...); return call(C.cr_op_view, t, n, s) end
-  function Tensor.reshape(t, ...) local n, s = shape_from('reshape', ...); return call(C.cr_op_reshape, t, n, s) end
-  function Tensor.expand(t, ...) local n, s = shape_from('expand', ...); return call(C.cr_op_expand, t, n, s) end
-  function Tensor.expand_as(t, o) local n, s = util.shape_arg('expand_as', o.shape); return call(C.cr_op_expand, t, n, s) end
+  function Tensor.view(t, ...)
+    check_tensor(t, 'view')
+    local n, s = shape_from('view', ...)
+    return call(C.cr_op_view, t, n, s)
+  end
+  function Tensor.reshape(t, ...)
+    check_tensor(t, 'reshape')
+    local n, s = shape_from('reshape', ...)
+    return call(C.cr_op_reshape, t, n, s)
+  end
+  function Tensor.expand(t, ...)
+    check_tensor(t, 'expand')
+    local n, s = shape_from('expand', ...)
+    return call(C.cr_op_expand, t, n, s)
+  end
+  function Tensor.expand_as(t, o)
+    check_tensor(t, 'expand_as')
+    check_tensor(o, 'expand_as', 'other')
+    local n, s = util.shape_arg('expand_as', o.shape)
+    return call(C.cr_op_expand, t, n, s)
+  end
   function Tensor.view_as(t, o) local n, s = util.shape_arg('view_as', o.shape); return call(C.cr_op_view, t, n, s) end
-  function Tensor.permute(t, ...) local n, s = shape_from('permute', ...); return call(C.cr_op_permute, t, n, s) end
+  function Tensor.permute(t, ...)
+    check_tensor(t, 'permute')
+    local n, s = shape_from('permute', ...)
+    return call(C.cr_op_permute, t, n, s)
+  end
   function Tensor.transpose(t, d0, d1)
     if type(d0) ~= 'number' or type(d1) ~= 'number' then error('transpose: give two dims', 2) end
     return call(C.cr_op_transpose, t, d0, d1)
@@ -51,8 +72,8 @@ return function(cr, Tensor, W)
     if type(dim) ~= 'number' or type(index) ~= 'number' then error('select: give dim and index', 2) end
     return call(C.cr_op_select, t, dim, index)
   end
-  function Tensor.clone(t) return call(C.cr_op_clone, t) end
-  function Tensor.contiguous(t) return call(C.cr_op_contiguous, t) end
+  function Tensor.clone(t) check_tensor(t, 'clone'); return call(C.cr_op_clone, t) end
+  function Tensor.contiguous(t) check_tensor(t, 'contiguous'); return call(C.cr_op_contiguous, t) end
 
   -- t:split(size_or_sizes, dim): pieces of `size` (the last may be smaller), or of the
   -- given sizes. t:chunk(n, dim): n pieces as equal as possible.

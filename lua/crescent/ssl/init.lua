@@ -91,7 +91,9 @@ function M.sinkhorn(scores, opts)
   opts = opts_table('sinkhorn', opts)
   local eps = opt_number('sinkhorn', opts, 'epsilon', 0.05)
   local iters = opt_number('sinkhorn', opts, 'iterations', 3, 0)
-  if iters ~= math.floor(iters) then fail('sinkhorn: iterations must be an integer, got ' .. iters) end
+  if iters ~= math.floor(iters) or iters > 2 ^ 31 - 1 then
+    fail('sinkhorn: iterations must be an integer below 2^31, got ' .. tostring(iters))
+  end
   local red = opts.reduce
   if red == nil then return W.call(C.cr_ssl_sinkhorn, scores, eps, iters) end
   if type(red) ~= 'table' or type(red.max) ~= 'function' or type(red.sum) ~= 'function' then

@@ -219,9 +219,9 @@ function R.banner(task)
   local crops = {}
   for i, s in ipairs(cfg.crops.size) do crops[i] = cfg.crops.num[i] .. 'x' .. s end
   return string.format('%s: %s width %d (%.2fM params) on %s (%d train%s), crops %s, %d epochs, batch %d, ' ..
-    'lr %g, %d thread%s%s', task.method_name, cfg.model.arch, cfg.model.width, m:num_parameters() / 1e6, cfg.data.name,
+    'lr %g, %s%s', task.method_name, cfg.model.arch, cfg.model.width, m:num_parameters() / 1e6, cfg.data.name,
     #task.train_set, task.test_set and (', ' .. #task.test_set .. ' ' .. task.eval_name) or '', table.concat(crops, ' + '),
-    cfg.train.epochs, cfg.data.batch_size, task.peak_lr or cfg.optim.lr, cr.get_num_threads(), cr.get_num_threads() == 1 and '' or 's',
+    cfg.train.epochs, cfg.data.batch_size, task.peak_lr or cfg.optim.lr, util.count_of(cr.get_num_threads(), 'thread'),
     cr.dist.setup.describe(task.ddp))
 end
 

@@ -27,68 +27,70 @@ local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
                          doc = 'safetensors (features and labels in one file), NumPy .npy files, or both' },
 } })
 
-local device = recipe.setup(cfg)
-local train_set, test_set = recipe.datasets(cfg)
-local forward, trunk = recipe.frozen_trunk(cfg, train_set, device)
-local out = cfg.extract.out
-if out == '' then
-  local dir = cfg.run.dir .. '/' .. (cfg.run.name ~= '' and cfg.run.name or 'extract')
-  util.mkdir_p(dir)
-  out = dir .. '/features'
-else
-  local dir = out:match('^(.*)/[^/]*$')
-  if dir then util.mkdir_p(dir) end
-end
-
--- The features and labels of ds; on k ranks (mpirun -np k) each extracts a contiguous
--- share and every rank gets the whole, in order (rank 0 writes the files).
-local W = cr.dist.world_size()
-local function extract(ds)
-  local opts = { batch_size = cfg.data.batch_size, forward = forward, device = device }
-  if W == 1 then return cr.ssl.extract_features(trunk, ds, opts) end
-  local n = #ds
-  if n < W then error(string.format('extract: %d samples cannot be shared by %d ranks', n, W), 0) end
-  local per = math.ceil(n / W)
-  local first = cr.dist.rank() * per
-  local count = math.max(0, math.min(per, n - first))
-  local part = count > 0 and ds:range(first, count) or ds:range(0, 1) -- an idle rank's stand-in, dropped below
-  local f, y = cr.ssl.extract_features(trunk, part, opts)
-  local function gathered(t)
-    local padded = cr.zeros({ per, unpack(t.shape, 2) }, { dtype = t.dtype })
-    if count > 0 then padded:narrow(0, 0, count):copy_(t) end
-    return cr.dist.all_gather(padded):narrow(0, 0, n):contiguous()
+cr.engine.run.main(function()
+  local device = recipe.setup(cfg)
+  local train_set, test_set = recipe.datasets(cfg)
+  local forward, trunk = recipe.frozen_trunk(cfg, train_set, device)
+  local out = cfg.extract.out
+  if out == '' then
+    local dir = cfg.run.dir .. '/' .. (cfg.run.name ~= '' and cfg.run.name or 'extract')
+    util.mkdir_p(dir)
+    out = dir .. '/features'
+  else
+    local dir = out:match('^(.*)/[^/]*$')
+    if dir then util.mkdir_p(dir) end
   end
-  return gathered(f), y and gathered(y) or nil
-end
 
-local splits = cfg.data.split == 'both' and { 'train', 'test' } or { cfg.data.split }
-local result = { recipe = 'extract', model = cfg.model.arch, init = cfg.model.init, files = {} }
-for _, split in ipairs(splits) do
-  local ds = split == 'train' and train_set or test_set
-  if not ds then error("extract: the data set has no '" .. split .. "' split (image_folder: add a val/ folder)", 0) end
-  local t0 = cr.engine.loop.now()
-  local feats, labels = extract(ds)
-  local tensors = { features = feats }
-  if labels then tensors.labels = labels end
-  local paths = {}
-  local writes = cr.dist.is_main()
-  if writes and cfg.extract.format ~= 'npy' then
-    paths[#paths + 1] = out .. '_' .. split .. '.safetensors'
-    cr.save(paths[#paths], tensors, { split = split, model = cfg.model.arch, init = cfg.model.init,
-                                      config = cr.config.dump(cfg) })
+  -- The features and labels of ds; on k ranks (mpirun -np k) each extracts a contiguous
+  -- share and every rank gets the whole, in order (rank 0 writes the files).
+  local W = cr.dist.world_size()
+  local function extract(ds)
+    local opts = { batch_size = cfg.data.batch_size, forward = forward, device = device }
+    if W == 1 then return cr.ssl.extract_features(trunk, ds, opts) end
+    local n = #ds
+    if n < W then error(string.format('extract: %d samples cannot be shared by %d ranks', n, W), 0) end
+    local per = math.ceil(n / W)
+    local first = cr.dist.rank() * per
+    local count = math.max(0, math.min(per, n - first))
+    local part = count > 0 and ds:range(first, count) or ds:range(0, 1) -- an idle rank's stand-in, dropped below
+    local f, y = cr.ssl.extract_features(trunk, part, opts)
+    local function gathered(t)
+      local padded = cr.zeros({ per, unpack(t.shape, 2) }, { dtype = t.dtype })
+      if count > 0 then padded:narrow(0, 0, count):copy_(t) end
+      return cr.dist.all_gather(padded):narrow(0, 0, n):contiguous()
+    end
+    return gathered(f), y and gathered(y) or nil
   end
-  if writes and cfg.extract.format ~= 'safetensors' then
-    for _, what in ipairs { 'features', 'labels' } do
-      if tensors[what] then
-        paths[#paths + 1] = string.format('%s_%s_%s.npy', out, split, what)
-        cr.io.save_npy(paths[#paths], tensors[what])
+
+  local splits = cfg.data.split == 'both' and { 'train', 'test' } or { cfg.data.split }
+  local result = { recipe = 'extract', model = cfg.model.arch, init = cfg.model.init, files = {} }
+  for _, split in ipairs(splits) do
+    local ds = split == 'train' and train_set or test_set
+    if not ds then error("extract: the data set has no '" .. split .. "' split (image_folder: add a val/ folder)", 0) end
+    local t0 = cr.engine.loop.now()
+    local feats, labels = extract(ds)
+    local tensors = { features = feats }
+    if labels then tensors.labels = labels end
+    local paths = {}
+    local writes = cr.dist.is_main()
+    if writes and cfg.extract.format ~= 'npy' then
+      paths[#paths + 1] = out .. '_' .. split .. '.safetensors'
+      cr.save(paths[#paths], tensors, { split = split, model = cfg.model.arch, init = cfg.model.init,
+                                        config = cr.config.dump(cfg) })
+    end
+    if writes and cfg.extract.format ~= 'safetensors' then
+      for _, what in ipairs { 'features', 'labels' } do
+        if tensors[what] then
+          paths[#paths + 1] = string.format('%s_%s_%s.npy', out, split, what)
+          cr.io.save_npy(paths[#paths], tensors[what])
+        end
       end
     end
+    local secs = cr.engine.loop.now() - t0
+    print(string.format('extract: %s [%d, %d] -> %s (%.1fs, %.0f img/s)', split, feats.shape[1], feats.shape[2],
+      table.concat(paths, ', '), secs, feats.shape[1] / secs))
+    for _, path in ipairs(paths) do result.files[#result.files + 1] = path end
+    result[split .. '_shape'] = feats.shape
   end
-  local secs = cr.engine.loop.now() - t0
-  print(string.format('extract: %s [%d, %d] -> %s (%.1fs, %.0f img/s)', split, feats.shape[1], feats.shape[2],
-    table.concat(paths, ', '), secs, feats.shape[1] / secs))
-  for _, path in ipairs(paths) do result.files[#result.files + 1] = path end
-  result[split .. '_shape'] = feats.shape
-end
-print(util.json(result))
+  print(util.json(result))
+end)

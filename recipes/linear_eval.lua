@@ -32,37 +32,39 @@ local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
   ['knn.temperature'] = { type = 'number', min = 0, doc = "its vote temperature, exp(similarity / T)" },
 } })
 
-local device = recipe.setup(cfg)
--- the run folder: config.lua, env.txt, log.txt (what this prints) and results.json
-local run_dir = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'linear_eval'))
-cr.engine.run.keep_log(cfg, run_dir)
-local train_set, test_set, eval_name = recipe.datasets(cfg)   -- eval_name 'val' with data.val_split
-if not test_set then error('linear_eval: the data set has no test split (image_folder: add a val/ folder)', 0) end
-local forward, trunk = recipe.frozen_trunk(cfg, train_set, device)
-local t0 = cr.engine.loop.now()
-local opts = { batch_size = cfg.data.batch_size, forward = forward, device = device }
-local ftr, ytr = cr.ssl.extract_features(trunk, train_set, opts)
-local fte, yte = cr.ssl.extract_features(trunk, test_set, opts)
-local extract_seconds = cr.engine.loop.now() - t0
-print(string.format('linear_eval: %s features [%d, %d] train, [%d, %d] %s in %.1fs',
-  cfg.model.arch, ftr.shape[1], ftr.shape[2], fte.shape[1], fte.shape[2], eval_name, extract_seconds))
+cr.engine.run.main(function()
+  local device = recipe.setup(cfg)
+  -- the run folder: config.lua, env.txt, log.txt (what this prints) and results.json
+  local run_dir = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'linear_eval'))
+  cr.engine.run.keep_log(cfg, run_dir)
+  local train_set, test_set, eval_name = recipe.datasets(cfg)   -- eval_name 'val' with data.val_split
+  if not test_set then error('linear_eval: the data set has no test split (image_folder: add a val/ folder)', 0) end
+  local forward, trunk = recipe.frozen_trunk(cfg, train_set, device)
+  local t0 = cr.engine.loop.now()
+  local opts = { batch_size = cfg.data.batch_size, forward = forward, device = device }
+  local ftr, ytr = cr.ssl.extract_features(trunk, train_set, opts)
+  local fte, yte = cr.ssl.extract_features(trunk, test_set, opts)
+  local extract_seconds = cr.engine.loop.now() - t0
+  print(string.format('linear_eval: %s features [%d, %d] train, [%d, %d] %s in %.1fs',
+    cfg.model.arch, ftr.shape[1], ftr.shape[2], fte.shape[1], fte.shape[2], eval_name, extract_seconds))
 
-local knn_top1
-if cfg.knn.enabled then
-  knn_top1 = cr.ssl.knn_classify(ftr, ytr, fte, yte, { k = cfg.knn.k, temperature = cfg.knn.temperature })
-  print(string.format('knn: top1 %.2f%% on %s (k %d, T %g)', knn_top1, eval_name, cfg.knn.k, cfg.knn.temperature))
-end
+  local knn_top1
+  if cfg.knn.enabled then
+    knn_top1 = cr.ssl.knn_classify(ftr, ytr, fte, yte, { k = cfg.knn.k, temperature = cfg.knn.temperature })
+    print(string.format('knn: top1 %.2f%% on %s (k %d, T %g)', knn_top1, eval_name, cfg.knn.k, cfg.knn.temperature))
+  end
 
-local classes = math.max(ytr:max():item(), yte:max():item()) + 1
-local task = cr.ssl.linear_probe.task {
-  train_features = ftr, train_labels = ytr, test_features = fte, test_labels = yte, num_classes = classes,
-  epochs = cfg.train.epochs, batch_size = cfg.optim.batch_size, lr = cfg.optim.lr, momentum = cfg.optim.momentum,
-  weight_decay = cfg.optim.weight_decay, seed = cfg.train.seed, log_every = 100000,
-}
-cr.train(task)
-local m = task.metrics
-local results = { recipe = 'linear_eval', model = cfg.model.arch, init = cfg.model.init, epochs = task.epoch,
-                  linear_top1 = m.test_top1, linear_top5 = m.test_top5, knn_top1 = knn_top1, evaluated_on = eval_name,
-                  seconds = cr.engine.loop.now() - t0 }
-print(util.json(results))
-cr.engine.run.write_results(cfg, run_dir, results)
+  local classes = math.max(ytr:max():item(), yte:max():item()) + 1
+  local task = cr.ssl.linear_probe.task {
+    train_features = ftr, train_labels = ytr, test_features = fte, test_labels = yte, num_classes = classes,
+    epochs = cfg.train.epochs, batch_size = cfg.optim.batch_size, lr = cfg.optim.lr, momentum = cfg.optim.momentum,
+    weight_decay = cfg.optim.weight_decay, seed = cfg.train.seed, log_every = 100000,
+  }
+  cr.train(task)
+  local m = task.metrics
+  local results = { recipe = 'linear_eval', model = cfg.model.arch, init = cfg.model.init, epochs = task.epoch,
+                    linear_top1 = m.test_top1, linear_top5 = m.test_top5, knn_top1 = knn_top1, evaluated_on = eval_name,
+                    seconds = cr.engine.loop.now() - t0 }
+  print(util.json(results))
+  cr.engine.run.write_results(cfg, run_dir, results)
+end)

@@ -25,7 +25,9 @@ local defaults = cr.config.merge(recipe.defaults(), {
 })
 local cfg = cr.config.parse(arg, defaults, { types = recipe.types(cr.ssl.moco.types) })
 
-local task = cr.ssl.moco.task(cfg)
-print(recipe.banner(task))
-cr.train(task)
-recipe.finish(task)
+cr.engine.run.main(function()
+  local task = cr.ssl.moco.task(cfg)
+  print(recipe.banner(task))
+  cr.train(task)
+  recipe.finish(task)
+end)

@@ -40,87 +40,89 @@ local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.r
   ['data.augment'] = { type = 'boolean', doc = 'random crop (padding 4) and horizontal flip of the training images' },
 }) })
 
-local device = cr.engine.run.setup(cfg)
+cr.engine.run.main(function()
+  local device = cr.engine.run.setup(cfg)
 
--- data: the normalised images of cfg.data (data.limit keeps the first N of each split;
--- data.val_split tests on held-out training images instead)
-local train_set, test_set, eval_name = cr.data.sources.datasets(cfg)
-if not test_set then
-  error("supervised: data.name='" .. cfg.data.name .. "' has no test split here (image_folder: a val/ folder; " ..
-    'file_list: data.test_list; tar_shards: data.test_root), or hold one out with data.val_split', 0)
-end
-if not train_set.num_classes or train_set.num_classes < 1 then
-  error("supervised: data.name='" .. cfg.data.name .. "' has no labels to train on", 0)
-end
-local workers = cfg.data.workers
-local train_loader = cr.data.Loader(train_set, { batch_size = cfg.data.batch_size, shuffle = true,
-                                                 drop_last = true, seed = cfg.train.seed, augment = cfg.data.augment,
-                                                 shard = cr.dist.setup.shard(), workers = workers })
-local test_loader = cr.data.Loader(test_set, { batch_size = 500, shuffle = false, drop_last = false, workers = workers })
+  -- data: the normalised images of cfg.data (data.limit keeps the first N of each split;
+  -- data.val_split tests on held-out training images instead)
+  local train_set, test_set, eval_name = cr.data.sources.datasets(cfg)
+  if not test_set then
+    error("supervised: data.name='" .. cfg.data.name .. "' has no test split here (image_folder: a val/ folder; " ..
+      'file_list: data.test_list; tar_shards: data.test_root), or hold one out with data.val_split', 0)
+  end
+  if not train_set.num_classes or train_set.num_classes < 1 then
+    error("supervised: data.name='" .. cfg.data.name .. "' has no labels to train on", 0)
+  end
+  local workers = cfg.data.workers
+  local train_loader = cr.data.Loader(train_set, { batch_size = cfg.data.batch_size, shuffle = true,
+                                                   drop_last = true, seed = cfg.train.seed, augment = cfg.data.augment,
+                                                   shard = cr.dist.setup.shard(), workers = workers })
+  local test_loader = cr.data.Loader(test_set, { batch_size = 500, shuffle = false, drop_last = false, workers = workers })
 
--- model: the data's channels and classes; built on the cpu (the same weights for a seed on
--- any device), then moved to the run's device before the optimizer takes its parameters
-local nchan, height = cr.data.sources.image_shape(train_set)
-local stem = cfg.model.stem == 'auto' and (height > 64 and 'imagenet' or 'cifar') or cfg.model.stem
-local model = nn.models[cfg.model.arch] { stem = stem, width = cfg.model.width, in_channels = nchan,
-                                          num_classes = train_set.num_classes }
-model:to(device)
-local freeze = cr.engine.run.freeze(cfg, model)   -- model.freeze=<pattern>: fixed, in eval mode
-local ddp = cr.dist.setup.model(cfg, model)   -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP
+  -- model: the data's channels and classes; built on the cpu (the same weights for a seed on
+  -- any device), then moved to the run's device before the optimizer takes its parameters
+  local nchan, height = cr.data.sources.image_shape(train_set)
+  local stem = cfg.model.stem == 'auto' and (height > 64 and 'imagenet' or 'cifar') or cfg.model.stem
+  local model = nn.models[cfg.model.arch] { stem = stem, width = cfg.model.width, in_channels = nchan,
+                                            num_classes = train_set.num_classes }
+  model:to(device)
+  local freeze = cr.engine.run.freeze(cfg, model)   -- model.freeze=<pattern>: fixed, in eval mode
+  local ddp = cr.dist.setup.model(cfg, model)   -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP
 
--- optimizer: SGD with Nesterov momentum, no weight decay on biases and BatchNorm weights
--- (optim.name picks another); lr (scaled to the global batch with optim.scaling): linear
--- warmup from 0 then cosine to 0, applied every step
-local peak, _, scaled = cr.optim.from_config.scaled_lr(cfg.optim, cfg.data.batch_size)
-if scaled then print(scaled) end
-local trainable = {}
-for _, np in ipairs(model:named_parameters()) do
-  if np[2].requires_grad then trainable[#trainable + 1] = np end
-end
-local optimizer = cr.optim.from_config.build(trainable, cfg.optim, peak, defaults.optim)
-local warmup = cfg.train.epochs > 0 and math.min(1, cfg.optim.warmup_epochs / cfg.train.epochs) or 0
-local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = peak, to = 0 }
+  -- optimizer: SGD with Nesterov momentum, no weight decay on biases and BatchNorm weights
+  -- (optim.name picks another); lr (scaled to the global batch with optim.scaling): linear
+  -- warmup from 0 then cosine to 0, applied every step
+  local peak, _, scaled = cr.optim.from_config.scaled_lr(cfg.optim, cfg.data.batch_size)
+  if scaled then print(scaled) end
+  local trainable = {}
+  for _, np in ipairs(model:named_parameters()) do
+    if np[2].requires_grad then trainable[#trainable + 1] = np end
+  end
+  local optimizer = cr.optim.from_config.build(trainable, cfg.optim, peak, defaults.optim)
+  local warmup = cfg.train.epochs > 0 and math.min(1, cfg.optim.warmup_epochs / cfg.train.epochs) or 0
+  local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = peak, to = 0 }
 
-local task = cr.engine.Task {
-  config = cfg, model = model, optimizer = optimizer, schedules = { lr = lr },
-  loss = function(output, batch) return cr.cross_entropy(output, batch.target) end,
-  train_loader = train_loader, test_loader = test_loader,
-}
-task.ddp = ddp                                                  -- accumulation: one all-reduce per step
-task:add_hook(cr.hooks.schedule())                              -- the lr every step
-task:add_hook(cr.hooks.timer())                                 -- time, img/s, ETA
-task:add_hook(cr.hooks.nan_guard { every = 100 })               -- stop on NaN/Inf
-task:add_hook(cr.hooks.eval { topk = { 1, 5 } })                -- test top-1/top-5
-if freeze then task:add_hook(freeze) end                       -- model.freeze_iters: for the first steps
-local ema = cr.engine.run.ema_hook(cfg, model)                -- model.ema=0.999: test the averaged weights
-if ema then task:add_hook(ema) end
-task:add_hook(cr.hooks.diagnostics { every = cfg.train.log_every }) -- norms, lr, memory, time split
-task:add_hook(cr.hooks.console { every = cfg.train.log_every }) -- progress and test lines
--- the run folder: config.lua, TensorBoard events, metrics.jsonl, checkpoints; the start
--- (its checkpoints, else run.resume_from, else model.init weights, else from scratch)
-local dir, env = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'supervised'))
-cr.engine.run.keep_log(cfg, dir)                                -- log.txt: what this run prints
-task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
-task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
-task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))
-local profile = cr.engine.run.profile_hook(cfg, dir)           -- train.profile=<first>:<count>
-if profile then task:add_hook(profile) end
-cr.dist.setup.task(task)   -- k ranks: rank 0 logs, evaluates and checkpoints; the ranks stop together
+  local task = cr.engine.Task {
+    config = cfg, model = model, optimizer = optimizer, schedules = { lr = lr },
+    loss = function(output, batch) return cr.cross_entropy(output, batch.target) end,
+    train_loader = train_loader, test_loader = test_loader,
+  }
+  task.ddp = ddp                                                  -- accumulation: one all-reduce per step
+  task:add_hook(cr.hooks.schedule())                              -- the lr every step
+  task:add_hook(cr.hooks.timer())                                 -- time, img/s, ETA
+  task:add_hook(cr.hooks.nan_guard { every = 100 })               -- stop on NaN/Inf
+  task:add_hook(cr.hooks.eval { topk = { 1, 5 } })                -- test top-1/top-5
+  if freeze then task:add_hook(freeze) end                       -- model.freeze_iters: for the first steps
+  local ema = cr.engine.run.ema_hook(cfg, model)                -- model.ema=0.999: test the averaged weights
+  if ema then task:add_hook(ema) end
+  task:add_hook(cr.hooks.diagnostics { every = cfg.train.log_every }) -- norms, lr, memory, time split
+  task:add_hook(cr.hooks.console { every = cfg.train.log_every }) -- progress and test lines
+  -- the run folder: config.lua, TensorBoard events, metrics.jsonl, checkpoints; the start
+  -- (its checkpoints, else run.resume_from, else model.init weights, else from scratch)
+  local dir, env = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'supervised'))
+  cr.engine.run.keep_log(cfg, dir)                                -- log.txt: what this run prints
+  task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
+  task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
+  task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))
+  local profile = cr.engine.run.profile_hook(cfg, dir)           -- train.profile=<first>:<count>
+  if profile then task:add_hook(profile) end
+  cr.dist.setup.task(task)   -- k ranks: rank 0 logs, evaluates and checkpoints; the ranks stop together
 
-print(string.format('supervised: %s width %d (%.2fM params) on %s (%d train, %d %s), ' ..
-  '%d epochs, batch %d, lr %g, %s%s', cfg.model.arch, cfg.model.width, model:num_parameters() / 1e6,
-  cfg.data.name, #train_set, #test_set, eval_name, cfg.train.epochs, cfg.data.batch_size, peak,
-  require('crescent.util').count_of(cr.get_num_threads(), 'thread'),
-  cr.dist.setup.describe(ddp)))
-cr.train(task)
+  print(string.format('supervised: %s width %d (%.2fM params) on %s (%d train, %d %s), ' ..
+    '%d epochs, batch %d, lr %g, %s%s', cfg.model.arch, cfg.model.width, model:num_parameters() / 1e6,
+    cfg.data.name, #train_set, #test_set, eval_name, cfg.train.epochs, cfg.data.batch_size, peak,
+    require('crescent.util').count_of(cr.get_num_threads(), 'thread'),
+    cr.dist.setup.describe(ddp)))
+  cr.train(task)
 
--- the final figures; train_loss is the mean over the last epoch's steps
-local h = task.storage:history('loss')
-local train_loss = h and h:avg(task.iterations_per_epoch) or 0
-local m = task.metrics
-local function round(v, digits) return tonumber(string.format('%.' .. digits .. 'f', v or 0)) end
-local results = { recipe = 'supervised', epochs = task.epoch, evaluated_on = eval_name, test_top1 = round(m.test_top1, 2),
-  train_loss = round(train_loss, 4), seconds = round(m.seconds, 1), img_per_s = round(m.train_img_per_s, 1),
-  preempted = task.signal }
-print(require('crescent.util').json(results))
-cr.engine.run.write_results(cfg, dir, results)                  -- and results.json
+  -- the final figures; train_loss is the mean over the last epoch's steps
+  local h = task.storage:history('loss')
+  local train_loss = h and h:avg(task.iterations_per_epoch) or 0
+  local m = task.metrics
+  local function round(v, digits) return tonumber(string.format('%.' .. digits .. 'f', v or 0)) end
+  local results = { recipe = 'supervised', epochs = task.epoch, evaluated_on = eval_name, test_top1 = round(m.test_top1, 2),
+    train_loss = round(train_loss, 4), seconds = round(m.seconds, 1), img_per_s = round(m.train_img_per_s, 1),
+    preempted = task.signal }
+  print(require('crescent.util').json(results))
+  cr.engine.run.write_results(cfg, dir, results)                  -- and results.json
+end)

@@ -23,7 +23,9 @@ local defaults = cr.config.merge(recipe.defaults(), {
 })
 local cfg = cr.config.parse(arg, defaults, { types = recipe.types(cr.ssl.swav.types) })
 
-local task = cr.ssl.swav.task(cfg)
-print(recipe.banner(task))
-cr.train(task)
-recipe.finish(task)
+cr.engine.run.main(function()
+  local task = cr.ssl.swav.task(cfg)
+  print(recipe.banner(task))
+  cr.train(task)
+  recipe.finish(task)
+end)

@@ -91,7 +91,20 @@ describe('config.parse overrides', function()
     assert.are.same({ 'a', 'b' }, config.parse({ "hooks.names={'a', 'b'}" }, d).hooks.names)
     has(err_of(config.parse, { 'model.milestones=10,x' }, d), 'model.milestones[2]', 'an integer', "'x'")
     has(err_of(config.parse, { 'model.milestones=1.5' }, d), 'model.milestones[1]', 'an integer', '1.5')
-    has(err_of(config.parse, { 'model.milestones={1,' }, d), 'model.milestones', 'not a Lua list literal')
+    has(err_of(config.parse, { 'model.milestones={1,' }, d), 'model.milestones',
+      'is not a list literal (a missing value at character 4')
+    -- command-line values are data: code is refused, never run (it could loop forever)
+    has(err_of(config.parse, { 'model.milestones={(function() while true do end end)()}' }, d), 'model.milestones',
+      "an unexpected '(' at character 2")
+    has(err_of(config.parse, { 'model.betas={0.5, x}' }, d), "'x', which is not a decimal number")
+    assert.are.same({ 224, 96 }, config.parse({ 'model.milestones={224, 96}' }, d).model.milestones)
+  end)
+
+  it('reads numbers in decimal only: 0x10 is refused, not taken as 16', function()
+    local d = defaults()
+    has(err_of(config.parse, { 'model.width=0x10' }, d), 'model.width', '0x10')
+    assert.are.equal(16, config.parse({ 'model.width=16' }, d).model.width)
+    assert.are.same({ 0.5, 0.25 }, config.parse({ 'model.betas=.5,2.5e-1' }, d).model.betas)
   end)
 
   it('keeps integers integer: a whole-number default refuses fractions unless typed as number', function()

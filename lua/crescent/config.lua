@@ -19,6 +19,8 @@
 -- 'number', 'string', 'boolean', 'list', 'any'), a list of allowed strings, or a table
 -- {type = , min = , max = , choices = }.
 -- Order: --config files first (in the order given), then key=value overrides on top.
+local config_literal = require 'crescent.config_literal'
+
 local M = {}
 
 -- ---- the keys every recipe accepts ----------------------------------------------------
@@ -294,14 +296,9 @@ local function check_value(key, spec, v, where)
   return v
 end
 
--- A Lua literal ({1, 2}, 'x', 3) evaluated with no access to anything.
-local function literal(text)
-  local f = loadstring('return ' .. text, '=value')
-  if not f then return nil end
-  setfenv(f, {})
-  local ok, v = pcall(f)
-  if ok then return v end
-end
+-- A value in Lua's literal syntax ({1, 2}, 'x', 3), parsed as data (never run), or nil
+-- and the parser's message.
+local literal, decimal = config_literal.parse, config_literal.number
 
 local TRUE = { ['true'] = true, ['1'] = true, yes = true, on = true }
 local FALSE = { ['false'] = true, ['0'] = true, no = true, off = true }
@@ -313,7 +310,7 @@ local function from_string(key, spec, text, where)
     local q = text:match('^"(.*)"$') or text:match("^'(.*)'$")
     return check_value(key, spec, q or text, where)
   elseif t == 'integer' or t == 'number' then
-    local v = tonumber(text)
+    local v = decimal(text)
     if v == nil then bad_value(key, spec, text, where) end
     return check_value(key, spec, v, where)
   elseif t == 'boolean' then
@@ -324,10 +321,11 @@ local function from_string(key, spec, text, where)
   elseif t == 'list' then
     local v
     if text:match('^%s*{') then
-      v = literal(text)
+      local why
+      v, why = literal(text)
       if type(v) ~= 'table' then
-        error(string.format("config: %s expects %s; '%s' is not a Lua list literal%s", key, type_desc(spec), text,
-          where), 0)
+        error(string.format("config: %s expects %s; '%s' is not a list literal (%s)%s", key, type_desc(spec), text,
+          why or 'not a table', where), 0)
       end
     else
       v = {}
@@ -335,10 +333,10 @@ local function from_string(key, spec, text, where)
         item = item:match('^%s*(.-)%s*$')
         if item ~= '' then
           local e = item
-          if spec.elem == 'number' or spec.elem == 'integer' then e = tonumber(item) or item
+          if spec.elem == 'number' or spec.elem == 'integer' then e = decimal(item) or item
           elseif spec.elem == 'boolean' then e = TRUE[item:lower()] and true or FALSE[item:lower()] and false or item
           elseif spec.elem == 'any' then
-            e = tonumber(item) or (item == 'true' and true) or (item == 'false' and false) or
+            e = decimal(item) or (item == 'true' and true) or (item == 'false' and false) or
                 item:match('^"(.*)"$') or item:match("^'(.*)'$") or item
           end
           v[#v + 1] = e

@@ -86,9 +86,39 @@ M.types = {
   ['checkpoint.async'] = { type = 'boolean', doc = 'write checkpoints on a thread of their own while training goes on' },
 }
 
--- The folder of this run: run.dir/<run.name, or `default_name`>.
+-- M.main(fn): runs a recipe's body (what follows its config). An error there prints one
+-- line, its message (which names the key or file and the fix), and exits with status 1;
+-- CRESCENT_TRACEBACK=1 prints where it was raised too.
+function M.main(fn)
+  local ok, err = xpcall(fn, function(e)
+    return { msg = tostring(e), trace = debug.traceback(tostring(e), 2) }
+  end)
+  if ok then return end
+  if os.getenv('CRESCENT_TRACEBACK') == '1' then
+    io.stderr:write('error: ', err.trace, '\n')
+  else
+    -- a position inside crescent's own modules tells the user nothing: the message names the problem
+    local msg = err.msg:gsub('^[^\n:]*lua/crescent/[^\n:]*:%d+: ', '')
+    io.stderr:write('error: ', msg, '\n(CRESCENT_TRACEBACK=1 shows where it was raised)\n')
+  end
+  io.stderr:flush()
+  os.exit(1)
+end
+
+local MAX_NAME = 200   -- a file name holds 255 bytes; a folder moved aside adds '.old-<UTC time>'
+
+-- The folder of this run: run.dir/<run.name, or `default_name`>. The name is one folder
+-- name, so the run stays inside run.dir.
 function M.dir(cfg, default_name)
   local name = cfg.run.name ~= '' and cfg.run.name or default_name
+  if name:find('/', 1, true) or name == '.' or name == '..' or name:find('%z') then
+    error(string.format("config: run.name '%s' must be one folder name, without '/' (and not . or ..), so that the " ..
+      "run stays inside run.dir ('%s'); to put runs elsewhere, set run.dir", name, cfg.run.dir), 0)
+  end
+  if #name > MAX_NAME then
+    error(string.format('config: run.name is %d characters long; give at most %d (file systems hold 255 per name, and ' ..
+      'a run moved aside adds a suffix)', #name, MAX_NAME), 0)
+  end
   return cfg.run.dir .. '/' .. name
 end
 

@@ -186,6 +186,54 @@ describe('the checkpoint file', function()
   end)
 end)
 
+describe('a checkpoint whose trainer state is mutated', function()
+  it('loads or is refused with a message naming the file, never a Lua error from inside (300 mutations)', function()
+    local cjson = require 'cjson'
+    local dir = tmp.path('mutate')
+    cr.train(supervised_task(dir, { epochs = 1 }))
+    local src = ckpt.list(dir)[1].path
+    local tensors, meta = cr.load(src)
+    local base = cjson.decode(meta.trainer)
+    local seed = 12345
+    local function rand(n) -- a small LCG: the same mutations every run
+      seed = (seed * 1103515245 + 12345) % 2147483648
+      return seed % n + 1
+    end
+    local junk = { -1, 0, 1.5, 2 ^ 60, 'x', '', true, false, {}, { 1, 2 }, { a = 'b' }, cjson.null }
+    local function paths(v, prefix, out)
+      for k, x in pairs(v) do
+        local p = prefix and (prefix .. '\0' .. k) or tostring(k)
+        out[#out + 1] = p
+        if type(x) == 'table' then paths(x, p, out) end
+      end
+      return out
+    end
+    local all = paths(base, nil, {})
+    table.sort(all)
+    local target = dir .. '/mutated.safetensors'
+    for m = 1, 300 do
+      local t = cjson.decode(meta.trainer)
+      local keys = {}
+      local where = all[rand(#all)]
+      for part in (where .. '\0'):gmatch('([^%z]*)%z') do keys[#keys + 1] = part end
+      local node = t
+      for i = 1, #keys - 1 do node = node[tonumber(keys[i]) or keys[i]] end
+      local last = tonumber(keys[#keys]) or keys[#keys]
+      local r = rand(#junk + 1)
+      if r > #junk then node[last] = nil else node[last] = junk[r] end
+      local md = {}
+      for k, v in pairs(meta) do md[k] = v end
+      md.trainer = cjson.encode(t)
+      cr.save(target, tensors, md)
+      local ok, err = pcall(ckpt.load, supervised_task(tmp.path('mutate_into'), { epochs = 1, save = false }), target)
+      if not ok then
+        assert(tostring(err):find("checkpoint '" .. target .. "'", 1, true),
+          'mutation ' .. m .. ' (' .. where:gsub('%z', '.') .. '): ' .. tostring(err))
+      end
+    end
+  end)
+end)
+
 describe('auto-resume', function()
   it('skips a truncated newest checkpoint with a warning that names it', function()
     local dir = tmp.path('corrupt')
@@ -204,6 +252,43 @@ describe('auto-resume', function()
     assert.are.equal(1, #warnings)
     assert.is_truthy(warnings[1]:find(list[1].path, 1, true))
     assert.are.equal(list[2].path, task.resumed_from)
+  end)
+
+  it('skips a checkpoint whose name and state disagree, and stops when none can be read', function()
+    local dir = tmp.path('renamed')
+    cr.train(supervised_task(dir, { epochs = 2 }))
+    local list = ckpt.list(dir)
+    assert.are.equal(12, list[1].iteration)
+    -- a copy of the iteration-6 file under a later name: its state says 6, its name 18
+    local later = dir .. '/ckpt-e0003-i000000018.safetensors'
+    assert(os.execute(string.format("cp '%s' '%s'", list[2].path, later)) == 0)
+    local warnings = {}
+    local task = supervised_task(dir, { epochs = 2, warn = function(m) warnings[#warnings + 1] = m end })
+    cr.train(task)
+    assert.is_truthy(warnings[1]:find('its name says epoch 3, iteration 18, but its state says epoch 1, iteration 6',
+      1, true), warnings[1])
+    assert.are.equal(list[1].path, task.resumed_from)
+    -- every checkpoint unreadable: an error, not a silent start from scratch
+    for _, c in ipairs(ckpt.list(dir)) do
+      local f = io.open(c.path, 'wb')
+      f:write('not a checkpoint')
+      f:close()
+    end
+    local msg = H.error_of(function() cr.train(supervised_task(dir, { epochs = 2, warn = function() end })) end)
+    assert.is_truthy(msg:find("run.resume: no checkpoint in '" .. dir .. "' could be read", 1, true), msg)
+    cr.train(supervised_task(dir, { epochs = 1, resume = false }))   -- unless asked to start afresh
+  end)
+
+  it('finds a folder it cannot write, or a latest.safetensors that is a folder, before the first step', function()
+    local dir = tmp.path('blocked')
+    assert(os.execute("mkdir -p '" .. dir .. "/latest.safetensors'") == 0)
+    local task = supervised_task(dir, { epochs = 1 })
+    local msg = H.error_of(function() cr.train(task) end)
+    assert.is_truthy(msg:find("latest.safetensors' is a folder", 1, true), msg)
+    assert.are.equal(0, task.iteration)
+    local file = tmp.write('a_file', 'x')
+    msg = H.error_of(function() cr.train(supervised_task(file .. '/ckpt', { epochs = 1 })) end)
+    assert.is_truthy(msg:find('checkpoint: cannot write in the folder', 1, true), msg)
   end)
 
   it('refuses a checkpoint of another model, naming the file and the key', function()
@@ -271,9 +356,16 @@ describe('async checkpoints', function()
   end)
 
   it('a write that fails stops the run at a later step, naming the file', function()
-    local t = supervised_task('/proc/self', { every_iters = 2, async = true }) -- a folder no file can be made in
+    local dir = tmp.path('vanishes')
+    local t = supervised_task(dir, { every_iters = 2, async = true })
+    -- once the run has started, the folder becomes a file: no checkpoint can be made in it
+    t:add_hook { before_step = function(_, task)
+      if task.iteration == 1 then
+        assert(os.execute("rm -rf '" .. dir .. "' && touch '" .. dir .. "'") == 0)
+      end
+    end }
     local err = H.error_of(function() cr.train(t) end)
-    assert.truthy(err:find('checkpoint: writing /proc/self/ckpt-e0000-i000000002.safetensors (every 2 iterations) ' ..
+    assert.truthy(err:find('checkpoint: writing ' .. dir .. '/ckpt-e0000-i000000002.safetensors (every 2 iterations) ' ..
       'failed', 1, true), err)
     assert.is_true(t.iteration >= 3 and t.iteration < 18, 'stopped at ' .. t.iteration)
   end)

@@ -444,6 +444,11 @@ function Loader:load_state_dict(s)
       'samples. Resume at an epoch boundary ({epoch = %d, batch = 0} redoes this epoch, {epoch = %d, batch = 0} ' ..
       'starts the next) or with world_size %d', s.batch, s.epoch, saved_w, w, s.epoch, s.epoch + 1, saved_w), 2)
   end
+  local nb = self:num_batches()
+  if (s.batch or 0) > nb then
+    error(string.format('Loader:load_state_dict: the state is at batch %d of epoch %d, but an epoch of this loader ' ..
+      'has %d batches; it was saved with another data set or batch size', s.batch, s.epoch, nb), 2)
+  end
   self.epoch, self.batch = s.epoch, s.batch or 0
 end
 

@@ -192,6 +192,44 @@ local function trainer_of(path, metadata)
       bad(path, string.format("trainer.%s must be a non-negative integer, got %s", k, tostring(v)))
     end
   end
+  local ls = trainer.loader
+  if ls ~= nil and (type(ls) ~= 'table' or type(ls.epoch) ~= 'number' or type(ls.batch) ~= 'number') then
+    bad(path, "trainer.loader must be {epoch =, batch =, seed =}, got " .. cjson.encode(ls))
+  end
+  -- the parts that are applied without a further check must have their shape
+  local function want(good, what)
+    if not good then bad(path, 'trainer.' .. what .. '; the file is corrupt or from another program') end
+  end
+  local function table_of(v, check)
+    if type(v) ~= 'table' then return false end
+    for k, x in pairs(v) do
+      if type(k) ~= 'string' or not check(x) then return false end
+    end
+    return true
+  end
+  local function scalar(x) local t = type(x) return t == 'number' or t == 'string' or t == 'boolean' end
+  local function any_table(x) return type(x) == 'table' end
+  local rng = trainer.rng
+  want(rng == nil or (type(rng) == 'table' and tostring(rng.seed or ''):match('^%d+$') and
+    tostring(rng.offset or ''):match('^%d+$')), 'rng must be {seed =, offset =} with decimal integers')
+  want(trainer.metrics == nil or table_of(trainer.metrics, scalar), 'metrics must map names to numbers or strings')
+  want(trainer.hooks == nil or type(trainer.hooks) == 'table', 'hooks must be a table of hook states')
+  want(trainer.loss_scaler == nil or type(trainer.loss_scaler) == 'table', 'loss_scaler must be a table')
+  want(trainer.method_state == nil or table_of(trainer.method_state, any_table),
+    'method_state must map keys to tables of fields')
+  local o = trainer.optimizer
+  want(o == nil or (type(o) == 'table' and (o.steps == nil or table_of(o.steps, function(x)
+    return type(x) == 'number' and x >= 0 end)) and (o.param_groups == nil or type(o.param_groups) == 'table')),
+    'optimizer must be {steps = {<parameter> = n}, param_groups = {...}}')
+  -- a file named by the trainer (ckpt-e<epoch>-i<iteration>) must hold that point of the run
+  local name_epoch, name_iter = (path:match('([^/]*)$')):match(NAME_PATTERN)
+  if name_epoch then
+    local epoch = ls and ls.epoch or trainer.epoch
+    if tonumber(name_iter) ~= trainer.iteration or tonumber(name_epoch) ~= epoch then
+      bad(path, string.format('its name says epoch %d, iteration %d, but its state says epoch %d, iteration %d; ' ..
+        'it was renamed or corrupted', tonumber(name_epoch), tonumber(name_iter), epoch, trainer.iteration))
+    end
+  end
   return trainer
 end
 
@@ -271,7 +309,7 @@ function M.load(task, path)
       if not ok then bad(path, tostring(err)) end
     end
   end
-  -- the rest cannot fail half-way
+  -- the rest was checked above (trainer_of) or names the file when it fails
   local rng = trainer.rng
   if rng then C.cr_rng_set_state(text_u64(rng.seed), text_u64(rng.offset)) end
   task.iteration, task.samples_seen = trainer.iteration, trainer.samples_seen
@@ -282,10 +320,16 @@ function M.load(task, path)
     task.epoch = trainer.epoch
   end
   for k, v in pairs(trainer.metrics or {}) do task.metrics[k] = v end
-  if task.scaler and trainer.loss_scaler then task.scaler:load_state_dict(trainer.loss_scaler) end
+  if task.scaler and trainer.loss_scaler then
+    local ok, err = pcall(task.scaler.load_state_dict, task.scaler, trainer.loss_scaler)
+    if not ok then bad(path, 'trainer.loss_scaler: ' .. tostring(err)) end
+  end
   for _, h in ipairs(task.hooks or {}) do
     local s = h.name and (trainer.hooks or {})[h.name]
-    if s ~= nil and type(h.load_state_dict) == 'function' then h:load_state_dict(s) end
+    if s ~= nil and type(h.load_state_dict) == 'function' then
+      local ok, err = pcall(h.load_state_dict, h, s)
+      if not ok then bad(path, string.format('trainer.hooks.%s: %s', h.name, tostring(err))) end
+    end
   end
   task.resumed_from = path
   return trainer

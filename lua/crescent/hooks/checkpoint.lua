@@ -28,8 +28,36 @@ Checkpoint.__index = Checkpoint
 
 local function say(msg) io.stdout:write(msg, '\n') io.stdout:flush() end
 
+-- Before the first step, what the first save would find out an epoch later: a folder
+-- that cannot be written, a link name taken by a folder.
+function Checkpoint:check_writable()
+  util.mkdir_p(self.dir)
+  local probe = string.format('%s/.write-test-%d', self.dir, os.time())
+  local f, err = io.open(probe, 'wb')
+  if not f then
+    error(string.format("checkpoint: cannot write in the folder '%s' (%s); make it writable, or give another " ..
+      'run.dir, or checkpoint.save=false', self.dir, tostring(err)), 0)
+  end
+  f:close()
+  os.remove(probe)
+  for _, link in ipairs { 'latest.safetensors', 'best.safetensors' } do
+    local where = self.dir .. '/' .. link
+    local d = io.open(where .. '/.')
+    if d then
+      d:close()
+      error(string.format("checkpoint: '%s' is a folder; the run points that name at its newest (or best) " ..
+        'checkpoint: move the folder away', where), 0)
+    end
+  end
+end
+
 function Checkpoint:setup(task)
+  if self.writes and not self.read_only then self:check_writable() end
   local path = self.resume and ckpt.newest_valid(self.dir, self.warn)
+  if self.resume and not path and #ckpt.list(self.dir) > 0 then
+    error(string.format("run.resume: no checkpoint in '%s' could be read (each is named above); start afresh with " ..
+      'run.resume=false (the earlier run is moved aside), or put a good checkpoint back', self.dir), 0)
+  end
   local how = ''
   if path then
     if self.resume_from or self.init then

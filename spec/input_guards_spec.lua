@@ -139,3 +139,28 @@ describe('recipes', function()
     assert.is_truthy(out:find('stack traceback', 1, true), out)
   end)
 end)
+
+describe('max pooling at its edges, as PyTorch 2.15 computes it', function()
+  it('gives -inf for a window that lies entirely in padding and sends its gradient nowhere', function()
+    -- 1 x 1 input, kernel 2 dilated by 2, padding 1: the window covers columns -1 and 1
+    local x = cr.tensor({ { { { 5 } } } }, { dtype = 'f32' }):requires_grad_()
+    local y = cr.max_pool2d(x, { 1, 2 }, { stride = 1, padding = { 0, 1 }, dilation = { 1, 2 } })
+    assert.are.same({ -math.huge }, y:reshape(-1):totable())
+    y:sum():backward()
+    assert.are.same({ 0 }, x.grad:reshape(-1):totable())   -- PyTorch's backward writes out of bounds here
+  end)
+
+  it('computes a ceil-mode window whose dilated kernel is wider than the padded input', function()
+    local x = cr.tensor({ { { { 5 } } } }, { dtype = 'f32' })
+    local y = cr.max_pool2d(x, { 1, 2 }, { stride = 2, padding = { 0, 1 }, dilation = { 1, 3 }, ceil_mode = true })
+    assert.are.same({ 1, 1, 1, 1 }, y.shape)
+    assert.are.same({ -math.huge }, y:reshape(-1):totable())
+    H.assert_error(function()   -- without ceil mode there is no window at all, as in PyTorch
+      cr.max_pool2d(x, { 1, 2 }, { stride = 2, padding = { 0, 1 }, dilation = { 1, 3 } })
+    end, 'is larger than the padded input')
+    -- an ordinary ceil-mode case: 1 x 5, kernel 2, stride 2 -> windows {1,2}, {3,4}, {5}
+    local row = cr.tensor({ { { { 1, 4, 2, 3, 7 } } } }, { dtype = 'f32' })
+    local z = cr.max_pool2d(row, { 1, 2 }, { stride = 2, ceil_mode = true })
+    assert.are.same({ 4, 3, 7 }, z:reshape(-1):totable())
+  end)
+end)

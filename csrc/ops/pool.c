@@ -57,9 +57,12 @@ static void geom_from_call(const cr_call *c, int64_t h, int64_t w, const cr_tens
 
 /* PyTorch's pooling_output_shape: in ceil mode the last window must still start inside
  * the input or its left padding. */
+/* PyTorch's output size (pooling_output_shape): num may be negative when the dilated
+ * kernel is wider than the padded input, and ceil mode can still give one window (all
+ * padding: its output is -inf and its gradient goes nowhere, as in PyTorch). < 1: none. */
 static int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil) {
-    int64_t num = in + 2 * p - d * (k - 1) - 1; /* >= 0, checked by the caller */
-    int64_t out = (num + (ceil ? s - 1 : 0)) / s + 1;
+    int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil ? s - 1 : 0);
+    int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1; /* floor division */
     if (ceil && (out - 1) * s >= in + p) out--;
     return out;
 }
@@ -117,14 +120,14 @@ static cr_status check_params(const char *op, int ndim, const int64_t *ishape,
                            (long long)p->padding[1], (long long)p->kernel[0],
                            (long long)p->kernel[1]);
         int64_t in = ishape[ndim - 2 + k];
-        if (in + 2 * pad < d * (kk - 1) + 1)
+        oshape[ndim - 2 + k] = out_size(in, kk, s, pad, d, p->ceil_mode);
+        if (oshape[ndim - 2 + k] < 1)
             return cr_fail(CR_ERR_ARG, "%s: the kernel (%lld x %lld, dilation {%lld, %lld}) is "
                            "larger than the padded input %s with padding {%lld, %lld}", op,
                            (long long)p->kernel[0], (long long)p->kernel[1],
                            (long long)p->dilation[0], (long long)p->dilation[1],
                            cr_dims_str(ndim, ishape, a, sizeof a), (long long)p->padding[0],
                            (long long)p->padding[1]);
-        oshape[ndim - 2 + k] = out_size(in, kk, s, pad, d, p->ceil_mode);
     }
     for (int d = 0; d < ndim - 2; d++) oshape[d] = ishape[d];
     return cr_check_shape_arg(op, ndim, oshape);

@@ -6,6 +6,8 @@ local cr = require 'crescent'
 local H = {}
 _G.H = H
 H.cr = cr
+-- make sanitize runs the specs against an ASan + UBSan build (build/sanitize)
+H.sanitized = os.getenv('CRESCENT_SANITIZE') == '1'
 
 -- Largest absolute difference between two tensors (or a tensor and a nested table).
 function H.max_diff(a, b)

@@ -17,6 +17,14 @@ describe('a foreign object where a tensor goes', function()
     assert.is_true(calls and calls > 3000, 'calls made: ' .. tostring(calls))
   end)
 
+  it('and any bad arguments: 3,000 random calls of the API (tools/fuzz_api.lua) end in errors in our words', function()
+    local out, code = H.shell('luajit tools/fuzz_api.lua calls=3000 seed=7')
+    local last_call = out:match('.*\n(call [^\n]*)') or ''
+    assert.are.equal(0, code, 'crashed at: ' .. last_call)
+    assert.is_truthy(out:find('done 3000 calls', 1, true), out:sub(-300))
+    assert.is_falsy(out:find("read as Lua's own", 1, true), out:match("%d+ distinct errors read as Lua's own:.*"))
+  end)
+
   it('gets an error naming the op and what came instead', function()
     for _, bad in ipairs { io.stdout, newproxy(), ffi.new('int[4]') } do
       for _, name in ipairs { 'clone', 'contiguous', 'detach', 'cpu', 'totable', 'zero_', 'float', 'double', 'half',

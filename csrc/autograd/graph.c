@@ -21,6 +21,7 @@ static int nreaped, capreaped;
 
 int cr_autograd_reap_custom(int *ids, int cap) {
     int n = nreaped < cap ? nreaped : cap;
+    if (n <= 0) return 0;
     memcpy(ids, reaped_ids, (size_t)n * sizeof *ids);
     memmove(reaped_ids, reaped_ids + n, (size_t)(nreaped - n) * sizeof *ids);
     nreaped -= n;

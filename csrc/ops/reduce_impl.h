@@ -102,7 +102,7 @@ static inline float cr_expf_fast(float x) {
     union {
         int32_t i;
         float f;
-    } s1 = {.i = (n1 + 127) << 23}, s2 = {.i = (n2 + 127) << 23};
+    } s1 = {.i = (int32_t)((uint32_t)(n1 + 127) << 23)}, s2 = {.i = (int32_t)((uint32_t)(n2 + 127) << 23)};
     float y = p * s1.f * s2.f;
     return x != x ? x : y;
 }

@@ -19,6 +19,9 @@ local function finish(prev, ok, ...)
   return ...
 end
 local function with_grad_mode(enabled, f, ...)
+  if type(f) ~= 'function' then
+    error(string.format('%s: expected a function to run, got %s', enabled and 'enable_grad' or 'no_grad', type(f)), 3)
+  end
   local prev = C.cr_grad_set_enabled(enabled)
   return finish(prev, pcall(f, ...))
 end
@@ -136,7 +139,12 @@ end
 
 -- t:backward(grad?, {retain_graph = false})
 function Tensor.backward(t, grad, opts)
+  if not is_tensor(t) then error('backward: self must be a tensor, got ' .. type(t), 2) end
   if type(grad) == 'table' and not is_tensor(grad) then opts, grad = grad, nil end
+  if grad ~= nil and not is_tensor(grad) then
+    error('backward: the gradient must be a tensor (or nil for a scalar output), got ' .. type(grad), 2)
+  end
+  if opts ~= nil and type(opts) ~= 'table' then error('backward: options must be a table, got ' .. type(opts), 2) end
   opts = opts or {}
   check(C.cr_engine_new(engine_box, t, grad, opts.retain_graph and true or false))
   local e = ffi.gc(engine_box[0], C.cr_engine_free)
@@ -176,6 +184,11 @@ end
 -- Computes the grads of outputs w.r.t. inputs without touching .grad: a convenience for
 -- tests and research code, built on hooks.
 function M.grad(output, inputs, grad)
+  if not is_tensor(output) then error('grad: output must be a tensor, got ' .. type(output), 2) end
+  if type(inputs) ~= 'table' then error('grad: inputs must be a list of tensors, got ' .. type(inputs), 2) end
+  for i, x in ipairs(inputs) do
+    if not is_tensor(x) then error(string.format('grad: inputs[%d] must be a tensor, got %s', i, type(x)), 2) end
+  end
   local saved, result = {}, {}
   for i, x in ipairs(inputs) do saved[i] = x.grad; x.grad = nil end
   Tensor.backward(output, grad, { retain_graph = true })

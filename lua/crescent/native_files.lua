@@ -5,6 +5,7 @@
 -- of:
 --   1. $CRESCENT_ROOT/build           the checkout the environment names
 --   2. <checkout>/build               these modules are a checkout's lua/crescent/
+--      (in 1 and 2, $CRESCENT_BUILD instead of build/ when it is set: make sanitize)
 --   3. <PREFIX>/lib/lua/5.1/crescent  these modules are installed in <PREFIX>/share/lua/5.1/
 --                                     (`make install` and LuaRocks lay files out so)
 --   4. <LIBDIR>/crescent              <LIBDIR>/?.so is on package.cpath (LUA_CPATH)
@@ -32,8 +33,10 @@ if modules:sub(1, 1) ~= '/' and modules:sub(1, 1) ~= '.' then modules = './' .. 
 local looked = {}       -- the places tried, for the error when none holds the files
 local fix               -- how to make the missing files, for every error below
 
+-- CRESCENT_BUILD: a checkout's build folder other than build/ (make sanitize's)
 local function in_checkout(root, how)
-  M.root, M.dir = root, root .. '/build'
+  local build = os.getenv('CRESCENT_BUILD')
+  M.root, M.dir = root, build ~= nil and build ~= '' and build or root .. '/build'
   fix = 'run `make` in ' .. root .. how
 end
 

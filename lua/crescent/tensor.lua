@@ -86,11 +86,14 @@ function W.unary(f, name)
   end
 end
 
--- A userdata or a cdata that is not a tensor would reach C as a pointer to its payload
--- (the FFI converts both) and be read as a tensor: refused here, naming the caller.
+-- What W.call may pass as self: a tensor, a number (some C functions take one there) or
+-- nil (C names the missing tensor). A userdata or another cdata would reach C as a
+-- pointer to its payload (the FFI converts both) and be read as a tensor; a string, table,
+-- boolean or function would fail in the FFI with Lua's own words. All are refused here.
 local function foreign(x)
   local tx = type(x)
-  return tx == 'userdata' or (tx == 'cdata' and not ffi.istype(tensor_ptr_ct, x))
+  if tx == 'cdata' then return not ffi.istype(tensor_ptr_ct, x) end
+  return tx ~= 'number' and tx ~= 'nil'
 end
 pcall(ffi.cdef, 'typedef struct { const char *dli_fname; void *dli_fbase; const char *dli_sname; void *dli_saddr; } ' ..
   'cr_dl_info; int dladdr(const void *addr, cr_dl_info *info);')
@@ -159,15 +162,19 @@ function setters.requires_grad(t, flag) check(C.cr_tensor_set_requires_grad(t, f
 
 -- ---- metadata methods -------------------------------------------------------------------
 function Tensor.size(t, d)
+  W.check_tensor(t, 'size')
   if d == nil then return props.shape(t) end
+  if type(d) ~= 'number' then error('size: dim must be a number, got ' .. type(d), 2) end
   local n = C.cr_tensor_ndim(t)
   local dd = d < 0 and d + n or d
   if dd < 0 or dd >= n then error(string.format('size: dim %d out of range for a %d-dim tensor', d, n), 2) end
   return tonumber(C.cr_tensor_size(t, dd))
 end
-function Tensor.dim(t) return C.cr_tensor_ndim(t) end
-function Tensor.numel(t) return tonumber(C.cr_tensor_numel(t)) end
+function Tensor.dim(t) W.check_tensor(t, 'dim'); return C.cr_tensor_ndim(t) end
+function Tensor.numel(t) W.check_tensor(t, 'numel'); return tonumber(C.cr_tensor_numel(t)) end
 function Tensor.stride(t, d)
+  W.check_tensor(t, 'stride')
+  if d ~= nil and type(d) ~= 'number' then error('stride: dim must be a number, got ' .. type(d), 2) end
   if d ~= nil then return tonumber(C.cr_tensor_stride(t, d < 0 and d + C.cr_tensor_ndim(t) or d)) end
   local s = {}
   for i = 0, C.cr_tensor_ndim(t) - 1 do s[i + 1] = tonumber(C.cr_tensor_stride(t, i)) end

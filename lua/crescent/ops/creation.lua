@@ -58,13 +58,24 @@ return function(cr, Tensor, W)
     if st ~= 0 then util.retry(st, C.cr_tensor_empty, box, nd, s, opts_dtype(opts), dev, index) end
     return finish(own(box[0]), { requires_grad = opts and opts.requires_grad })
   end
-  local function like_opts(t, opts)
+  local function like_opts(t, opts, what)
+    if not W.is_tensor(t) then error(what .. ': expected a tensor to take the shape of, got ' .. type(t), 3) end
+    if opts ~= nil and type(opts) ~= 'table' then error(what .. ': options must be a table, got ' .. type(opts), 3) end
     return { dtype = (opts and opts.dtype) or t.dtype, requires_grad = opts and opts.requires_grad,
              device = (opts and opts.device) or t.device }
   end
-  function cr.zeros_like(t, opts) return cr.full(t.shape, 0, like_opts(t, opts)) end
-  function cr.ones_like(t, opts) return cr.full(t.shape, 1, like_opts(t, opts)) end
-  function cr.full_like(t, v, opts) return cr.full(t.shape, v, like_opts(t, opts)) end
+  function cr.zeros_like(t, opts)
+    local o = like_opts(t, opts, 'zeros_like')
+    return cr.full(t.shape, 0, o)
+  end
+  function cr.ones_like(t, opts)
+    local o = like_opts(t, opts, 'ones_like')
+    return cr.full(t.shape, 1, o)
+  end
+  function cr.full_like(t, v, opts)
+    local o = like_opts(t, opts, 'full_like')
+    return cr.full(t.shape, v, o)
+  end
 
   -- cr.tensor(nested table | number | boolean, opts). Without a dtype: booleans give bool,
   -- integers give i64, anything else f32 (PyTorch's rule).
@@ -214,6 +225,8 @@ return function(cr, Tensor, W)
 
   function Tensor.fill_(t, v)
     W.check_tensor(t, 'fill_')
+    if type(v) ~= 'number' and type(v) ~= 'boolean' then error('fill_: the value must be a number, got ' .. type(v), 2) end
+    if type(v) == 'boolean' then v = v and 1 or 0 end
     check(C.cr_op_fill_(t, v))
     return t
   end

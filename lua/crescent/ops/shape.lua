@@ -35,40 +35,61 @@ return function(cr, Tensor, W)
     local n, s = util.shape_arg('expand_as', o.shape)
     return call(C.cr_op_expand, t, n, s)
   end
-  function Tensor.view_as(t, o) local n, s = util.shape_arg('view_as', o.shape); return call(C.cr_op_view, t, n, s) end
+  function Tensor.view_as(t, o)
+    check_tensor(t, 'view_as')
+    check_tensor(o, 'view_as', 'other')
+    local n, s = util.shape_arg('view_as', o.shape)
+    return call(C.cr_op_view, t, n, s)
+  end
   function Tensor.permute(t, ...)
     check_tensor(t, 'permute')
     local n, s = shape_from('permute', ...)
     return call(C.cr_op_permute, t, n, s)
   end
   function Tensor.transpose(t, d0, d1)
+    check_tensor(t, 'transpose')
     if type(d0) ~= 'number' or type(d1) ~= 'number' then error('transpose: give two dims', 2) end
     return call(C.cr_op_transpose, t, d0, d1)
   end
   -- t:t() for 2-D matrices
   function Tensor.t(t)
+    check_tensor(t, 't')
     if t:dim() > 2 then error('t: expects a tensor with at most 2 dims; use transpose', 2) end
     if t:dim() < 2 then return t end
     return call(C.cr_op_transpose, t, 0, 1)
   end
   Tensor._props.T = function(t) return Tensor.t(t) end
-  function Tensor.squeeze(t, dim) return call(C.cr_op_squeeze, t, dim == nil and -1000 or dim) end
+  function Tensor.squeeze(t, dim)
+    check_tensor(t, 'squeeze')
+    if dim ~= nil and type(dim) ~= 'number' then error('squeeze: dim must be a number, got ' .. type(dim), 2) end
+    return call(C.cr_op_squeeze, t, dim == nil and -1000 or dim)
+  end
   function Tensor.unsqueeze(t, dim)
+    check_tensor(t, 'unsqueeze')
     if type(dim) ~= 'number' then error('unsqueeze: give a dim', 2) end
     return call(C.cr_op_unsqueeze, t, dim)
   end
-  function Tensor.flatten(t, s, e) return call(C.cr_op_flatten, t, s or 0, e or -1) end
+  function Tensor.flatten(t, s, e)
+    check_tensor(t, 'flatten')
+    if (s ~= nil and type(s) ~= 'number') or (e ~= nil and type(e) ~= 'number') then
+      error('flatten: start and end dims must be numbers', 2)
+    end
+    return call(C.cr_op_flatten, t, s or 0, e or -1)
+  end
   function Tensor.slice(t, dim, start, stop, step)
+    check_tensor(t, 'slice')
     if type(dim) ~= 'number' then error('slice: give a dim', 2) end
     return call(C.cr_op_slice, t, dim, start or 0, stop or math.huge, step or 1)
   end
   function Tensor.narrow(t, dim, start, length)
+    check_tensor(t, 'narrow')
     if type(dim) ~= 'number' or type(start) ~= 'number' or type(length) ~= 'number' then
       error('narrow: give dim, start and length', 2)
     end
     return call(C.cr_op_narrow, t, dim, start, length)
   end
   function Tensor.select(t, dim, index)
+    check_tensor(t, 'select')
     if type(dim) ~= 'number' or type(index) ~= 'number' then error('select: give dim and index', 2) end
     return call(C.cr_op_select, t, dim, index)
   end
@@ -78,7 +99,9 @@ return function(cr, Tensor, W)
   -- t:split(size_or_sizes, dim): pieces of `size` (the last may be smaller), or of the
   -- given sizes. t:chunk(n, dim): n pieces as equal as possible.
   function Tensor.split(t, sizes, dim)
+    check_tensor(t, 'split')
     dim = dim or 0
+    if type(dim) ~= 'number' then error('split: dim must be a number, got ' .. type(dim), 2) end
     local len = t:size(dim)
     local out, pos = {}, 0
     if type(sizes) == 'number' then
@@ -105,6 +128,7 @@ return function(cr, Tensor, W)
     return out
   end
   function Tensor.chunk(t, n, dim)
+    check_tensor(t, 'chunk')
     if type(n) ~= 'number' or n < 1 then error('chunk: give a positive number of chunks', 2) end
     local len = t:size(dim or 0)
     return Tensor.split(t, math.max(1, math.ceil(len / n)), dim)

@@ -235,7 +235,7 @@ M.types = {
   ['swav.crops_for_assign'] = { type = 'list', doc = 'the crops (0-based) whose codes the others predict' },
   ['swav.queue_length'] = { type = 'integer', min = 0, doc = 'earlier embeddings added to the Sinkhorn batch (0: none)' },
   ['swav.queue_start_epoch'] = { type = 'integer', min = 0, doc = 'the queue is used from this epoch on' },
-  ['swav.queue_start_iteration'] = { type = 'integer', min = 0, doc = 'or from this step on, when earlier' },
+  ['swav.queue_start_iteration'] = { type = 'integer', min = 0, doc = 'and not before this step' },
   ['swav.freeze_prototypes_iters'] = { type = 'integer', min = 0, doc = 'the prototypes get no update for the first N steps' },
 }
 

@@ -97,10 +97,11 @@ local function foreign(x)
 end
 pcall(ffi.cdef, 'typedef struct { const char *dli_fname; void *dli_fbase; const char *dli_sname; void *dli_saddr; } ' ..
   'cr_dl_info; int dladdr(const void *addr, cr_dl_info *info);')
+local dl_info_ct, void_ptr_ct = ffi.typeof('cr_dl_info'), ffi.typeof('const void *')
 -- The op a C entry point implements, from its symbol (cr_op_select -> select).
 local function op_name(f)
-  local ok, info = pcall(ffi.new, 'cr_dl_info')
-  if not ok or ffi.C.dladdr(ffi.cast('const void *', f), info) == 0 or info.dli_sname == nil then return 'op' end
+  local info = dl_info_ct()
+  if ffi.C.dladdr(ffi.cast(void_ptr_ct, f), info) == 0 or info.dli_sname == nil then return 'op' end
   return (ffi.string(info.dli_sname):gsub('^cr_op_', ''):gsub('^cr_', ''))
 end
 local function refuse_foreign(f, x)
@@ -189,7 +190,8 @@ function Tensor.data_ptr(t) W.check_tensor(t, 'data_ptr'); return C.cr_tensor_da
 function Tensor.same_storage(a, b)
   W.check_tensor(a, 'same_storage')
   W.check_tensor(b, 'same_storage', 'other')
-  return C.cr_tensor_same_storage(a, b) end
+  return C.cr_tensor_same_storage(a, b)
+end
 
 -- Releases the tensor's memory now instead of waiting for the GC (when other holders,
 -- a view's base or a graph, share it, only this handle's reference goes). Any later use

@@ -24,7 +24,7 @@ local util = require 'crescent.util'
 
 local M = {}
 
-local i64_array = ffi.typeof('int64_t[?]')
+local i64_array, i64_ptr = ffi.typeof('int64_t[?]'), ffi.typeof('const int64_t *')
 
 -- The data set's shards: {first = 0-based row, count = n} per run of one archive's rows.
 function M.shards(ds)
@@ -40,7 +40,7 @@ end
 -- An i64 tensor [n] of the n values in a C array.
 local function tensor_of(values, n)
   local box = util.box
-  util.check(C.cr_tensor_from_data(box, values, 1, ffi.new('int64_t[1]', n), C.CR_DT_I64))
+  util.check(C.cr_tensor_from_data(box, values, 1, i64_array(1, n), C.CR_DT_I64))
   return util.own(box[0])
 end
 
@@ -65,7 +65,7 @@ function M.epoch(ds, o)
   local box = util.box
   if C.cr_data_permutation(box, #shards, o.seed, o.epoch, o.shuffle) ~= 0 then util.raise() end
   local perm = util.own(box[0])
-  local pp = ffi.cast('const int64_t *', perm:data_ptr())
+  local pp = ffi.cast(i64_ptr, perm:data_ptr())
   local shard = o.shard
   local picked
   if shard then
@@ -94,7 +94,7 @@ function M.epoch(ds, o)
   end
   local size = o.size
   if size == m then return order, stream end
-  local src, out = ffi.cast('const int64_t *', order:data_ptr()), i64_array(size)
+  local src, out = ffi.cast(i64_ptr, order:data_ptr()), i64_array(size)
   for k = 0, size - 1 do out[k] = src[k % m] end
   return tensor_of(out, size), stream
 end

@@ -86,41 +86,41 @@ function W.unary(f, name)
   end
 end
 
--- What W.call may pass as self: a tensor, a number (some C functions take one there) or
--- nil (C names the missing tensor). A userdata or another cdata would reach C as a
--- pointer to its payload (the FFI converts both) and be read as a tensor; a string, table,
--- boolean or function would fail in the FFI with Lua's own words. All are refused here.
-local function foreign(x)
-  local tx = type(x)
-  if tx == 'cdata' then return not ffi.istype(tensor_ptr_ct, x) end
-  return tx ~= 'number' and tx ~= 'nil'
-end
 pcall(ffi.cdef, 'typedef struct { const char *dli_fname; void *dli_fbase; const char *dli_sname; void *dli_saddr; } ' ..
   'cr_dl_info; int dladdr(const void *addr, cr_dl_info *info);')
 local dl_info_ct, void_ptr_ct = ffi.typeof('cr_dl_info'), ffi.typeof('const void *')
 -- The op a C entry point implements, from its symbol (cr_op_select -> select).
 local function op_name(f)
   local info = dl_info_ct()
-  if ffi.C.dladdr(ffi.cast(void_ptr_ct, f), info) == 0 or info.dli_sname == nil then return 'op' end
+  local ok, found = pcall(ffi.C.dladdr, ffi.cast(void_ptr_ct, f), info)
+  if not ok or found == 0 or info.dli_sname == nil then return 'op' end
   return (ffi.string(info.dli_sname):gsub('^cr_op_', ''):gsub('^cr_', ''))
 end
-local function refuse_foreign(f, x)
+-- A self that is not a tensor: a userdata or another cdata would reach C as a pointer to
+-- its payload (the FFI converts both) and be read as a tensor; anything else would fail
+-- in the FFI in Lua's own words. nil goes on: C names the missing tensor.
+local function refuse_self(f, x)
   error(string.format("%s: argument 'self' must be a tensor, got %s", op_name(f), type(x)), util.user_level())
 end
 
--- f(out, self, ...) with any further C arguments (self: a tensor, or a number where the
--- C function takes one)
-function W.call(f, self, ...)
-  if foreign(self) then refuse_foreign(f, self) end
-  local st = f(box, self, ...)
-  if st ~= 0 then retry(st, f, box, self, ...) end
+-- f(out, ...) for constructors, whose C arguments are numbers and options (arange, eye...)
+local function construct(f, ...)
+  local st = f(box, ...)
+  if st ~= 0 then retry(st, f, box, ...) end
   return own(box[0])
+end
+W.construct = construct
+
+-- f(out, self, ...) with any further C arguments; self is a tensor
+function W.call(f, self, ...)
+  if self ~= nil and not is_tensor(self) then refuse_self(f, self) end
+  return construct(f, self, ...)
 end
 
 -- f(out1, out2, self, ...) returning two tensors
 local box2 = ffi.new('cr_tensor*[2]')
 function W.call2(f, self, ...)
-  if foreign(self) then refuse_foreign(f, self) end
+  if self ~= nil and not is_tensor(self) then refuse_self(f, self) end
   local st = f(box2, box2 + 1, self, ...)
   if st ~= 0 then retry(st, f, box2, box2 + 1, self, ...) end
   return own(box2[0]), own(box2[1])

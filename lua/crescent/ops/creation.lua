@@ -149,14 +149,14 @@ return function(cr, Tensor, W)
     if #nums == 3 then step = nums[3] end
     local int = start == math.floor(start) and stop == math.floor(stop) and step == math.floor(step)
     local dt = opts_dtype(opts, int and C.CR_DT_I64 or C.CR_DT_F32)
-    return finish(W.call(C.cr_op_arange, start, stop, step, dt, opts_device(opts)), opts)
+    return finish(W.construct(C.cr_op_arange, start, stop, step, dt, opts_device(opts)), opts)
   end
   function cr.eye(n, m, opts)
     if type(m) == 'table' then m, opts = nil, m end
     if type(n) ~= 'number' or (m ~= nil and type(m) ~= 'number') then
       error('eye: give the number of rows (and optionally columns) as numbers', 2)
     end
-    return finish(W.call(C.cr_op_eye, n, m or n, opts_dtype(opts), opts_device(opts)), opts)
+    return finish(W.construct(C.cr_op_eye, n, m or n, opts_dtype(opts), opts_device(opts)), opts)
   end
 
   -- ---- random draws (Philox; see csrc/core/rng.h for which words each op uses) ------------
@@ -174,7 +174,7 @@ return function(cr, Tensor, W)
   local function drawer(what, f)
     return function(...)
       local nd, s, opts = shape_opts(what, ...)
-      return finish(W.call(f, nd, s, opts_dtype(opts), opts_device(opts)), opts)
+      return finish(W.construct(f, nd, s, opts_dtype(opts), opts_device(opts)), opts)
     end
   end
   cr.rand = drawer('rand', C.cr_op_rand)
@@ -184,7 +184,7 @@ return function(cr, Tensor, W)
       W.check_tensor(t, 'rand_like', 't')
       local nd, s = util.shape_arg('rand_like', t.shape)
       local dev, index = util.device(opts and opts.device or t.device, 2)
-      return finish(W.call(f, nd, s, opts_dtype(opts, C.cr_tensor_dtype(t)), dev, index), opts)
+      return finish(W.construct(f, nd, s, opts_dtype(opts, C.cr_tensor_dtype(t)), dev, index), opts)
     end
   end
   cr.rand_like = like(C.cr_op_rand)
@@ -202,13 +202,13 @@ return function(cr, Tensor, W)
     if type(shape) == 'number' then shape = { shape } end
     if type(shape) ~= 'table' then error('randint: give a shape table, e.g. cr.randint(0, 10, {3})', 2) end
     local nd, s = util.shape_arg('randint', shape)
-    return finish(W.call(C.cr_op_randint, low, high, nd, s, opts_dtype(opts, C.CR_DT_I64), opts_device(opts)), opts)
+    return finish(W.construct(C.cr_op_randint, low, high, nd, s, opts_dtype(opts, C.CR_DT_I64), opts_device(opts)), opts)
   end
   function cr.randperm(n, opts)
     if type(n) ~= 'number' or n ~= math.floor(n) then
       error('randperm: n must be an integer, got ' .. tostring(n), 2)
     end
-    return finish(W.call(C.cr_op_randperm, n, opts_dtype(opts, C.CR_DT_I64), opts_device(opts)), opts)
+    return finish(W.construct(C.cr_op_randperm, n, opts_dtype(opts, C.CR_DT_I64), opts_device(opts)), opts)
   end
   -- cr.bernoulli(p_tensor) or cr.bernoulli(p, shape, opts): 1 with probability p, else 0.
   function cr.bernoulli(p, shape, opts)
@@ -219,7 +219,7 @@ return function(cr, Tensor, W)
     if type(shape) == 'number' then shape = { shape } end
     if type(shape) ~= 'table' then error('bernoulli: with a number p, give a shape: cr.bernoulli(0.5, {3, 4})', 2) end
     local nd, s = util.shape_arg('bernoulli', shape)
-    return finish(W.call(C.cr_op_bernoulli_scalar, p, nd, s, opts_dtype(opts), opts_device(opts)), opts)
+    return finish(W.construct(C.cr_op_bernoulli_scalar, p, nd, s, opts_dtype(opts), opts_device(opts)), opts)
   end
   function Tensor.bernoulli(t) return cr.bernoulli(t) end
 

@@ -14,40 +14,20 @@ return function(cr, Tensor, W)
     return util.shape_arg(what, ...)
   end
 
-  function Tensor.view(t, ...)
-    check_tensor(t, 'view')
-    local n, s = shape_from('view', ...)
-    return call(C.cr_op_view, t, n, s)
+  -- W.call refuses a self that is not a tensor, naming the op: these functions check
+  -- only what they read themselves
+  function Tensor.view(t, ...) return call(C.cr_op_view, t, shape_from('view', ...)) end
+  function Tensor.reshape(t, ...) return call(C.cr_op_reshape, t, shape_from('reshape', ...)) end
+  function Tensor.expand(t, ...) return call(C.cr_op_expand, t, shape_from('expand', ...)) end
+  -- the shape of `other`, the tensor an *_as op copies it from
+  local function shape_of(o, what)
+    check_tensor(o, what, 'other')
+    return util.shape_arg(what, o.shape)
   end
-  function Tensor.reshape(t, ...)
-    check_tensor(t, 'reshape')
-    local n, s = shape_from('reshape', ...)
-    return call(C.cr_op_reshape, t, n, s)
-  end
-  function Tensor.expand(t, ...)
-    check_tensor(t, 'expand')
-    local n, s = shape_from('expand', ...)
-    return call(C.cr_op_expand, t, n, s)
-  end
-  function Tensor.expand_as(t, o)
-    check_tensor(t, 'expand_as')
-    check_tensor(o, 'expand_as', 'other')
-    local n, s = util.shape_arg('expand_as', o.shape)
-    return call(C.cr_op_expand, t, n, s)
-  end
-  function Tensor.view_as(t, o)
-    check_tensor(t, 'view_as')
-    check_tensor(o, 'view_as', 'other')
-    local n, s = util.shape_arg('view_as', o.shape)
-    return call(C.cr_op_view, t, n, s)
-  end
-  function Tensor.permute(t, ...)
-    check_tensor(t, 'permute')
-    local n, s = shape_from('permute', ...)
-    return call(C.cr_op_permute, t, n, s)
-  end
+  function Tensor.expand_as(t, o) return call(C.cr_op_expand, t, shape_of(o, 'expand_as')) end
+  function Tensor.view_as(t, o) return call(C.cr_op_view, t, shape_of(o, 'view_as')) end
+  function Tensor.permute(t, ...) return call(C.cr_op_permute, t, shape_from('permute', ...)) end
   function Tensor.transpose(t, d0, d1)
-    check_tensor(t, 'transpose')
     if type(d0) ~= 'number' or type(d1) ~= 'number' then error('transpose: give two dims', 2) end
     return call(C.cr_op_transpose, t, d0, d1)
   end
@@ -60,41 +40,35 @@ return function(cr, Tensor, W)
   end
   Tensor._props.T = function(t) return Tensor.t(t) end
   function Tensor.squeeze(t, dim)
-    check_tensor(t, 'squeeze')
     if dim ~= nil and type(dim) ~= 'number' then error('squeeze: dim must be a number, got ' .. type(dim), 2) end
     return call(C.cr_op_squeeze, t, dim == nil and -1000 or dim)
   end
   function Tensor.unsqueeze(t, dim)
-    check_tensor(t, 'unsqueeze')
     if type(dim) ~= 'number' then error('unsqueeze: give a dim', 2) end
     return call(C.cr_op_unsqueeze, t, dim)
   end
   function Tensor.flatten(t, s, e)
-    check_tensor(t, 'flatten')
     if (s ~= nil and type(s) ~= 'number') or (e ~= nil and type(e) ~= 'number') then
       error('flatten: start and end dims must be numbers', 2)
     end
     return call(C.cr_op_flatten, t, s or 0, e or -1)
   end
   function Tensor.slice(t, dim, start, stop, step)
-    check_tensor(t, 'slice')
     if type(dim) ~= 'number' then error('slice: give a dim', 2) end
     return call(C.cr_op_slice, t, dim, start or 0, stop or math.huge, step or 1)
   end
   function Tensor.narrow(t, dim, start, length)
-    check_tensor(t, 'narrow')
     if type(dim) ~= 'number' or type(start) ~= 'number' or type(length) ~= 'number' then
       error('narrow: give dim, start and length', 2)
     end
     return call(C.cr_op_narrow, t, dim, start, length)
   end
   function Tensor.select(t, dim, index)
-    check_tensor(t, 'select')
     if type(dim) ~= 'number' or type(index) ~= 'number' then error('select: give dim and index', 2) end
     return call(C.cr_op_select, t, dim, index)
   end
-  function Tensor.clone(t) check_tensor(t, 'clone'); return call(C.cr_op_clone, t) end
-  function Tensor.contiguous(t) check_tensor(t, 'contiguous'); return call(C.cr_op_contiguous, t) end
+  function Tensor.clone(t) return call(C.cr_op_clone, t) end
+  function Tensor.contiguous(t) return call(C.cr_op_contiguous, t) end
 
   -- t:split(size_or_sizes, dim): pieces of `size` (the last may be smaller), or of the
   -- given sizes. t:chunk(n, dim): n pieces as equal as possible.

@@ -131,17 +131,7 @@ describe('gradcheck of core ops', function()
 end)
 
 describe('the LuaJIT recorder workaround (tools/jit_crash_repro.lua)', function()
-  it('tensor + number and number - tensor in compiled code do not crash the JIT', function()
-    local script = [[
-      package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
-      local cr = require 'crescent'
-      local x = cr.ones(2, 3)
-      for _ = 1, 60 do
-        local f = function(a) return (a + 1) - (2 - a) end
-        for _ = 0, 5 do local _ = f(x) end
-      end
-      io.write('ok')
-    ]]
+  local function run_child(script)
     local path = os.tmpname()
     local fh = assert(io.open(path, 'w'))
     fh:write(script)
@@ -150,6 +140,40 @@ describe('the LuaJIT recorder workaround (tools/jit_crash_repro.lua)', function(
     local out = p:read('*a')
     p:close()
     os.remove(path)
+    return out
+  end
+
+  it('the base cdata __add/__sub send tensors to crescent and other cdata to the FFI', function()
+    local ffi = require 'ffi'
+    local base = debug.getmetatable(ffi.new('int'))
+    assert.is_true(base.__crescent_arith)
+    local x = cr.ones(2)
+    assert.are.same({ 3, 3 }, base.__add(x, 2):totable())
+    assert.are.same({ 1, 1 }, base.__sub(2, x):totable())
+    assert.are.equal(6LL, base.__add(ffi.new('int64_t', 5), 1))
+    local p = ffi.cast('char*', 4096)
+    assert.are.equal(4099, tonumber(ffi.cast('intptr_t', base.__add(p, 3))))
+    assert.are.equal(3LL, base.__sub(p + 3, p))
+  end)
+
+  it('the plain-FFI reproduction runs with the fix', function()
+    local out = run_child('arg = { "fixed" }; dofile("tools/jit_crash_repro.lua")')
+    assert.truthy(out:find('^ok%s+status=0'), 'the child run ended with: ' .. out)
+  end)
+
+  it('tensor + number and number - tensor in compiled code, traces started at every loop', function()
+    local out = run_child [[
+      package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
+      local cr = require 'crescent'
+      jit.opt.start('hotloop=1', 'hotexit=1')
+      local x = cr.ones(2, 3)
+      local total = 0
+      for i = 1, 200 do
+        local f = function(a) return (a + i) - (2 - a) + (a - 1) end -- i everywhere
+        for _ = 0, 5 do total = total + f(x):sum():item() end
+      end
+      io.write(total == 36 * (200 * 201 / 2) and 'ok' or ('wrong total ' .. total))
+    ]]
     assert.truthy(out:find('ok status=0', 1, true), 'the child run ended with: ' .. out)
   end)
 end)

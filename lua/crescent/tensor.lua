@@ -261,20 +261,33 @@ function Tensor.retain_grad(t) W.check_tensor(t, 'retain_grad'); check(C.cr_tens
 function Tensor.zero_grad(t) W.check_tensor(t, 'zero_grad'); check(C.cr_tensor_set_grad(t, nil)) end
 
 -- ---- operators ----------------------------------------------------------------------------
--- `tensor + number` and `tensor - number`: Debian 12's LuaJIT (2.1.0-beta3) records these
--- as pointer arithmetic first; for the incomplete cr_tensor type it falls back to the
--- metamethod, but with the number's record left broken, and the first C call that takes
--- it crashes the trace recorder (tools/jit_crash_repro.lua, 20 lines of plain FFI).
--- Arithmetic on the number gives it a fresh record; x + 0 is never folded away for
--- doubles (-0 + 0 is +0), so the workaround survives the optimizer.
-mt.__add = function(a, b)
-  if type(b) == 'number' then b = b + 0 elseif type(a) == 'number' then a = a + 0 end
-  return Tensor.add(a, b)
+-- `tensor + number` and `tensor - number` go through every cdata's shared base metatable,
+-- whose __add/__sub try pointer arithmetic before our metatype. For a pointer to an
+-- incomplete struct (cr_tensor*) the interpreter refuses the pointer arithmetic and calls
+-- the metatype's method, but the trace recorder of Debian 12's LuaJIT (2.1.0-beta3) records
+-- pointer arithmetic regardless; it then records the method's bytecode as if it were the
+-- caller's and crashes now and then (tools/jit_crash_repro.lua, plain FFI). So the base
+-- __add/__sub send tensors straight to crescent and every other cdata to the FFI's own
+-- (install_cdata_arith below); the recorder then sees a plain Lua call.
+local function tensor_add(a, b) return Tensor.add(a, b) end
+local function tensor_sub(a, b) return Tensor.sub(a, b) end
+mt.__add, mt.__sub = tensor_add, tensor_sub
+local function install_cdata_arith()
+  local base = debug.getmetatable(ffi.new('int'))
+  if type(base) ~= 'table' or base.__crescent_arith then return end
+  local ffi_add, ffi_sub = base.__add, base.__sub
+  base.__add = function(a, b)
+    if is_tensor(a) or is_tensor(b) then return tensor_add(a, b) end
+    return ffi_add(a, b)
+  end
+  base.__sub = function(a, b)
+    if is_tensor(a) or is_tensor(b) then return tensor_sub(a, b) end
+    return ffi_sub(a, b)
+  end
+  base.__crescent_arith = true
+  jit.flush() -- the recorder treats this table as constant: no trace may hold the old ones
 end
-mt.__sub = function(a, b)
-  if type(b) == 'number' then b = b + 0 elseif type(a) == 'number' then a = a + 0 end
-  return Tensor.sub(a, b)
-end
+install_cdata_arith()
 mt.__mul = function(a, b) return Tensor.mul(a, b) end
 mt.__div = function(a, b) return Tensor.div(a, b) end
 mt.__unm = function(a) return Tensor.neg(a) end

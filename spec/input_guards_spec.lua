@@ -46,6 +46,33 @@ describe('a foreign object where a tensor goes', function()
     H.assert_error(function() return cr.clone(t) end, 'not a live tensor')
     H.assert_error(function() return cr.ones(3):add(t) end, 'not a live tensor')
   end)
+
+  it('a freed tensor is refused by its properties and metadata too, and prints as freed', function()
+    local t = cr.ones(2, 3):requires_grad_()
+    assert.is_true(t:free())
+    for _, k in ipairs { 'shape', 'dtype', 'device', 'ndim', 'grad', 'requires_grad', 'is_leaf', 'grad_fn' } do
+      H.assert_error(function() return t[k] end, 'tensor.' .. k .. ': not a live tensor (it was freed)')
+    end
+    for _, m in ipairs { 'numel', 'dim', 'size', 'stride', 'is_contiguous', 'data_ptr', 'totable', 'item' } do
+      H.assert_error(function() return t[m](t) end, m .. ': not a live tensor (it was freed)')
+    end
+    H.assert_error(function() return #t end, '#: not a live tensor')
+    H.assert_error(function() t.grad = cr.ones(2, 3) end, 'not a live tensor')
+    assert.are.equal('[freed tensor]', tostring(t))
+  end)
+
+  it('free() leaves views working, and keeps a tensor that the graph still holds usable', function()
+    local base = cr.arange(4):float()
+    local view = base:view(2, 2)
+    assert.is_true(base:free())   -- the view keeps the storage, not the base
+    H.assert_error(function() return base:sum() end, 'not a live tensor')
+    assert.are.equal(6, view:sum():item())
+    local x = cr.ones(3):requires_grad_()
+    local y = x * 2
+    assert.is_false(x:free())     -- y's graph holds x
+    y:sum():backward()
+    assert.are.same({ 2, 2, 2 }, x.grad:totable())
+  end)
 end)
 
 describe('shape arithmetic', function()

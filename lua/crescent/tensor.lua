@@ -23,7 +23,10 @@ mt.__index = function(t, k)
   local m = Tensor[k]
   if m ~= nil then return m end
   local p = props[k]
-  if p then return p(t) end
+  if p then
+    if not C.cr_tensor_is_live(t) then error("tensor." .. k .. ': not a live tensor (it was freed)', 2) end
+    return p(t)
+  end
   return nil
 end
 mt.__newindex = function(t, k, v)
@@ -162,8 +165,12 @@ end
 function setters.requires_grad(t, flag) check(C.cr_tensor_set_requires_grad(t, flag and true or false)) end
 
 -- ---- metadata methods -------------------------------------------------------------------
+local function check_live(t, what)
+  W.check_tensor(t, what)
+  if not C.cr_tensor_is_live(t) then error(what .. ': not a live tensor (it was freed)', 3) end
+end
 function Tensor.size(t, d)
-  W.check_tensor(t, 'size')
+  check_live(t, 'size')
   if d == nil then return props.shape(t) end
   if type(d) ~= 'number' then error('size: dim must be a number, got ' .. type(d), 2) end
   local n = C.cr_tensor_ndim(t)
@@ -171,10 +178,10 @@ function Tensor.size(t, d)
   if dd < 0 or dd >= n then error(string.format('size: dim %d out of range for a %d-dim tensor', d, n), 2) end
   return tonumber(C.cr_tensor_size(t, dd))
 end
-function Tensor.dim(t) W.check_tensor(t, 'dim'); return C.cr_tensor_ndim(t) end
-function Tensor.numel(t) W.check_tensor(t, 'numel'); return tonumber(C.cr_tensor_numel(t)) end
+function Tensor.dim(t) check_live(t, 'dim'); return C.cr_tensor_ndim(t) end
+function Tensor.numel(t) check_live(t, 'numel'); return tonumber(C.cr_tensor_numel(t)) end
 function Tensor.stride(t, d)
-  W.check_tensor(t, 'stride')
+  check_live(t, 'stride')
   if d ~= nil and type(d) ~= 'number' then error('stride: dim must be a number, got ' .. type(d), 2) end
   if d ~= nil then return tonumber(C.cr_tensor_stride(t, d < 0 and d + C.cr_tensor_ndim(t) or d)) end
   local s = {}
@@ -182,31 +189,24 @@ function Tensor.stride(t, d)
   return s
 end
 function props.is_cuda(t) return C.cr_tensor_device(t) == C.CR_DEV_CUDA end
-function Tensor.is_contiguous(t) W.check_tensor(t, 'is_contiguous'); return C.cr_tensor_is_contiguous(t) end
+function Tensor.is_contiguous(t) check_live(t, 'is_contiguous'); return C.cr_tensor_is_contiguous(t) end
 -- conv2d's f32 output on the oneDNN path is channels-last ([N, C, H, W] stored as NHWC)
-function Tensor.is_channels_last(t) W.check_tensor(t, 'is_channels_last'); return C.cr_tensor_is_channels_last(t) end
-function Tensor.is_floating_point(t) W.check_tensor(t, 'is_floating_point'); return C.cr_dtype_is_float(C.cr_tensor_dtype(t)) end
-function Tensor.data_ptr(t) W.check_tensor(t, 'data_ptr'); return C.cr_tensor_data(t) end
+function Tensor.is_channels_last(t) check_live(t, 'is_channels_last'); return C.cr_tensor_is_channels_last(t) end
+function Tensor.is_floating_point(t) check_live(t, 'is_floating_point'); return C.cr_dtype_is_float(C.cr_tensor_dtype(t)) end
+function Tensor.data_ptr(t) check_live(t, 'data_ptr'); return C.cr_tensor_data(t) end
 function Tensor.same_storage(a, b)
   W.check_tensor(a, 'same_storage')
   W.check_tensor(b, 'same_storage', 'other')
   return C.cr_tensor_same_storage(a, b)
 end
 
--- Releases the tensor's memory now instead of waiting for the GC (when other holders,
--- a view's base or a graph, share it, only this handle's reference goes). Any later use
--- of t is refused ("not a live tensor").
+-- Releases the tensor's memory now instead of waiting for the GC, and returns true; any
+-- later use of t is refused ("not a live tensor"). When a view's base or a graph shares
+-- the tensor there is nothing to release yet: free returns false and t stays usable (its
+-- memory goes with the last holder).
 function Tensor.free(t)
   W.check_tensor(t, 'free')
-  if not C.cr_tensor_release(t) then
-    ffi.gc(t, nil)
-    C.cr_tensor_free(t)
-  end
-end
-
-local function check_live(t, what)
-  W.check_tensor(t, what)
-  if not C.cr_tensor_is_live(t) then error(what .. ': not a live tensor (it was freed)', 3) end
+  return C.cr_tensor_release(t)
 end
 
 function Tensor.item(t)
@@ -295,8 +295,13 @@ mt.__pow = function(a, b)
   if type(b) == 'number' and is_tensor(a) then return Tensor.pow_scalar(a, b) end
   return Tensor.pow(a, b)
 end
-mt.__len = function(t) return C.cr_tensor_ndim(t) > 0 and tonumber(C.cr_tensor_size(t, 0)) or 0 end
-mt.__tostring = function(t) return require('crescent.format').tensor(t) end
+mt.__len = function(t)
+  check_live(t, '#')
+  return C.cr_tensor_ndim(t) > 0 and tonumber(C.cr_tensor_size(t, 0)) or 0 end
+mt.__tostring = function(t)
+  if not C.cr_tensor_is_live(t) then return '[freed tensor]' end
+  return require('crescent.format').tensor(t)
+end
 mt.__eq = nil -- cdata equality stays pointer identity; use t:eq(u) for elementwise
 
 Tensor._mt = mt

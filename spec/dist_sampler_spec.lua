@@ -1,4 +1,4 @@
--- dist_sampler_spec — the distributed sampler (crescent.dist.sampler) and cr.data.Loader's
+-- dist_sampler_spec — the distributed sampler (crescent.data.sampler) and cr.data.Loader's
 -- `shard` option: sampler.shard against an element-by-element reference (padding that
 -- wraps when n < world_size, cutting with pad = false, strided positions, a million
 -- samples); then over (n, world_size, batch_size, pad, shuffle, drop_last) combos
@@ -11,7 +11,7 @@
 -- resume mid-epoch with state_dict / load_state_dict; the world-size mismatch and the
 -- option errors.
 local cr = H.cr
-local sampler = require 'crescent.dist.sampler'
+local sampler = require 'crescent.data.sampler'
 local T = cr.data.transforms
 local err_of = H.error_of
 
@@ -33,7 +33,7 @@ local function shuffled(n, seed)
   return cr.data.Loader(cr.data.synthetic { n = n, shape = { 2, 2 } }, { batch_size = 1, seed = seed }):order(0)
 end
 
-describe('dist.sampler.shard', function()
+describe('data.sampler.shard', function()
   it('takes strided positions of the order, padding with its start or cutting the rest', function()
     local o = cr.arange(10)
     local want_pad = { { 0, 4, 8 }, { 1, 5, 9 }, { 2, 6, 0 }, { 3, 7, 1 } }

@@ -62,52 +62,20 @@ for _, family in ipairs { 'creation', 'shape', 'elementwise', 'reduce', 'loss', 
 end
 
 -- The training layers load on first use (cr.nn, cr.optim, ...), so `require 'crescent'`
--- stays fast and works in a checkout where some of them are absent.
+-- stays fast.
 local lazy = {
-  nn = { 'crescent.nn' },
-  optim = { 'crescent.optim' },
-  ssl = { 'crescent.ssl' },
-  schedule = { 'crescent.optim.schedule', 'crescent.optim.schedules', 'crescent.schedule' },
-  data = { 'crescent.data' },
-  config = { 'crescent.config' },
-  engine = { 'crescent.engine' },
-  hooks = { 'crescent.hooks' },
-  io = { 'crescent.io' },
-  env = { 'crescent.env' },
-  dist = { 'crescent.dist' },
-  profiler = { 'crescent.profiler' },
+  nn = 'crescent.nn', optim = 'crescent.optim', ssl = 'crescent.ssl', schedule = 'crescent.optim.schedule',
+  data = 'crescent.data', config = 'crescent.config', engine = 'crescent.engine', hooks = 'crescent.hooks',
+  io = 'crescent.io', env = 'crescent.env', dist = 'crescent.dist', profiler = 'crescent.profiler',
 }
-local function load_lazy(key)
-  local errs = {}
-  for _, name in ipairs(lazy[key]) do
-    local ok, mod = pcall(require, name)
-    if ok then return mod end
-    -- a module that exists but fails to load: show its own error
-    if not tostring(mod):find("module '" .. name .. "' not found", 1, true) then error(mod, 0) end
-    errs[#errs + 1] = name
-  end
-  if key == 'schedule' then
-    local optim = rawget(cr, 'optim') or load_lazy('optim')
-    if optim.schedule then return optim.schedule end
-  end
-  error('cr.' .. key .. ' is not available: no module ' .. table.concat(errs, ' or ') .. ' under lua/', 3)
-end
+-- Not cached on cr: package.loaded is the one record of what is loaded, so cr.data is
+-- always the module that `require 'crescent.data'` gives (a spec runner that unloads
+-- modules between files, as busted does, cannot leave cr holding a stale copy).
 setmetatable(cr, { __index = function(t, k)
-  if lazy[k] then
-    local mod = load_lazy(k)
-    rawset(t, k, mod)
-    return mod
-  end
-  if k == 'train' then -- cr.engine's own, so a Task and cr.train come from one module
-    local f = t.engine.train
-    rawset(t, k, f)
-    return f
-  end
-  if k == 'save' or k == 'load' then -- cr.save / cr.load are cr.io's
-    local f = (rawget(t, 'io') or t.io)[k]
-    rawset(t, k, f)
-    return f
-  end
+  local name = lazy[k]
+  if name then return package.loaded[name] or require(name) end
+  if k == 'train' then return t.engine.train end -- cr.engine's own: one module runs tasks
+  if k == 'save' or k == 'load' then return t.io[k] end -- cr.save / cr.load are cr.io's
   return nil
 end })
 

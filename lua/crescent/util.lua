@@ -179,6 +179,21 @@ function M.count_of(n, noun) return n .. ' ' .. noun .. (n == 1 and '' or 's') e
 
 -- ---- files and names --------------------------------------------------------------------
 
+-- The entries of a folder (cr.data.images.list_dir, the checkpoint folder): a list of
+-- {name =, dir = true|false}, sorted by name.
+local charp1_ct, int64_1_ct = ffi.typeof('char *[1]'), ffi.typeof('int64_t[1]')
+function M.list_dir(path)
+  if type(path) ~= 'string' then error('list_dir: expected a folder name, got ' .. type(path), 2) end
+  local pp, plen = ffi.new(charp1_ct), ffi.new(int64_1_ct)
+  if C.cr_dir_list(pp, plen, path) ~= 0 then raise() end
+  local s = ffi.string(pp[0], plen[0])
+  C.cr_dir_list_free(pp[0])
+  local out = {}
+  for kind, name in s:gmatch('([df])([^%z]*)%z') do out[#out + 1] = { name = name, dir = kind == 'd' } end
+  table.sort(out, function(a, b) return a.name < b.name end)
+  return out
+end
+
 -- Whether path can be opened for reading.
 function M.file_exists(path)
   local f = io.open(path, 'rb')

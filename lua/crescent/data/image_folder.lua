@@ -37,18 +37,7 @@ local FORMATS = { [1] = 'jpeg', [2] = 'png' }
 
 local function c_error() return ffi.string(C.cr_last_error()) end
 
--- The entries of a folder: a list of {name =, dir = true|false}, sorted by name.
-function M.list_dir(path)
-  if type(path) ~= 'string' then error('list_dir: expected a folder name, got ' .. type(path), 2) end
-  local pp, plen = ffi.new('char *[1]'), ffi.new('int64_t[1]')
-  if C.cr_dir_list(pp, plen, path) ~= 0 then util.raise() end
-  local s = ffi.string(pp[0], plen[0])
-  C.cr_dir_list_free(pp[0])
-  local out = {}
-  for kind, name in s:gmatch('([df])([^%z]*)%z') do out[#out + 1] = { name = name, dir = kind == 'd' } end
-  table.sort(out, function(a, b) return a.name < b.name end)
-  return out
-end
+M.list_dir = util.list_dir   -- cr.data.images.list_dir
 
 -- {format = 'jpeg'|'png', height, width, channels} from the file's header.
 function M.probe(path)

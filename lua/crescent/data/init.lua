@@ -12,6 +12,7 @@ return {
   is_dataset = dataset.is_dataset,
   fashion_mnist = require 'crescent.data.fashion_mnist',
   Loader = require 'crescent.data.loader',
+  sampler = require 'crescent.data.sampler',   -- each rank's shard of an epoch (DistributedSampler)
   cifar10 = require('crescent.data.cifar').cifar10,
   cifar100 = require('crescent.data.cifar').cifar100,
   synthetic = require 'crescent.data.synthetic',

@@ -41,7 +41,7 @@
 -- cr.data.transforms.multicrop / two_views with workers (the crops are built in C).
 --
 -- shard = {rank = r, world_size = w, pad = true}: distributed sampling as PyTorch's
--- DistributedSampler (crescent.dist.sampler). Every rank computes the same epoch order
+-- DistributedSampler (crescent.data.sampler). Every rank computes the same epoch order
 -- (same seed), extends it to ceil(n / w) w samples by repeating its start (pad = true,
 -- the default) or cuts it to floor(n / w) w (pad = false), and takes the positions r,
 -- r + w, r + 2 w, ...: that shard is the rank's order, so num_batches, iter, the workers,
@@ -55,7 +55,7 @@
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
-local sampler = require 'crescent.dist.sampler'
+local sampler = require 'crescent.data.sampler'
 local shard_order = require 'crescent.data.shard_order'
 
 local Loader = {}

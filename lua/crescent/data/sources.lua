@@ -7,9 +7,12 @@
 --   local train, test, eval_name = cr.data.sources.datasets(cfg)   -- test nil: no test split
 --   local channels, h, w = cr.data.sources.image_shape(train)
 local util = require 'crescent.util'
-
--- cr.data, looked up when a recipe asks (this module loads with it)
-local function data() return require('crescent').data end
+local fashion_mnist = require 'crescent.data.fashion_mnist'
+local cifar = require 'crescent.data.cifar'
+local synthetic = require 'crescent.data.synthetic'
+local image_folder = require('crescent.data.image_folder').image_folder
+local file_list = require 'crescent.data.file_list'
+local tar_shards = require 'crescent.data.tar_shards'
 
 local M = {}
 
@@ -56,35 +59,35 @@ local function source_datasets(cfg)
   local limit = d.limit > 0 and d.limit or nil
   local root = d.root ~= '' and d.root or nil
   if d.name == 'fashion_mnist' then
-    return data().fashion_mnist { root = root, split = 'train', limit = limit },
-           data().fashion_mnist { root = root, split = 'test', limit = limit }
+    return fashion_mnist { root = root, split = 'train', limit = limit },
+           fashion_mnist { root = root, split = 'test', limit = limit }
   elseif d.name == 'cifar10' or d.name == 'cifar100' then
-    return data()[d.name] { root = root, split = 'train', limit = limit },
-           data()[d.name] { root = root, split = 'test', limit = limit }
+    return cifar[d.name] { root = root, split = 'train', limit = limit },
+           cifar[d.name] { root = root, split = 'test', limit = limit }
   elseif d.name == 'synthetic' then
     local n = limit or 4096
-    return data().synthetic { n = n, shape = { 3, d.size, d.size }, seed = cfg.train.seed },
-           data().synthetic { n = math.max(1, math.floor(n / 4)), shape = { 3, d.size, d.size }, seed = cfg.train.seed + 1 }
+    return synthetic { n = n, shape = { 3, d.size, d.size }, seed = cfg.train.seed },
+           synthetic { n = math.max(1, math.floor(n / 4)), shape = { 3, d.size, d.size }, seed = cfg.train.seed + 1 }
   elseif d.name == 'image_folder' then
     if not root then fail("data.name=image_folder needs data.root=<folder with train/ (and val/) class sub-folders>") end
     local exists = util.file_exists
     local tr = exists(root .. '/train') and root .. '/train' or root
     -- streamed: the loader's workers decode each file when batched
     local opts = { root = tr, size = { d.size, d.size }, skip_bad = d.skip_bad, stream = true }
-    local train = data().image_folder(opts)
+    local train = image_folder(opts)
     local test
     if exists(root .. '/val') then
       opts.root = root .. '/val'
-      test = data().image_folder(opts)
+      test = image_folder(opts)
     end
     return train, test
   elseif d.name == 'file_list' then
     if d.list == '' then fail("data.name=file_list needs data.list=<a text file of '<path> <label>' lines>") end
-    return train_and_test(data().file_list, { root = root, size = { d.size, d.size }, skip_bad = d.skip_bad },
+    return train_and_test(file_list, { root = root, size = { d.size, d.size }, skip_bad = d.skip_bad },
       'list', d.list, d.test_list)
   elseif d.name == 'tar_shards' then
     if not root then fail("data.name=tar_shards needs data.root=<the shards, e.g. 'train-{000000..000143}.tar'>") end
-    return train_and_test(data().tar_shards, { size = { d.size, d.size }, skip_bad = d.skip_bad,
+    return train_and_test(tar_shards, { size = { d.size, d.size }, skip_bad = d.skip_bad,
       shuffle_buffer = d.shuffle_buffer }, 'urls', root, d.test_root)
   end
   fail("data.name='" .. tostring(d.name) .. "' is not a data set this recipe knows")

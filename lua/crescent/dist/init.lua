@@ -1,6 +1,7 @@
 -- crescent.dist — distributed training: the launcher's environment, the process group and
--- its collectives (MPI for cpu tensors, NCCL for GPU tensors), DDP, SyncBatchNorm, the
--- distributed sampler, and the recipes' setup around them.
+-- its collectives (MPI for cpu tensors, NCCL for GPU tensors), DDP, SyncBatchNorm and
+-- the recipes' setup around them. (The distributed sampler is the data layer's:
+-- cr.data.sampler, used by cr.data.Loader's shard option.)
 --
 --   cr.dist.init{timeout = 1800, device = 'cpu'}  cr.dist.rank()  cr.dist.world_size()
 --   cr.dist.all_reduce(t, 'avg')  cr.dist.broadcast(t, 0)  cr.dist.all_gather(t)
@@ -9,13 +10,12 @@
 --   local ddp = cr.dist.DDP(model, {bucket_mb = 25})
 --   cr.dist.convert_sync_batchnorm(model)
 --   cr.data.Loader(ds, {shard = {rank = cr.dist.rank(), world_size = cr.dist.world_size()}})
---   cr.dist.launcher.detect()  cr.dist.sampler.shard(order, rank, world_size, pad)
+--   cr.dist.launcher.detect()
 local cr = require 'crescent'
 local comm = require 'crescent.dist.comm'
 
 local M = {
   launcher = require 'crescent.dist.launcher',
-  sampler = require 'crescent.dist.sampler',
   DDP = require 'crescent.dist.ddp',
   comm = comm,
 }

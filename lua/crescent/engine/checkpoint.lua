@@ -340,7 +340,7 @@ end
 -- The checkpoint files of a folder, newest (highest iteration) first; {} when the folder
 -- does not exist, an error when it cannot be read.
 function M.list(dir)
-  local ok, entries = pcall(require('crescent.data.image_folder').list_dir, dir)
+  local ok, entries = pcall(util.list_dir, dir)
   if not ok then
     -- no folder yet: no checkpoints; a folder that cannot be read must not look empty
     -- (a resume would start afresh and the next save would fail)

@@ -19,6 +19,7 @@
 local Storage = require 'crescent.engine.storage'
 local steps = require 'crescent.engine.steps'
 local loop = require 'crescent.engine.loop'
+local trainer = require 'crescent.engine.trainer'
 
 local Task = {}
 Task.__index = Task
@@ -132,12 +133,10 @@ local function new(_, args)
 end
 setmetatable(Task, { __call = new })
 
-local EVENTS = { 'before_train', 'before_phase', 'before_step', 'after_forward', 'after_backward',
-                 'after_step', 'after_phase', 'after_train', 'on_exception' }
-Task.EVENTS = EVENTS
-local EVENT_SET = {}
-for _, e in ipairs(EVENTS) do EVENT_SET[e] = true end
-Task.EVENT_SET = EVENT_SET
+-- The events a hook may answer, in firing order: the C loop's own list (csrc/loop/loop.c).
+Task.EVENTS = loop.events
+-- What the trainer checks a task by (it does not load this file: the task drives it).
+Task.is_crescent_task = true
 
 -- A hook is a table with any of the event methods (fn(self, task)) and an optional
 -- priority: 0 runs first, 100 last, 50 by default; equal priorities keep the order of
@@ -225,17 +224,6 @@ function Task:_batches(phase, epoch)
   return function(s, c) return batch_to(f(s, c), device) end, state, control
 end
 
--- The trainer (engine/trainer.lua, which requires this file) sets Task._drive to its
--- step function when it loads; loading it here would be a require cycle.
-local function load_trainer_then_drive(self, what, n)
-  require 'crescent.engine.trainer'
-  if Task._drive == load_trainer_then_drive then
-    error('crescent.engine.task: another copy of the trainer is loaded; use cr.engine.Task', 3)
-  end
-  return Task._drive(self, what, n)
-end
-Task._drive = load_trainer_then_drive
-
 -- Runs n train steps (default 1) by hand, firing the same hooks in the same order as
 -- cr.train: the first call starts the run (before_train), a test phase that falls due on
 -- the way runs whole, and the run's end fires after_train. cr.train(task) or further
@@ -246,14 +234,14 @@ function Task:step(n)
   if type(n) ~= 'number' or n < 1 or n ~= math.floor(n) then
     error('task:step(n): n must be a positive integer, got ' .. tostring(n), 2)
   end
-  return self:_drive('steps', n)
+  return trainer.step(self, 'steps', n)
 end
 
 -- Runs the rest of the current phase (or the next phase, between two) by hand, through
 -- its after_phase hooks. Returns the phase's name ('train' or 'test'), or nil when the
 -- run ended without one.
 function Task:phase()
-  local ran = self:_drive('phase')
+  local ran = trainer.step(self, 'phase')
   return ran > 0 and self.phase_name or nil
 end
 

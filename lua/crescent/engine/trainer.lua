@@ -3,10 +3,12 @@
 local ffi = require 'ffi'
 local cr = require 'crescent'
 local loop = require 'crescent.engine.loop'
-local Task = require 'crescent.engine.task'
 local steps = require 'crescent.engine.steps'
 local util = require 'crescent.util'
 local dry_run = require 'crescent.engine.dry_run'
+
+local EVENT_SET = {}
+for _, e in ipairs(loop.events) do EVENT_SET[e] = true end
 
 local M = {}
 
@@ -52,7 +54,7 @@ end
 
 -- Validates the task; returns the number of train batches per epoch (or nil if unknown).
 function M.check(task)
-  if getmetatable(task) ~= Task then
+  if type(task) ~= 'table' or task.is_crescent_task ~= true then
     fail('expected a task built by cr.engine.Task{...}, got ' .. type(task))
   end
   local epochs = task.epochs
@@ -117,11 +119,11 @@ function M.check(task)
   -- hooks: known event names (a typo would silently never run), priorities
   for i, h in ipairs(task.hooks) do
     for key, v in pairs(h) do
-      if type(v) == 'function' and type(key) == 'string' and not Task.EVENT_SET[key]
+      if type(v) == 'function' and type(key) == 'string' and not EVENT_SET[key]
          and (key:match('^before_') or key:match('^after_') or key:match('^on_')) then
-        local s = util.nearest(key, Task.EVENT_SET)
+        local s = util.nearest(key, EVENT_SET)
         fail(string.format("hook %d (%s) has a method '%s' that is no event%s; events: %s", i,
-          tostring(h.name or '?'), key, s and ("; did you mean '" .. s .. "'?") or '', table.concat(Task.EVENTS, ', ')))
+          tostring(h.name or '?'), key, s and ("; did you mean '" .. s .. "'?") or '', table.concat(loop.events, ', ')))
       end
     end
   end
@@ -141,7 +143,7 @@ function M.events(task)
     return a.i < b.i
   end)
   local events = {}
-  for _, e in ipairs(Task.EVENTS) do
+  for _, e in ipairs(loop.events) do
     local list = {}
     for _, o in ipairs(order) do
       local fn = o.h[e]
@@ -226,5 +228,4 @@ function M.step(task, what, n)
   return drive(task, loop.step, what, n)
 end
 
-Task._drive = M.step
 return M

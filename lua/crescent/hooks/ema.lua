@@ -10,6 +10,7 @@
 --   task:add_hook(cr.hooks.ema{model = task.model, momentum = 0.9999, evaluate = true, start = 0})
 --   luajit recipes/supervised.lua model.ema=0.999
 local cr = require 'crescent'
+local momentum = require 'crescent.ssl.momentum'
 
 local Ema = {}
 Ema.__index = Ema
@@ -39,7 +40,7 @@ function Ema:after_step(task)
   local k = task.accum_steps or 1
   if task.iteration % k ~= 0 then return end
   local m = task.iteration <= self.start and 0 or self.momentum -- before `start`: follow the weights
-  cr.no_grad(function() cr.ssl.ema_update(self.shadow, self.sources, m) end)
+  cr.no_grad(function() momentum.ema_update(self.shadow, self.sources, m) end)
 end
 
 -- Exchanges the model's weights with the average (twice: back again).

@@ -24,6 +24,7 @@ local cr = require 'crescent'
 local M = {}
 
 local util = require 'crescent.util'
+local sinkhorn = require 'crescent.ssl.sinkhorn'
 local function fail(msg) error(msg, util.user_level()) end
 
 local function opts_table(what, opts)
@@ -79,7 +80,6 @@ function M.swav_loss(scores, opts)
   if queue ~= nil and type(queue) ~= 'table' then
     fail(what .. ': queue_scores must be a list of tensors [L, K] (one per assigned crop) or nil')
   end
-  local sinkhorn = require('crescent.ssl').sinkhorn
 
   -- log_softmax(scores[v] / T) once per crop, shared by every assigned crop
   local logp = {}

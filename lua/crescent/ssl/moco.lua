@@ -29,7 +29,8 @@
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = cr.nn
-local ssl_core = require 'crescent.ssl'
+local method_parts = require 'crescent.ssl.method_parts'
+local momentum = require 'crescent.ssl.momentum'
 local losses = require 'crescent.ssl.losses'
 local Queue = require 'crescent.ssl.queue'
 
@@ -48,13 +49,13 @@ local MoCo = nn.Module:extend('MoCo')
 M.MoCo = MoCo
 
 function MoCo:init(o)
-  local feat, hidden, out = ssl_core._method_options('MoCo', o, KNOWN, '{trunk = a, key_trunk = b, feat_dim = 128}')
+  local feat, hidden, out = method_parts.method_options('MoCo', o, KNOWN, '{trunk = a, key_trunk = b, feat_dim = 128}')
   if not nn.is_module(o.key_trunk) or o.key_trunk == o.trunk then
     fail('MoCo: key_trunk must be a second module of the same architecture as trunk (build the model twice)')
   end
   local L = int('queue_length', o.queue_length or 4096, 1)
   local B = int('batch_size', o.batch_size, 1)
-  self.temperature = ssl_core._positive('MoCo', 'temperature', o.temperature, 0.2)
+  self.temperature = method_parts.positive('MoCo', 'temperature', o.temperature, 0.2)
   local m = o.momentum or 0.999
   if type(m) ~= 'number' or m < 0 or m > 1 then fail('MoCo: momentum must be in [0, 1], got ' .. tostring(m)) end
   self.base_momentum, self.momentum = m, m
@@ -65,14 +66,14 @@ function MoCo:init(o)
   end
   self.queue = Queue(L, out, { batch_size = B })  -- checks that L is a multiple of B
   -- MoCo v2's head has no BatchNorm
-  self.trunk, self.head = o.trunk, ssl_core._head('MoCo', o, feat, hidden, out, false)
-  self.key_trunk, self.key_head = o.key_trunk, ssl_core._head('MoCo', o, feat, hidden, out, false)
+  self.trunk, self.head = o.trunk, method_parts.head('MoCo', o, feat, hidden, out, false)
+  self.key_trunk, self.key_head = o.key_trunk, method_parts.head('MoCo', o, feat, hidden, out, false)
   for _, part in ipairs { self.trunk, self.head, self.key_trunk, self.key_head } do
     nn.split_batchnorm(part, self.bn_splits)
   end
   local q, k = self:query_parameters(), self:key_parameters()
   if #q ~= #k then fail('MoCo: trunk and key_trunk differ in their parameters; build both with the same constructor') end
-  ssl_core.copy_tensors(k, q)
+  momentum.copy_tensors(k, q)
   for _, np in ipairs(k) do np[2].requires_grad = false end
   cr.no_grad(function()
     self.queue.data:copy_(cr.randn({ L, out }):normalize({ dim = 1 }))
@@ -126,7 +127,7 @@ function MoCo:forward(views)
     fail('MoCo: the input must be a list of 2 views {query crops, key crops} (a two_views loader gives it)')
   end
   local q = self.head(self.trunk(views[1])):normalize({ dim = 1 })
-  ssl_core.ema_update(self:key_parameters(), self:query_parameters(), self.momentum)
+  momentum.ema_update(self:key_parameters(), self:query_parameters(), self.momentum)
   local k = self:keys(views[2])
   return { q = q, k = k }
 end
@@ -153,7 +154,7 @@ function MoCo:hooks()
       before_step = function(_, task)
         if task.phase_name ~= 'train' then return end
         if method.cosine_momentum and task.max_iterations > 0 then
-          method.momentum = ssl_core.cosine_momentum(method.base_momentum, task.iteration / task.max_iterations)
+          method.momentum = momentum.cosine_momentum(method.base_momentum, task.iteration / task.max_iterations)
         end
         task.storage:put_scalar('momentum', method.momentum)
       end },

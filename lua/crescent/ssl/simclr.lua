@@ -11,7 +11,7 @@
 -- fn(z) -> z of every rank` replaces that. Parameter names: trunk.*, head.*.
 local cr = require 'crescent'
 local util = require 'crescent.util'
-local ssl_core = require 'crescent.ssl'
+local method_parts = require 'crescent.ssl.method_parts'
 local nn = cr.nn
 local losses = require 'crescent.ssl.losses'
 
@@ -26,12 +26,12 @@ local SimCLR = nn.Module:extend('SimCLR')
 M.SimCLR = SimCLR
 
 function SimCLR:init(o)
-  local feat, hidden, out = ssl_core._method_options('SimCLR', o, KNOWN)
-  self.temperature = ssl_core._positive('SimCLR', 'temperature', o.temperature, 0.5)
+  local feat, hidden, out = method_parts.method_options('SimCLR', o, KNOWN)
+  self.temperature = method_parts.positive('SimCLR', 'temperature', o.temperature, 0.5)
   if o.gather ~= nil and type(o.gather) ~= 'function' then fail('SimCLR: gather must be a function(z) -> z of all ranks') end
   self.gather = o.gather
   self.trunk = o.trunk
-  self.head = ssl_core._head('SimCLR', o, feat, hidden, out, true)
+  self.head = method_parts.head('SimCLR', o, feat, hidden, out, true)
 end
 
 function SimCLR:features(x) return self.trunk(x) end

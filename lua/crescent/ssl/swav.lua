@@ -23,7 +23,7 @@
 -- prototypes.
 local cr = require 'crescent'
 local util = require 'crescent.util'
-local ssl_core = require 'crescent.ssl'
+local method_parts = require 'crescent.ssl.method_parts'
 local nn = cr.nn
 local losses = require 'crescent.ssl.losses'
 local Queue = require 'crescent.ssl.queue'
@@ -41,13 +41,13 @@ local KNOWN = {
 }
 
 local function int(name, v, lo) return nn._int('SwAV', name, v, lo) end
-local function positive(name, v, default) return ssl_core._positive('SwAV', name, v, default) end
+local function positive(name, v, default) return method_parts.positive('SwAV', name, v, default) end
 
 local SwAV = nn.Module:extend('SwAV')
 M.SwAV = SwAV
 
 function SwAV:init(o)
-  local feat, hidden, out = ssl_core._method_options('SwAV', o, KNOWN)
+  local feat, hidden, out = method_parts.method_options('SwAV', o, KNOWN)
   local K = int('num_prototypes', o.num_prototypes or 100, 2)
   self.temperature = positive('temperature', o.temperature, 0.1)
   self.epsilon = positive('epsilon', o.epsilon, 0.05)
@@ -83,7 +83,7 @@ function SwAV:init(o)
     for j = 1, #cfa do self.queues[j] = Queue(self.queue_length, out, { batch_size = B }) end
   end
   self.trunk = o.trunk
-  self.head = ssl_core._head('SwAV', o, feat, hidden, out, true)
+  self.head = method_parts.head('SwAV', o, feat, hidden, out, true)
   self.prototypes = nn.Linear(out, K, { bias = false })
   self.epoch, self.iteration = 0, 0
   self:normalize_prototypes()

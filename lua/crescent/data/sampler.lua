@@ -1,4 +1,4 @@
--- crescent.dist.sampler — the distributed sampler (PyTorch's DistributedSampler): each
+-- crescent.data.sampler — the distributed sampler (PyTorch's DistributedSampler): each
 -- of world_size ranks takes its own shard of one epoch order that every rank computes
 -- alike (same seed, same epoch), so the ranks together visit the data set once per epoch
 -- without talking to each other. cr.data.Loader uses it through its `shard` option:

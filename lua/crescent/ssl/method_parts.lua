@@ -1,0 +1,63 @@
+-- crescent.ssl.method_parts — what the SSL methods' constructors share: option checks
+-- (numbers, option tables, the trunk and its feature size) and the projection head.
+local util = require 'crescent.util'
+local nn = require 'crescent.nn'
+
+local M = {}
+
+local function fail(msg) error(msg, util.user_level()) end
+M.fail = fail
+
+local function opt_number(what, opts, key, default, lo)
+  local v = opts[key]
+  if v == nil then return default end
+  if type(v) ~= 'number' or v ~= v or (lo and v < lo) then
+    fail(string.format('%s: %s must be a number%s, got %s', what, key,
+                       lo and (' >= ' .. lo) or '', tostring(v)))
+  end
+  return v
+end
+M.opt_number = opt_number
+
+local function opts_table(what, opts)
+  if opts == nil then return {} end
+  if type(opts) ~= 'table' then fail(what .. ': options must be a table, got ' .. type(opts)) end
+  return opts
+end
+M.opts_table = opts_table
+
+-- What every method's constructor checks first: an options table of known keys with a
+-- trunk module. Returns the projection head's dims: feat_dim, hidden_dim (default 512;
+-- 0: no hidden layer) and out_dim (default 128).
+function M.method_options(what, o, known, example)
+  if type(o) ~= 'table' then
+    fail(string.format('%s: give an options table, e.g. %s%s', what, what, example or '{trunk = model, feat_dim = 128}'))
+  end
+  nn._options(what, o, known)
+  if not nn.is_module(o.trunk) then
+    fail(what .. ': trunk must be a module returning features [B, feat_dim], got ' .. type(o.trunk))
+  end
+  return nn._int(what, 'feat_dim', o.feat_dim, 1), nn._int(what, 'hidden_dim', o.hidden_dim or 512, 0),
+         nn._int(what, 'out_dim', o.out_dim or 128, 1)
+end
+
+-- A method's projection head: Linear -> [BatchNorm1d] -> ReLU -> Linear, or one Linear
+-- when hidden is 0. The BatchNorm is there when o.head_bn is true, or (o.head_bn nil)
+-- when default_bn is.
+function M.head(what, o, feat, hidden, out, default_bn)
+  local bn = o.head_bn
+  if bn == nil then bn = default_bn end
+  if type(bn) ~= 'boolean' then fail(what .. ': head_bn must be true or false, got ' .. tostring(bn)) end
+  return nn.MLP { dims = hidden > 0 and { feat, hidden, out } or { feat, out }, bn = bn }
+end
+
+-- A number > 0 (NaN refused), or the default when v is nil.
+function M.positive(what, name, v, default)
+  if v == nil then v = default end
+  if type(v) ~= 'number' or v ~= v or v <= 0 then
+    fail(string.format('%s: %s must be a number > 0, got %s', what, name, tostring(v)))
+  end
+  return v
+end
+
+return M

@@ -1,0 +1,113 @@
+-- layers_spec — the Lua modules under lua/crescent require one another without cycles: a
+-- module reaches what it uses by require (or through the cr.<name> façade of
+-- lua/crescent/init.lua, counted as a require of that module), never back up through a
+-- package that loads it. Prints each cycle it finds, module by module.
+local root = require('crescent.native_files').root
+
+-- cr.<key> of the façade, as init.lua's lazy table maps it
+local FACADE = { nn = 'crescent.nn', optim = 'crescent.optim', ssl = 'crescent.ssl', data = 'crescent.data',
+                 schedule = 'crescent.optim.schedule', config = 'crescent.config', engine = 'crescent.engine',
+                 hooks = 'crescent.hooks', io = 'crescent.io', env = 'crescent.env', dist = 'crescent.dist',
+                 profiler = 'crescent.profiler', train = 'crescent.engine', save = 'crescent.io',
+                 load = 'crescent.io' }
+
+local function read(path)
+  local f = assert(io.open(path))
+  local s = f:read('*a')
+  f:close()
+  return s
+end
+
+local function without_comments(src)
+  return (src:gsub('%-%-%[(=*)%[.-%]%1%]', ''):gsub('%-%-[^\n]*', ''))
+end
+local function without_strings(src)
+  src = src:gsub('%[(=*)%[.-%]%1%]', '""')
+  return (src:gsub("'[^'\n]*'", "''"):gsub('"[^"\n]*"', '""'))
+end
+
+local function module_graph()
+  local mods = {}
+  local p = io.popen('cd ' .. root .. ' && find lua/crescent -name "*.lua" | sort')
+  for path in p:lines() do
+    local name = path:gsub('^lua/', ''):gsub('%.lua$', ''):gsub('/', '.'):gsub('%.init$', '')
+    mods[name] = root .. '/' .. path
+  end
+  p:close()
+  local edges = {}
+  for name, path in pairs(mods) do
+    local src, out = without_comments(read(path)), {}
+    for dep in src:gmatch("require%s*%(?%s*['\"]([%w_%.]+)['\"]") do
+      if mods[dep] and dep ~= name then out[dep] = true end
+    end
+    for key in without_strings(src):gmatch('%f[%w_]cr%.([%w_]+)') do
+      local dep = FACADE[key]
+      if dep and dep ~= name then out[dep] = true end
+    end
+    for dep in src:gmatch("require%s*%(%s*'crescent'%s*%)%.([%w_]+)") do
+      if FACADE[dep] and FACADE[dep] ~= name then out[FACADE[dep]] = true end
+    end
+    edges[name] = out
+  end
+  return mods, edges
+end
+
+-- A cycle through the graph as a list of names (first == last), or nil.
+local function find_cycle(edges)
+  local state, stack = {}, {}
+  local function visit(v)
+    state[v] = 'open'
+    stack[#stack + 1] = v
+    local deps = {}
+    for w in pairs(edges[v] or {}) do deps[#deps + 1] = w end
+    table.sort(deps)
+    for _, w in ipairs(deps) do
+      if state[w] == 'open' then
+        local cycle, on = {}, false
+        for _, u in ipairs(stack) do
+          if u == w then on = true end
+          if on then cycle[#cycle + 1] = u end
+        end
+        cycle[#cycle + 1] = w
+        return cycle
+      elseif not state[w] then
+        local c = visit(w)
+        if c then return c end
+      end
+    end
+    stack[#stack] = nil
+    state[v] = 'done'
+  end
+  local names = {}
+  for v in pairs(edges) do names[#names + 1] = v end
+  table.sort(names)
+  for _, v in ipairs(names) do
+    if not state[v] then
+      local c = visit(v)
+      if c then return c end
+    end
+  end
+end
+
+describe('the Lua require graph', function()
+  it('reads every module and its requires', function()
+    local mods, edges = module_graph()
+    local n = 0
+    for _ in pairs(mods) do n = n + 1 end
+    assert.is_true(n > 50)
+    assert.is_true(edges['crescent.engine.task']['crescent.engine.trainer'])
+    assert.is_true(edges['crescent.hooks.knn']['crescent.data'])   -- through cr.data
+  end)
+
+  it('has no cycle', function()
+    local _, edges = module_graph()
+    local cycle = find_cycle(edges)
+    assert.is_nil(cycle, cycle and ('a require cycle: ' .. table.concat(cycle, ' -> ')))
+  end)
+
+  it('finds a cycle when there is one (the check itself)', function()
+    local cycle = find_cycle { a = { b = true }, b = { c = true }, c = { a = true }, d = {} }
+    assert.are.same({ 'a', 'b', 'c', 'a' }, cycle)
+    assert.is_nil(find_cycle { a = { b = true }, b = {} })
+  end)
+end)

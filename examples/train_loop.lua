@@ -6,24 +6,25 @@
 -- what the engine does for you; copy it to try an idea without it.
 --
 --   luajit examples/train_loop.lua                    (about 25 minutes on 2 cores)
---   luajit examples/train_loop.lua epochs=1 limit=4096
+--   luajit examples/train_loop.lua epochs=1 limit=4096 threads=1
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/examples/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 local cr = require 'crescent'
 
 -- ---- settings: key=value on the command line ------------------------------------------
 local opt = { epochs = 4, batch = 128, lr = 0.1, momentum = 0.9, weight_decay = 5e-4, warmup_epochs = 0.3,
-              width = 16, limit = 0, seed = 0 }
+              width = 16, limit = 0, seed = 0, threads = 0 }
 for _, a in ipairs(arg or {}) do
   local k, v = a:match('^([%w_]+)=(.+)$')
   if not k or opt[k] == nil or not tonumber(v) then
     io.stderr:write('train_loop: arguments are key=number with key one of epochs, batch, lr, momentum, ' ..
-      'weight_decay, warmup_epochs, width, limit, seed; got ' .. a .. '\n')
+      'weight_decay, warmup_epochs, width, limit, seed, threads; got ' .. a .. '\n')
     os.exit(2)
   end
   opt[k] = tonumber(v)
 end
 cr.manual_seed(opt.seed)
+if opt.threads > 0 then cr.set_num_threads(opt.threads) end   -- 0: all cores
 
 -- ---- data: all of Fashion-MNIST in memory as u8, normalised per batch -----------------
 local function load(split)

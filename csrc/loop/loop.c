@@ -50,7 +50,8 @@
  *   loop.pending_signal()          'SIGTERM' | 'SIGINT' | 'SIGUSR1' received during a run, or nil
  *   loop.sigint_guard(on)          the REPL's SIGINT: only a flag, read by loop.sigint_taken()
  *   loop.now()                     monotonic seconds
- *   loop.events                    event names, index = id + 1 */
+ *   loop.events                    event names, index = id + 1
+ *   loop.contract                  the task, timing and option fields this file uses (below) */
 #include <errno.h>
 #include <signal.h>
 #include <lauxlib.h>
@@ -79,6 +80,54 @@ typedef enum {
 static const char *const cr_loop_event_names[CR_LOOP_EVENT_COUNT] = {
     "before_train", "before_phase", "before_step", "after_forward", "after_backward",
     "after_step", "after_phase", "after_train", "on_exception"};
+
+/* The loop/Task contract: every field of the task (RUN_TASK), of its timing table
+ * (RUN_TIMING) and of loop.run's and loop.step's options (RUN_OPTS) that this file reads
+ * or writes, who writes it and who reads it. loop.contract exports it ({table, key,
+ * writer, reader} per field); spec/loop_contract_spec.lua checks that every field this
+ * file names is listed here and that a new Task holds every field the loop reads. */
+typedef struct {
+    const char *table, *key, *writer, *reader;
+} cr_loop_field;
+
+static const cr_loop_field cr_loop_contract[] = {
+    {"task", "epoch", "the loop (each phase); the checkpoint hook (resume)", "the loop; hooks"},
+    {"task", "iteration", "the loop (after each train step); the checkpoint hook", "the loop; hooks; schedules"},
+    {"task", "samples_seen", "the loop (after each train step); the checkpoint hook", "the loop; the timer hook"},
+    {"task", "phase_iteration", "the loop (after each step); Task:_begin_phase (a resumed phase)", "the loop"},
+    {"task", "phase_name", "the loop ('train' or 'test', at each phase)", "train and eval steps; hooks"},
+    {"task", "batch", "the loop (the batch of the step in progress, nil between steps)", "steps; hooks"},
+    {"task", "batch_size", "Task (a method: the samples in a batch)", "the loop (samples_seen)"},
+    {"task", "train_step", "Task (steps.standard, or the user's function)", "the loop (each train step)"},
+    {"task", "eval_step", "Task (steps.eval, or the user's function)", "the loop (each test step)"},
+    {"task", "_begin_phase", "Task (a method)", "the loop (the start of each phase)"},
+    {"task", "_batches", "Task (a method: the phase's batch iterator)", "the loop"},
+    {"task", "_attach", "Task (a method: the REPL)", "the loop (a SIGUSR2 with opts.attach)"},
+    {"task", "stop_requested", "hooks; steps; task:request_stop; the loop (a signal)", "the loop (after each step)"},
+    {"task", "stop_reason", "task:request_stop; the loop ('signal')", "hooks; recipes"},
+    {"task", "signal", "the loop; the distributed setup hook (another rank's signal)", "the loop; the checkpoint hook"},
+    {"task", "exception", "the loop (before on_exception)", "on_exception hooks"},
+    {"task", "traceback", "the loop (before on_exception)", "on_exception hooks"},
+    {"task", "timing", "Task (the table the loop fills)", "the loop"},
+    {"timing", "data", "the loop (each step: seconds waiting for the batch)", "the timer and diagnostics hooks"},
+    {"timing", "forward_backward", "the loop (each step)", "the timer and diagnostics hooks"},
+    {"timing", "optimizer", "the loop (each step)", "the timer and diagnostics hooks"},
+    {"timing", "step", "the loop (each step, without the hooks fired inside it)", "the timer hook"},
+    {"timing", "hooks", "the loop (each step)", "the diagnostics hook"},
+    {"timing", "data_total", "the loop (train steps)", "the loop (a resumed run); hooks"},
+    {"timing", "forward_backward_total", "the loop (train steps)", "the loop (a resumed run); hooks"},
+    {"timing", "optimizer_total", "the loop (train steps)", "the loop (a resumed run); hooks"},
+    {"timing", "hooks_total", "the loop (train steps)", "the loop (a resumed run); hooks"},
+    {"timing", "steps", "the loop (train steps)", "the loop (a resumed run); hooks"},
+    {"opts", "epochs", "the trainer (task.epochs)", "the loop (every call)"},
+    {"opts", "test_every", "the trainer (task.test_every)", "the loop"},
+    {"opts", "has_test", "the trainer (a test loader is set)", "the loop"},
+    {"opts", "train_batches", "the trainer (batches per train epoch, if known)", "the loop (a phase's end)"},
+    {"opts", "gc_step_kb", "the trainer (task.gc_step_kb)", "the loop (a GC step after each step)"},
+    {"opts", "malloc_keep_mb", "the trainer (task.malloc_keep_mb)", "the loop (at the start)"},
+    {"opts", "handle_signals", "the trainer (task.handle_signals ~= false)", "the loop (signal handlers)"},
+    {"opts", "attach", "the trainer (task.repl_on_signal)", "the loop (SIGUSR2)"},
+};
 
 typedef struct {
     int hook_ref, fn_ref, label_ref; /* registry references */
@@ -884,5 +933,20 @@ int luaopen_crescent_loop(lua_State *L) {
         lua_setfield(L, -3, cr_loop_event_names[e]); /* loop.after_forward = 3, ... */
     }
     lua_setfield(L, -2, "events");
+    int nfields = (int)(sizeof cr_loop_contract / sizeof cr_loop_contract[0]);
+    lua_createtable(L, nfields, 0);
+    for (int i = 0; i < nfields; i++) {
+        lua_createtable(L, 0, 4);
+        lua_pushstring(L, cr_loop_contract[i].table);
+        lua_setfield(L, -2, "table");
+        lua_pushstring(L, cr_loop_contract[i].key);
+        lua_setfield(L, -2, "key");
+        lua_pushstring(L, cr_loop_contract[i].writer);
+        lua_setfield(L, -2, "writer");
+        lua_pushstring(L, cr_loop_contract[i].reader);
+        lua_setfield(L, -2, "reader");
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "contract");
     return 1;
 }

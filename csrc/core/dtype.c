@@ -12,17 +12,21 @@
 
 #include "internal.h"
 
-static const char *dtype_names[CR_DT_COUNT] = {"f32", "f64", "f16", "bf16",
-                                               "i64", "i32", "u8",  "bool"};
-static const size_t dtype_sizes[CR_DT_COUNT] = {4, 8, 2, 2, 8, 4, 1, 1};
+#define NAME_OF(e, name, bytes, is_float) [e] = name,
+#define SIZE_OF(e, name, bytes, is_float) [e] = bytes,
+#define FLOAT_OF(e, name, bytes, is_float) [e] = is_float,
+static const char *const dtype_names[CR_DT_COUNT] = {CR_DTYPES(NAME_OF)};
+static const size_t dtype_sizes[CR_DT_COUNT] = {CR_DTYPES(SIZE_OF)};
+static const bool dtype_is_float[CR_DT_COUNT] = {CR_DTYPES(FLOAT_OF)};
+#undef NAME_OF
+#undef SIZE_OF
+#undef FLOAT_OF
 
 const char *cr_dtype_name(cr_dtype dt) {
     return (unsigned)dt < CR_DT_COUNT ? dtype_names[dt] : "invalid";
 }
 size_t cr_dtype_size(cr_dtype dt) { return (unsigned)dt < CR_DT_COUNT ? dtype_sizes[dt] : 0; }
-bool cr_dtype_is_float(cr_dtype dt) {
-    return dt == CR_DT_F32 || dt == CR_DT_F64 || dt == CR_DT_F16 || dt == CR_DT_BF16;
-}
+bool cr_dtype_is_float(cr_dtype dt) { return (unsigned)dt < CR_DT_COUNT && dtype_is_float[dt]; }
 
 /* Category rank: bool < integer < float. Within floats f16/bf16 < f32 < f64, and
  * f16 with bf16 gives f32, as in PyTorch. Within integers the wider wins. */

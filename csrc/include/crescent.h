@@ -31,15 +31,22 @@ typedef enum {
     CR_ERR_UNSUPPORTED = 5
 } cr_status;
 
+/* The dtypes, once: X(ENUM, name, bytes, is_float). The enum, the names, the sizes and
+ * the float test (core/dtype.c) come from this list; the order is the ABI. */
+#define CR_DTYPES(X)                                                                 \
+    X(CR_DT_F32, "f32", 4, 1)                                                        \
+    X(CR_DT_F64, "f64", 8, 1)                                                        \
+    X(CR_DT_F16, "f16", 2, 1)                                                        \
+    X(CR_DT_BF16, "bf16", 2, 1)                                                      \
+    X(CR_DT_I64, "i64", 8, 0)                                                        \
+    X(CR_DT_I32, "i32", 4, 0)                                                        \
+    X(CR_DT_U8, "u8", 1, 0)                                                          \
+    X(CR_DT_BOOL, "bool", 1, 0)
+
 typedef enum {
-    CR_DT_F32 = 0,
-    CR_DT_F64,
-    CR_DT_F16,
-    CR_DT_BF16,
-    CR_DT_I64,
-    CR_DT_I32,
-    CR_DT_U8,
-    CR_DT_BOOL,
+#define CR_DTYPE_ENUM(e, name, bytes, is_float) e,
+    CR_DTYPES(CR_DTYPE_ENUM)
+#undef CR_DTYPE_ENUM
     CR_DT_COUNT
 } cr_dtype;
 

@@ -1,7 +1,8 @@
 -- layers_spec — the Lua modules under lua/crescent require one another without cycles: a
 -- module reaches what it uses by require (or through the cr.<name> façade of
 -- lua/crescent/init.lua, counted as a require of that module), never back up through a
--- package that loads it. Prints each cycle it finds, module by module.
+-- package that loads it. Prints each cycle it finds, module by module. In C, core/ calls
+-- no function that ops/ or autograd/ define (autograd hands core what it needs).
 local root = require('crescent.native_files').root
 
 -- cr.<key> of the façade, as init.lua's lazy table maps it
@@ -109,5 +110,31 @@ describe('the Lua require graph', function()
     local cycle = find_cycle { a = { b = true }, b = { c = true }, c = { a = true }, d = {} }
     assert.are.same({ 'a', 'b', 'c', 'a' }, cycle)
     assert.is_nil(find_cycle { a = { b = true }, b = {} })
+  end)
+end)
+
+describe('the C layers', function()
+  local function c_files(dir)
+    local p, out = io.popen('cd ' .. root .. ' && ls csrc/' .. dir .. '/*.c'), {}
+    for path in p:lines() do out[#out + 1] = path end
+    p:close()
+    return out
+  end
+
+  it('core/ calls nothing that ops/ or autograd/ define', function()
+    local defined = {}
+    for _, dir in ipairs { 'ops', 'autograd' } do
+      for _, path in ipairs(c_files(dir)) do
+        for name in read(root .. '/' .. path):gmatch('\n[%w_][%w_ %*]-%f[%w_](cr_[%w_]+)%s*%b()%s*{') do
+          defined[name] = path
+        end
+      end
+    end
+    assert.truthy(defined.cr_autograd_record and defined.cr_sum_to_shape, 'the definitions were not found')
+    for _, path in ipairs(c_files('core')) do
+      for name in read(root .. '/' .. path):gmatch('%f[%w_](cr_[%w_]+)%s*%(') do
+        assert.is_nil(defined[name], path .. ' calls ' .. name .. ' from ' .. tostring(defined[name]))
+      end
+    end
   end)
 end)

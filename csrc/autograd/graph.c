@@ -94,6 +94,17 @@ void cr_node_free(cr_node *first) {
     if (stack != stack_small) free(stack);
 }
 
+/* What core calls when a tensor with a graph node goes (cr_core_set_grad_fn_release):
+ * the node forgets it as a retain_grad target and loses the tensor's reference. */
+static void release_grad_fn(cr_tensor *t) {
+    cr_node *n = t->grad_fn;
+    if (n->retain_target[t->output_nr] == t) n->retain_target[t->output_nr] = NULL;
+    cr_node_free(n);
+}
+__attribute__((constructor)) static void hand_grad_fn_release_to_core(void) {
+    cr_core_set_grad_fn_release(release_grad_fn);
+}
+
 static cr_node *node_new(cr_node_kind kind, cr_op op, int nin, int nout) {
     cr_node *n = calloc(1, sizeof *n);
     CR_ASSERT(n);

@@ -254,6 +254,8 @@ void cr_node_retain(cr_node *n);
 /* The leaf's accumulate node (created on first use; refcount 0 until an edge takes it). */
 cr_node *cr_autograd_leaf_accumulator(cr_tensor *leaf);
 void cr_node_free(cr_node *n);
+/* Set once by autograd at load: how core lets go of a dying tensor's graph node. */
+void cr_core_set_grad_fn_release(void (*release)(cr_tensor *t));
 /* Guard for in-place ops: fails on leaves that require grad while recording. */
 cr_status cr_check_inplace(const char *op, cr_tensor *t);
 /* A tensor of `value` on `dev` (zero grads of the inputs a rule does not reach). */

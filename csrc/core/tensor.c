@@ -325,13 +325,14 @@ void cr_tensor_retain(cr_tensor *t) {
 static char released_byte;
 static cr_storage released_storage = {.refcount = INT64_MAX / 2, .data = &released_byte, .device = CR_DEV_CPU};
 
+/* Autograd (graph.c) hands core the function that lets go of a tensor's graph node, so
+ * core never calls up into autograd. */
+static void (*grad_fn_release)(cr_tensor *t);
+void cr_core_set_grad_fn_release(void (*release)(cr_tensor *t)) { grad_fn_release = release; }
+
 /* Drops what a tensor holds: its graph node, grad, hooks and storage. */
 static void drop_contents(cr_tensor *t) {
-    if (t->grad_fn) {
-        cr_node *n = t->grad_fn;
-        if (n->retain_target[t->output_nr] == t) n->retain_target[t->output_nr] = NULL;
-        cr_node_free(n);
-    }
+    if (t->grad_fn) grad_fn_release(t);
     cr_tensor_free(t->grad);
     free(t->hooks);
     free(t->post_hooks);

@@ -2,7 +2,7 @@
 -- Trains one method with the same settings on both sides, crescent's recipe and
 -- bench/ssl_reference_torch.py (MoCo v2, SwAV and SimCLR written from the authors' code),
 -- for each seed, and prints both kNN top-1 figures, their mean difference and the train
--- times. The settings are the method's row of PARITY (the settings of issue 18) over the
+-- times. The settings are the method's row of PARITY (the settings of the parity comparison) over the
 -- recipe's defaults; the crescent side runs the recipe with them as a --config file, the
 -- PyTorch side gets the whole resolved config (cr.config.load) as JSON, so both read the
 -- same values. Run folders, configs and logs go to build/parity/.

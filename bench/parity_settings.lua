@@ -7,7 +7,7 @@ local cr = require 'crescent'
 
 local M = {}
 
--- What both sides share (issue 18): a CIFAR-style ResNet-18 at width 16 with a
+-- What both sides share: a CIFAR-style ResNet-18 at width 16 with a
 -- 256 (BN, ReLU) -> 128 head, batch 256, SGD momentum 0.9 with one epoch of linear
 -- warm-up then cosine to 0, 28 px views of scale (0.35, 1) with flip, brightness and
 -- contrast jitter 0.4 (p 0.8, random order), no blur; kNN k 200, T 0.1.

@@ -18,7 +18,7 @@
 -- the newest checkpoint (run.resume=false starts afresh); SIGTERM or Ctrl-C checkpoints
 -- after the current step and exits. run.resume_from=<checkpoint> goes on from another
 -- run's checkpoint; model.init=<file> fine-tunes from its weights. The last line on stdout is one JSON object with the
--- final figures (DESIGN §10).
+-- final figures.
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 local cr = require 'crescent'

@@ -1,4 +1,4 @@
--- datasets_spec — the image data sets of issue 4 on files the spec writes itself:
+-- datasets_spec — the image data sets on files the spec writes itself:
 -- CIFAR-10/100 binary batches (values, labels, limit, search order, every validation
 -- error, the missing-data message), the synthetic set (its documented word layout,
 -- determinism, learnability), JPEG/PNG decoding (every PNG colour type against the

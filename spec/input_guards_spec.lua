@@ -1,4 +1,4 @@
--- spec/input_guards_spec.lua — bad input never crashes and never lies (issue 22), one
+-- spec/input_guards_spec.lua — bad input never crashes and never lies, one
 -- case per defect found by fuzzing (spec/bad_input_spec.lua is the generic battery): a
 -- foreign object where a tensor goes is refused by name at the Lua binding, in every
 -- cr.* function and Tensor method (child-process fuzz: spec/fixtures/foreign_args.lua);

@@ -1,4 +1,4 @@
--- lint_spec — the Lua sources stay luacheck-clean (DESIGN §9), checked as part of make test.
+-- lint_spec — the Lua sources stay luacheck-clean, checked as part of make test.
 describe('luacheck', function()
   it('finds no warnings in lua/, spec/, bench/, examples/, recipes/, tools/ and bin/crescent', function()
     local p = io.popen('luacheck --no-color --formatter plain lua spec bench examples recipes tools crescent.lua ' ..

@@ -1,6 +1,6 @@
 -- memory_spec — tensor bytes live outside the Lua heap, so the binding must keep them
 -- from piling up: over 10,000 iterations of a small forward/backward, resident memory
--- and live tensor counts stay flat (DESIGN §4).
+-- and live tensor counts stay flat.
 local cr = H.cr
 
 local function rss_kib()
@@ -22,7 +22,7 @@ describe('memory', function()
       loss:backward()
       w.grad = nil
       b.grad = nil
-      -- as the step loop does (DESIGN §4): finalise the step's handles steadily, so the C
+      -- as the step loop does: finalise the step's handles steadily, so the C
       -- heap's high-water mark does not follow the GC's pauses
       collectgarbage('step', 256)
     end

@@ -1,6 +1,6 @@
 -- random_spec — the creation ops: arange and eye, and the random draws from the Philox
 -- stream (rand, randn, randint, randperm, bernoulli): reproducibility per seed, the word
--- layout documented in csrc/core/rng.h (issue 6's GPU kernels must match it), independence
+-- layout documented in csrc/core/rng.h (the GPU kernels must match it), independence
 -- of the thread count, statistics of large draws, and errors on bad arguments.
 local ffi = require 'ffi'
 local cr = H.cr

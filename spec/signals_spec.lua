@@ -1,4 +1,4 @@
--- spec/signals_spec.lua — preemption (issue 5): SIGTERM, SIGINT and SIGUSR1 during
+-- spec/signals_spec.lua — preemption: SIGTERM, SIGINT and SIGUSR1 during
 -- cr.train stop the C step loop after the current step (a SIGINT only pauses a run
 -- stepped by hand) (task.signal, the after_step hooks
 -- of that step, after_train, no test phase, the epoch not advanced past a cut-short

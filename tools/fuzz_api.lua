@@ -1,5 +1,5 @@
 -- tools/fuzz_api.lua — random calls of the whole Lua API with bad arguments, to prove that
--- bad input gets an error and never a crash or a hang (issue 22). Every cr.* function and
+-- bad input gets an error and never a crash or a hang. Every cr.* function and
 -- Tensor method is called with one to four arguments drawn from a pool of good and bad
 -- values: nil, booleans, strings, tables, numbers at the edges (NaN, infinities, 2^63,
 -- negatives, fractions), foreign objects (a userdata, a proxy, a cdata of another type),

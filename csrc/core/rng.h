@@ -1,7 +1,7 @@
 /* rng.h — the Philox4x32-10 counter-based generator (Salmon et al., SC'11), as cuRAND
  * and PyTorch use it. One global stream (seed, offset): an op reserves the words it
  * needs, and word i of its draw is word i%4 of Philox(key = seed, counter = start +
- * i/4). Any thread, and a GPU kernel (issue 6), can compute any word independently, so
+ * i/4). Any thread, and a GPU kernel, can compute any word independently, so
  * results depend on neither thread count nor device.
  *
  * Which words each op uses (a GPU kernel must do exactly this to draw the same numbers).

@@ -44,7 +44,7 @@ static void saturation(float *img, int64_t nchan, int64_t plane, float f) {
 /* torchvision's adjust_hue: _rgb2hsv, h = (h + factor) mod 1, _hsv2rgb, on x / 255.
  * Written without branches (its sector switch became selects, as torchvision's own masks
  * are) so that the loop vectorises: the same arithmetic in the same order, 5x faster than
- * the switch was (the dearest op of SwAV's jitter, issue 19). */
+ * the switch was (the dearest op of SwAV's jitter). */
 static inline float max2(float a, float b) { return a > b ? a : b; }
 static inline float min2(float a, float b) { return a < b ? a : b; }
 static inline float unit(float v) { return min2(max2(v, 0.0f), 1.0f); }

@@ -1,6 +1,6 @@
 /* loop.c — the training step loop, a Lua C module (luaopen_crescent_loop).
  *
- * DESIGN §3/§6: C owns the loop over epochs, phases (train, and test every N epochs,
+ * C owns the loop over epochs, phases (train, and test every N epochs,
  * interleaved VISSL-style) and steps; Lua owns the work of a step (task.train_step,
  * task.eval_step) and the hooks. C calls Lua only through the Lua C API (lua_pcall) from
  * this lua_CFunction, never through FFI callbacks (LuaJIT refuses a callback made inside
@@ -10,9 +10,9 @@
  * (registry references, sorted by lua/crescent/engine/trainer.lua), timings accumulate
  * in C doubles and are written into the task's existing `timing` table as numbers, and
  * an incremental GC step runs every iteration so the cdata handles of the step's tensors
- * are finalised steadily (DESIGN §4) instead of in one long pause.
+ * are finalised steadily instead of in one long pause.
  *
- * Preemption (issue 5; handlers in signals.c). With opts.handle_signals, loop.run installs
+ * Preemption (handlers in signals.c). With opts.handle_signals, loop.run installs
  * handlers for SIGTERM, SIGINT and SIGUSR1 that only record the signal, and puts the
  * previous handlers back on every way out (end, error, stop). The loop looks at the record
  * after each step (train and test, before the after_step hooks), after before_train and
@@ -30,7 +30,7 @@
  * restore a checkpoint), and a phase's step counter starts at task.phase_iteration as
  * left by task:_begin_phase (the resumed batch index of a resumed train phase).
  *
- * Stepping by hand (issue 8): the run's stage (before_train, an epoch's train phase, its
+ * Stepping by hand: the run's stage (before_train, an epoch's train phase, its
  * test phase, after_train), epoch and a paused phase's iterator live in the ctx, so
  * loop.step can run n train steps or one phase and return, and the next loop.step or
  * loop.run goes on from there with the same hooks in the same order. While a run is

@@ -1,4 +1,4 @@
-/* autocast.c — the mixed-precision policy (DESIGN §5): while autocast is set to f16 or
+/* autocast.c — the mixed-precision policy: while autocast is set to f16 or
  * bf16, the ops that profit from half precision (matrix products, convolutions) cast f32
  * inputs down, and the ops that need range or accuracy (softmax, losses, norms,
  * reductions) cast half inputs up to f32. The entries of those ops call the two helpers

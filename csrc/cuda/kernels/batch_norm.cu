@@ -12,7 +12,7 @@
 // bytes per load (8 halves or 4 floats), each thread on the same channels throughout, so
 // their statistics and params stay in registers; the other cases (NCHW, f64, odd widths)
 // take the element kernels. The first, per element, ran at about a quarter of the H200's
-// memory bandwidth on a ResNet-50's bf16 activations (issue 27).
+// memory bandwidth on a ResNet-50's bf16 activations.
 #include <stdint.h>
 
 #include <initializer_list>

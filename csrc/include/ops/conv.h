@@ -1,6 +1,6 @@
 /* ops/conv.h — 2-D convolution and pooling on NCHW tensors (f32/f64). oneDNN is the
  * fast path for f32; the direct loops are the reference. Backward kernels are ops of
- * their own so each device can provide them (cuDNN in issue 6). */
+ * their own so each device can provide them (cuDNN on the GPU). */
 #ifndef CR_OPS_CONV_H
 #define CR_OPS_CONV_H
 

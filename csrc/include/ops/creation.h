@@ -1,6 +1,6 @@
 /* ops/creation.h — tensors made from nothing: constants, ranges and random draws.
  * Random ops draw from the global Philox generator (seed, offset); each call takes the
- * next counters, so the same seed gives the same numbers on CPU and (issue 6) GPU, for
+ * next counters, so the same seed gives the same numbers on CPU and GPU, for
  * any thread count. Which words make which element is specified in csrc/core/rng.h; the
  * entry records its reservation in the call (c->i[0] = seed, c->i[1] = first counter),
  * so a kernel for another device draws the same words. Every entry makes its tensor on

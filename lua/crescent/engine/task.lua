@@ -105,7 +105,7 @@ local function new(_, args)
     error("Task{...}: amp must be 'off', 'bf16' or 'f16', got " .. tostring(self.amp), 2)
   end
   self.scaler = args.scaler or (self.amp == 'f16' and require('crescent.optim.scaler')() or nil)
-  -- KiB of incremental GC work per iteration (DESIGN §4): the step's tensor handles
+  -- KiB of incremental GC work per iteration: the step's tensor handles
   -- are finalised steadily rather than in one long pause.
   self.gc_step_kb = args.gc_step_kb or cfg_get(cfg, 'train', 'gc_step_kb') or 256
   -- blocks up to this many MiB stay in glibc's heap between steps instead of being

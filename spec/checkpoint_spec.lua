@@ -104,8 +104,8 @@ describe('exact resume', function()
     return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
   end
 
-  for _, method in ipairs { 'swav', 'moco' } do
-    it(method .. ': 8 steps = 3 steps, resumed, 5 steps, with the queue and every parameter bit for bit', function()
+  for _, method in ipairs { 'swav', 'moco', 'byol', 'simsiam' } do
+    it(method .. ': 8 steps = 3 steps, resumed, 5 steps, with its state and every parameter bit for bit', function()
       local full
       do
         full = cr.ssl[method].task(ssl_config(method, tmp.path('') .. method .. '_full'))
@@ -127,7 +127,7 @@ describe('exact resume', function()
       assert.are.equal(8, resumed.iteration)
       assert_bitwise_equal(state_of(full.model), state_of(resumed.model))
       local qa, qb = full.model:extra_state(), resumed.model:extra_state()
-      assert.is_truthy(next(qa))
+      assert.are.equal(method == 'swav' or method == 'moco', next(qa) ~= nil)   -- the queues
       for key, q in pairs(qa) do
         assert.are.equal(q.ptr, qb[key].ptr)
         assert.are.equal(q.filled, qb[key].filled)

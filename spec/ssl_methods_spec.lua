@@ -1,4 +1,4 @@
--- The SSL methods as modules (SwAV, MoCo v2, SimCLR), the kNN monitor hook, feature
+-- The SSL methods as modules (SwAV, MoCo v2, SimCLR, SimSiam, BYOL), the kNN monitor hook, feature
 -- extraction and the recipe builder: shapes, the method-specific state (prototypes on
 -- the sphere, queues, the momentum encoder, shuffle-BN), pre-flight errors, and a few
 -- end-to-end steps of each method on synthetic data.
@@ -229,6 +229,129 @@ describe('ssl.simclr.SimCLR', function()
   end)
 end)
 
+-- -mean_b cos(p_b, z_b) in f64, from the numbers, for the cosine losses below
+local function neg_cos(p, z)
+  local P, Z = p:double():totable(), z:double():totable()
+  local total = 0
+  for b = 1, #P do
+    local dot, np, nz = 0, 0, 0
+    for d = 1, #P[b] do
+      dot, np, nz = dot + P[b][d] * Z[b][d], np + P[b][d] ^ 2, nz + Z[b][d] ^ 2
+    end
+    total = total + dot / math.sqrt(np * nz)
+  end
+  return -total / #P
+end
+
+describe('ssl.cosine_prediction', function()
+  it('is -mean cos(p, z) with z detached, and its gradient in p passes a finite-difference check', function()
+    cr.manual_seed(11)
+    local p, z = cr.randn(5, 7):double():requires_grad_(), cr.randn(5, 7):double():requires_grad_()
+    local loss = cr.ssl.cosine_prediction(p, z)
+    assert.is_true(math.abs(loss:item() - neg_cos(p, z)) < 1e-12)
+    loss:backward()
+    assert.is_nil(z.grad)
+    H.gradcheck(function(x) return cr.ssl.cosine_prediction(x, z) end, { cr.randn(5, 7):double() })
+    H.assert_error(function() cr.ssl.cosine_prediction(cr.randn(5, 7), cr.randn(4, 7)) end,
+      'cosine_prediction: p is [5, 7] but z is [4, 7]; they must match')
+  end)
+end)
+
+describe('ssl.simsiam.SimSiam', function()
+  local function make(extra)
+    local o = { trunk = tiny_trunk(), feat_dim = 32, hidden_dim = 16, out_dim = 8, pred_dim = 4, proj_layers = 2 }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return cr.ssl.simsiam.SimSiam(o)
+  end
+
+  it('encodes each view on its own and gives (D(p1, z2) + D(p2, z1)) / 2 with the projections detached', function()
+    cr.manual_seed(12)
+    local m = make()
+    local views = crops(4, { 16, 16 })
+    local out = m(views)
+    assert.are.same({ 4, 8 }, out.p1.shape)
+    H.assert_close(out.z2, m.projector(m.trunk(views[2])), 1e-5, 1e-5)   -- its own BatchNorm statistics
+    local loss = m:loss(out)
+    assert.is_true(math.abs(loss:item() - (neg_cos(out.p1, out.z2) + neg_cos(out.p2, out.z1)) / 2) < 1e-5)
+    -- the projector: bias-free Linears, the last BatchNorm without weight and bias
+    assert.is_nil(m.projector['0'].bias)
+    assert.is_nil(m.projector['4'].weight)
+    assert.is_not_nil(m.projector['4'].running_mean)
+    assert.are.same({ 4, 8 }, m.predictor['0'].weight.shape)
+  end)
+
+  it('keeps the predictor at the peak lr while the schedule moves the rest', function()
+    local m = make()
+    local named = cr.ssl.recipe.trainable(m)
+    local groups = m:param_groups(named)
+    assert.are.equal(2, #groups)
+    for _, np in ipairs(groups[2].params) do assert.truthy(np[1]:find('^predictor%.')) end
+    local opt = cr.optim.SGD(groups, { lr = 0.5 })
+    for _, g in ipairs(opt.param_groups) do g.lr = 0.01 end   -- what the schedule writes
+    local task = { phase_name = 'train', optimizer = opt, peak_lr = 0.5 }
+    m:hooks()[1].before_step(nil, task)
+    for _, g in ipairs(opt.param_groups) do
+      assert.are.equal(g.name == 'predictor' and 0.5 or 0.01, g.lr)
+    end
+    assert.are.same({}, make { fix_pred_lr = false }:hooks())
+    assert.are.equal(1, #make({ fix_pred_lr = false }):param_groups(named))
+  end)
+
+  it('rejects bad options', function()
+    H.assert_error(function() make { pred_dim = 0 } end, "SimSiam: 'pred_dim' must be an integer >= 1, got 0")
+    H.assert_error(function() make { fix_pred_lr = 1 } end, 'SimSiam: fix_pred_lr must be true or false, got 1')
+    H.assert_error(function() make { hidden_dim = 0 } end, 'SimSiam: a projector of 2 or more layers needs hidden_dim > 0')
+    H.assert_error(function() make()({ cr.randn(2, 1, 8, 8) }) end, 'list of 2 views')
+  end)
+end)
+
+describe('ssl.byol.BYOL', function()
+  local function make(extra)
+    local o = { trunk = tiny_trunk(), target_trunk = tiny_trunk(), feat_dim = 32, hidden_dim = 16, out_dim = 8,
+                momentum = 0.9 }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return cr.ssl.byol.BYOL(o)
+  end
+
+  it('starts the target as a frozen copy of the online network and moves it by EMA before each forward', function()
+    cr.manual_seed(13)
+    local m = make()
+    local online, target = m:online_parameters(), m:target_parameters()
+    for i, np in ipairs(target) do
+      assert.is_false(np[2].requires_grad)
+      assert.are.equal(0, max_abs(np[2], online[i][2]))
+    end
+    -- move the online weights, then a forward: target = 0.9 target + 0.1 online
+    cr.no_grad(function() for _, np in ipairs(online) do np[2]:add_(cr.randn(np[2].shape)) end end)
+    local want = {}
+    for i, np in ipairs(target) do want[i] = np[2] * 0.9 + online[i][2] * 0.1 end
+    local out = m(crops(4, { 16, 16 }))
+    for i, np in ipairs(target) do H.assert_close(np[2], want[i], 1e-6, 1e-6) end
+    assert.is_false(out.t1.requires_grad)
+    assert.is_true(out.p1.requires_grad)
+  end)
+
+  it('gives 2 - 2 cos(p1, t2) + 2 - 2 cos(p2, t1), and raises the momentum to 1 along a cosine', function()
+    cr.manual_seed(14)
+    local m = make()
+    local out = m(crops(4, { 16, 16 }))
+    local want = 4 + 2 * (neg_cos(out.p1, out.t2) + neg_cos(out.p2, out.t1))
+    assert.is_true(math.abs(m:loss(out):item() - want) < 1e-5)
+    local put = {}
+    local task = { phase_name = 'train', iteration = 50, max_iterations = 100,
+                   storage = { put_scalar = function(_, k, v) put[k] = v end } }
+    m:hooks()[1].before_step(nil, task)
+    assert.is_true(math.abs(m.momentum - (1 - 0.1 * (math.cos(math.pi * 0.5) + 1) / 2)) < 1e-12)
+    assert.are.equal(m.momentum, put.momentum)
+  end)
+
+  it('rejects bad options', function()
+    H.assert_error(function() make { momentum = 1.5 } end, 'BYOL: momentum must be in [0, 1], got 1.5')
+    H.assert_error(function() make { target_trunk = 3 } end, 'BYOL: target_trunk must be a second module')
+    H.assert_error(function() make { hidden_dim = 0 } end, 'BYOL: the projector and predictor need hidden_dim > 0')
+  end)
+end)
+
 describe('ssl.extract_features and hooks.knn', function()
   it('extracts in order, in eval mode, and restores the mode', function()
     cr.manual_seed(6)
@@ -312,7 +435,7 @@ describe('ssl recipes', function()
     return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
   end
 
-  for _, method in ipairs { 'swav', 'moco', 'simclr' } do
+  for _, method in ipairs { 'swav', 'moco', 'simclr', 'simsiam', 'byol' } do
     it(method .. ' trains a few steps and reports kNN', function()
       local task = cr.ssl[method].task(config(method))
       task:add_hook { name = 'stop', after_step = function(_, t) if t.iteration >= 2 then t:request_stop('spec') end end }

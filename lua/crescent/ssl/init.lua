@@ -7,7 +7,7 @@
 --   ssl.swav_loss, ssl.infonce, ssl.nt_xent (crescent.ssl.losses)
 --   ssl.Queue (crescent.ssl.queue), ssl.knn_classify (crescent.ssl.knn),
 --   ssl.extract_features (crescent.ssl.features)
---   ssl.swav / ssl.moco / ssl.simclr: the methods as modules, with build(cfg) and task(cfg)
+--   ssl.swav / moco / simclr / simsiam / byol: the methods as modules, with build(cfg) and task(cfg)
 -- The Sinkhorn and EMA kernels are C (csrc/ssl/, declared in csrc/include/crescent_ssl.h);
 -- the losses are composed from differentiable ops.
 local momentum = require 'crescent.ssl.momentum'
@@ -22,13 +22,16 @@ local losses = require 'crescent.ssl.losses'
 M.swav_loss = losses.swav_loss
 M.infonce = losses.infonce
 M.nt_xent = losses.nt_xent
+M.cosine_prediction = losses.cosine_prediction
 M.Queue = require 'crescent.ssl.queue'
 M.knn_classify = require('crescent.ssl.knn').classify
 M.extract_features = require('crescent.ssl.features').extract
 
 -- The methods and the recipe builder load on first use (they need cr.nn):
--- ssl.swav.SwAV, ssl.moco.MoCo, ssl.simclr.SimCLR, ssl.recipe, ssl.linear_probe.
+-- ssl.swav.SwAV, ssl.moco.MoCo, ssl.simclr.SimCLR, ssl.simsiam.SimSiam, ssl.byol.BYOL,
+-- ssl.recipe, ssl.linear_probe.
 local LAZY = { swav = 'crescent.ssl.swav', moco = 'crescent.ssl.moco', simclr = 'crescent.ssl.simclr',
+               simsiam = 'crescent.ssl.simsiam', byol = 'crescent.ssl.byol',
                recipe = 'crescent.ssl.recipe', linear_probe = 'crescent.ssl.linear_probe' }
 return setmetatable(M, { __index = function(t, k)
   local path = LAZY[k]

@@ -1,4 +1,4 @@
--- crescent.ssl.losses — the contrastive and clustering losses of SwAV, MoCo v2 and SimCLR,
+-- crescent.ssl.losses — the losses of SwAV, MoCo v2, SimCLR, SimSiam and BYOL,
 -- composed from differentiable ops (normalize, mm, cat, masked_fill, log_softmax,
 -- cross_entropy), so their gradients come from the ops' own rules.
 --
@@ -19,6 +19,10 @@
 --   nt_xent(z1, z2, {temperature = 0.5}) -> loss    (or nt_xent(z [2B, D], nil, opts))
 --       SimCLR: z = normalize(cat(z1, z2)); sim = z @ z^T / T with the diagonal masked
 --       out; row i's positive is i + B (i < B) or i - B; loss = cross_entropy over 2B rows.
+--   cosine_prediction(p, z) -> loss
+--       SimSiam's D and BYOL's regression: -mean_b cos(p_b, z_b), z detached (the stop-
+--       gradient). SimSiam's loss is (D(p1, z2) + D(p2, z1)) / 2; BYOL's 2 - 2 cos per pair,
+--       summed over the two directions, is 4 + 2 (D(p1, t2) + D(p2, t1)).
 local cr = require 'crescent'
 
 local M = {}
@@ -174,6 +178,18 @@ function M.nt_xent(z1, z2, opts)
   on.dtype = 'i64'
   local labels = cr.cat({ cr.arange(B, n, on), cr.arange(0, B, on) }, 0)
   return cr.cross_entropy(sim, labels)
+end
+
+-- ---- SimSiam and BYOL -------------------------------------------------------------------
+function M.cosine_prediction(p, z)
+  local what = 'cosine_prediction'
+  check2d(what, p, 'p')
+  check2d(what, z, 'z')
+  if p.shape[1] ~= z.shape[1] or p.shape[2] ~= z.shape[2] then
+    fail(string.format('%s: p is %s but z is %s; they must match', what, shape_str(p), shape_str(z)))
+  end
+  local cos = (p:normalize({ dim = 1 }) * z:detach():to(p.dtype):normalize({ dim = 1 })):sum(1)
+  return -cos:mean()
 end
 
 return M

@@ -10,7 +10,9 @@
 --   cr.ssl.recipe.finish(task)
 --
 -- A method file (crescent.ssl.<method>) provides build(cfg, parts) -> the method module;
--- parts = {trunk = fn() -> a fresh trunk, feat_dim = n, nchan = channels}.
+-- parts = {trunk = fn() -> a fresh trunk, feat_dim = n, nchan = channels}. The module has
+-- forward, loss, features, hooks, extra_state and load_extra_state, and may have
+-- param_groups(named) -> the optimizer's input groups.
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local sources = require 'crescent.data.sources'
@@ -178,7 +180,10 @@ function R.task(name, cfg)
   -- optim.scaling: lr and final_lr follow the global batch (ranks, accumulation)
   local peak, factor, scaled = cr.optim.from_config.scaled_lr(o, cfg.data.batch_size)
   if scaled then print(scaled) end
-  local optimizer = cr.optim.from_config.build(trainable(method), o, peak, R.defaults().optim)
+  -- a method may split its parameters into groups (SimSiam: the predictor's fixed lr)
+  local params = trainable(method)
+  if method.param_groups then params = method:param_groups(params) end
+  local optimizer = cr.optim.from_config.build(params, o, peak, R.defaults().optim)
   local epochs = cfg.train.epochs
   local warmup = epochs > 0 and math.min(0.999, o.warmup_epochs / epochs) or 0
   local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = peak, to = o.final_lr * factor }

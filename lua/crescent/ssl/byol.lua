@@ -1,0 +1,140 @@
+-- crescent.ssl.byol — BYOL (Grill et al. 2020) as a module: an online network (trunk,
+-- projector, predictor) regresses the projections of a target network (trunk and
+-- projector), an exponential moving average of the online one. Symmetric loss: each
+-- view's prediction against the other view's target projection, 2 - 2 cos per pair,
+-- averaged over the batch and summed over the two directions.
+--
+--   local m = cr.ssl.byol.BYOL{trunk = resnet, target_trunk = resnet_copy, feat_dim = 128,
+--                              hidden_dim = 1024, out_dim = 256, momentum = 0.99, cosine_momentum = true}
+--   local loss = m:loss(m(views))      -- views = {crops [B, C, h, w], crops [B, C, h, w]}
+--   for _, h in ipairs(m:hooks()) do task:add_hook(h) end   -- the momentum schedule
+--
+-- The projector and predictor are Linear -> BatchNorm -> ReLU -> Linear. target_trunk is a
+-- second trunk of the same architecture: at construction the target takes the online
+-- weights, and its parameters never require grad. The target moves by one fused C EMA at
+-- the start of every forward (after the previous optimizer step, as BYOL's update), with
+-- momentum 1 - (1 - m0) (cos(pi k / K) + 1) / 2 at step k of K when cosine_momentum (the
+-- paper's schedule, m0 = 0.996 for ImageNet). Each view goes through the networks on its
+-- own (BatchNorm statistics per view). Parameter names: trunk.*, projector.*,
+-- predictor.*, target_trunk.*, target_projector.*.
+local cr = require 'crescent'
+local util = require 'crescent.util'
+local nn = cr.nn
+local method_parts = require 'crescent.ssl.method_parts'
+local momentum = require 'crescent.ssl.momentum'
+local losses = require 'crescent.ssl.losses'
+
+local M = {}
+
+local function fail(msg) error(msg, util.user_level()) end
+
+local KNOWN = { trunk = true, target_trunk = true, feat_dim = true, hidden_dim = true, out_dim = true,
+                momentum = true, cosine_momentum = true }
+
+local BYOL = nn.Module:extend('BYOL')
+M.BYOL = BYOL
+
+function BYOL:init(o)
+  local feat, hidden, out = method_parts.method_options('BYOL', o, KNOWN, '{trunk = a, target_trunk = b, feat_dim = 128}')
+  if not nn.is_module(o.target_trunk) or o.target_trunk == o.trunk then
+    fail('BYOL: target_trunk must be a second module of the same architecture as trunk (build the model twice)')
+  end
+  if hidden == 0 then fail('BYOL: the projector and predictor need hidden_dim > 0') end
+  local m = o.momentum or 0.996
+  if type(m) ~= 'number' or m ~= m or m < 0 or m > 1 then fail('BYOL: momentum must be in [0, 1], got ' .. tostring(m)) end
+  if o.cosine_momentum ~= nil and type(o.cosine_momentum) ~= 'boolean' then
+    fail('BYOL: cosine_momentum must be true or false, got ' .. tostring(o.cosine_momentum))
+  end
+  self.base_momentum, self.momentum = m, m
+  self.cosine_momentum = o.cosine_momentum ~= false
+  local function mlp(a) return nn.MLP { dims = { a, hidden, out }, bn = true } end
+  self.trunk, self.projector, self.predictor = o.trunk, mlp(feat), mlp(out)
+  self.target_trunk, self.target_projector = o.target_trunk, mlp(feat)
+  local online, target = self:online_parameters(), self:target_parameters()
+  if #online ~= #target then
+    fail('BYOL: trunk and target_trunk differ in their parameters; build both with the same constructor')
+  end
+  momentum.copy_tensors(target, online)
+  for _, np in ipairs(target) do np[2].requires_grad = false end
+end
+
+local function pairs_of(a, b)
+  local out = {}
+  for _, m in ipairs { a, b } do
+    for _, np in ipairs(m:named_parameters()) do out[#out + 1] = np end
+  end
+  return out
+end
+-- The online trunk and projector, and the target's, as {name, tensor} pairs in one order.
+function BYOL:online_parameters() return pairs_of(self.trunk, self.projector) end
+function BYOL:target_parameters() return pairs_of(self.target_trunk, self.target_projector) end
+
+function BYOL:features(x) return self.trunk(x) end
+
+-- forward(views) -> {p1, p2 (online predictions, with graph), t1, t2 (target projections)}
+function BYOL:forward(views)
+  if type(views) ~= 'table' or cr.is_tensor(views) or #views ~= 2 then
+    fail('BYOL: the input must be a list of 2 views of the same batch (a two_views loader gives it)')
+  end
+  momentum.ema_update(self:target_parameters(), self:online_parameters(), self.momentum)
+  local out = {}
+  for i, x in ipairs(views) do
+    out['p' .. i] = self.predictor(self.projector(self.trunk(x)))
+  end
+  cr.no_grad(function()
+    for i, x in ipairs(views) do out['t' .. i] = self.target_projector(self.target_trunk(x)) end
+  end)
+  return out
+end
+
+-- 2 - 2 cos(p1, t2) + 2 - 2 cos(p2, t1), each averaged over the batch.
+function BYOL.loss(_, out)
+  return (losses.cosine_prediction(out.p1, out.t2) + losses.cosine_prediction(out.p2, out.t1)) * 2 + 4
+end
+
+-- The momentum schedule, set before each train step; the value goes into the storage.
+function BYOL:hooks()
+  local method = self
+  return {
+    { name = 'byol', priority = 45,
+      before_step = function(_, task)
+        if task.phase_name ~= 'train' then return end
+        if method.cosine_momentum and task.max_iterations > 0 then
+          method.momentum = momentum.cosine_momentum(method.base_momentum, task.iteration / task.max_iterations)
+        end
+        task.storage:put_scalar('momentum', method.momentum)
+      end },
+  }
+end
+
+function BYOL.extra_state() return {} end
+function BYOL.load_extra_state(_, states)
+  if next(states) ~= nil then error('BYOL:load_extra_state: BYOL has no state beyond its parameters', 0) end
+end
+
+function BYOL:extra_repr()
+  return string.format('momentum=%g%s', self.base_momentum, self.cosine_momentum and ' (cosine to 1)' or '')
+end
+
+-- ---- recipes ------------------------------------------------------------------------
+M.defaults = { momentum = 0.99, cosine_momentum = true }
+
+M.types = {
+  ['byol.momentum'] = { type = 'number', min = 0, max = 1, doc = "the target network's EMA momentum (at the start)" },
+  ['byol.cosine_momentum'] = { type = 'boolean', doc = 'raise the momentum to 1 along a cosine over training' },
+}
+
+function M.build(cfg, parts)
+  local total = 0
+  for _, n in ipairs(cfg.crops.num) do total = total + n end
+  if total ~= 2 then
+    error(string.format('byol: BYOL takes 2 views, but crops.num gives %d crops; use crops.num={2}', total), 0)
+  end
+  return BYOL { trunk = parts.trunk(), target_trunk = parts.trunk(), feat_dim = parts.feat_dim,
+                hidden_dim = cfg.model.hidden_dim, out_dim = cfg.model.out_dim, momentum = cfg.byol.momentum,
+                cosine_momentum = cfg.byol.cosine_momentum }
+end
+
+function M.task(cfg) return require('crescent.ssl.recipe').task('byol', cfg) end
+
+return M

@@ -1,0 +1,129 @@
+-- crescent.ssl.simsiam — SimSiam (Chen & He 2021) as a module: a trunk, a projector (an
+-- MLP whose last Linear is followed by a BatchNorm without affine parameters) and a
+-- bottleneck predictor. Each view's prediction regresses the other view's projection,
+-- which is detached (the stop-gradient): loss = (D(p1, z2) + D(p2, z1)) / 2 with D the
+-- negative cosine similarity. No momentum encoder, no negatives.
+--
+--   local m = cr.ssl.simsiam.SimSiam{trunk = resnet, feat_dim = 128, hidden_dim = 512, out_dim = 512,
+--                                    pred_dim = 128, proj_layers = 2}
+--   local loss = m:loss(m(views))      -- views = {crops [B, C, h, w], crops [B, C, h, w]}
+--
+-- As the official code, each view goes through the encoder on its own (BatchNorm
+-- statistics per view), the projector's Linears have no bias (a BatchNorm follows each),
+-- and the predictor is Linear -> BatchNorm -> ReLU -> Linear. fix_pred_lr = true keeps the
+-- predictor's lr at the peak while the rest follows the schedule (the paper's setting):
+-- m:param_groups(named) puts the predictor in its own optimizer group, and m:hooks() sets
+-- that group's lr before each step. Parameter names: trunk.*, projector.*, predictor.*.
+local cr = require 'crescent'
+local util = require 'crescent.util'
+local nn = cr.nn
+local method_parts = require 'crescent.ssl.method_parts'
+local losses = require 'crescent.ssl.losses'
+
+local M = {}
+
+local function fail(msg) error(msg, util.user_level()) end
+
+local KNOWN = { trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, pred_dim = true, proj_layers = true,
+                fix_pred_lr = true }
+
+local SimSiam = nn.Module:extend('SimSiam')
+M.SimSiam = SimSiam
+
+function SimSiam:init(o)
+  local feat, hidden, out = method_parts.method_options('SimSiam', o, KNOWN, '{trunk = model, feat_dim = 128}')
+  local pred = nn._int('SimSiam', 'pred_dim', o.pred_dim or math.max(1, math.floor(out / 4)), 1)
+  local layers = nn._int('SimSiam', 'proj_layers', o.proj_layers or 3, 1)
+  if layers > 1 and hidden == 0 then fail('SimSiam: a projector of 2 or more layers needs hidden_dim > 0') end
+  if o.fix_pred_lr ~= nil and type(o.fix_pred_lr) ~= 'boolean' then
+    fail('SimSiam: fix_pred_lr must be true or false, got ' .. tostring(o.fix_pred_lr))
+  end
+  self.fix_pred_lr = o.fix_pred_lr ~= false
+  local dims = { feat }
+  for _ = 1, layers - 1 do dims[#dims + 1] = hidden end
+  dims[#dims + 1] = out
+  self.trunk = o.trunk
+  self.projector = nn.MLP { dims = dims, bn = true, bias = false, last_bn = true, last_bn_affine = false }
+  self.predictor = nn.MLP { dims = { out, pred, out }, bn = true }
+end
+
+function SimSiam:features(x) return self.trunk(x) end
+
+-- forward(views) -> {p1, p2 (with graph), z1, z2 (projections; the loss detaches them)}
+function SimSiam:forward(views)
+  if type(views) ~= 'table' or cr.is_tensor(views) or #views ~= 2 then
+    fail('SimSiam: the input must be a list of 2 views of the same batch (a two_views loader gives it)')
+  end
+  local z1 = self.projector(self.trunk(views[1]))
+  local z2 = self.projector(self.trunk(views[2]))
+  return { p1 = self.predictor(z1), p2 = self.predictor(z2), z1 = z1, z2 = z2 }
+end
+
+function SimSiam.loss(_, out)
+  return (losses.cosine_prediction(out.p1, out.z2) + losses.cosine_prediction(out.p2, out.z1)) * 0.5
+end
+
+-- The optimizer's input groups for named parameters ({name, tensor} pairs): the
+-- predictor apart (group name 'predictor') when its lr is fixed, else one group.
+function SimSiam:param_groups(named)
+  if not self.fix_pred_lr then return { { params = named } } end
+  local rest, pred = {}, {}
+  for _, np in ipairs(named) do
+    local list = np[1]:find('^predictor%.') and pred or rest
+    list[#list + 1] = np
+  end
+  local groups = { { params = rest } }
+  if #pred > 0 then groups[#groups + 1] = { params = pred, name = 'predictor' } end
+  return groups
+end
+
+-- With fix_pred_lr: after the lr schedule (priority 10), the predictor's groups go back to
+-- the peak lr (task.peak_lr, set by the recipe; else the lr they were made with).
+function SimSiam:hooks()
+  if not self.fix_pred_lr then return {} end
+  local peak
+  return {
+    { name = 'simsiam_pred_lr', priority = 11,
+      before_step = function(_, task)
+        if task.phase_name ~= 'train' or not task.optimizer then return end
+        for _, g in ipairs(task.optimizer.param_groups) do
+          if g.name == 'predictor' then
+            peak = peak or task.peak_lr or g.lr
+            g.lr = peak * (g.lr_mult or 1)
+          end
+        end
+      end },
+  }
+end
+
+function SimSiam.extra_state() return {} end
+function SimSiam.load_extra_state(_, states)
+  if next(states) ~= nil then error('SimSiam:load_extra_state: SimSiam has no state beyond its parameters', 0) end
+end
+
+function SimSiam:extra_repr() return string.format('fix_pred_lr=%s', tostring(self.fix_pred_lr)) end
+
+-- ---- recipes ------------------------------------------------------------------------
+M.defaults = { pred_dim = 128, proj_layers = 2, fix_pred_lr = true }
+
+M.types = {
+  ['simsiam.pred_dim'] = { type = 'integer', min = 1, doc = "the predictor's bottleneck width" },
+  ['simsiam.proj_layers'] = { type = 'integer', min = 1, doc = "the projector's Linear layers (the paper: 3, CIFAR: 2)" },
+  ['simsiam.fix_pred_lr'] = { type = 'boolean', doc = "keep the predictor's lr at the peak (no schedule)" },
+}
+
+function M.build(cfg, parts)
+  local total = 0
+  for _, n in ipairs(cfg.crops.num) do total = total + n end
+  if total ~= 2 then
+    error(string.format('simsiam: SimSiam takes 2 views, but crops.num gives %d crops; use crops.num={2}', total), 0)
+  end
+  local s = cfg.simsiam
+  return SimSiam { trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
+                   out_dim = cfg.model.out_dim, pred_dim = s.pred_dim, proj_layers = s.proj_layers,
+                   fix_pred_lr = s.fix_pred_lr }
+end
+
+function M.task(cfg) return require('crescent.ssl.recipe').task('simsiam', cfg) end
+
+return M

@@ -1,4 +1,4 @@
--- The SSL methods as modules (SwAV, MoCo v2, SimCLR, SimSiam, BYOL), the kNN monitor hook, feature
+-- The SSL methods as modules (SwAV, MoCo v2, SimCLR, SimSiam, BYOL, Barlow Twins), the kNN monitor hook, feature
 -- extraction and the recipe builder: shapes, the method-specific state (prototypes on
 -- the sphere, queues, the momentum encoder, shuffle-BN), pre-flight errors, and a few
 -- end-to-end steps of each method on synthetic data.
@@ -352,6 +352,69 @@ describe('ssl.byol.BYOL', function()
   end)
 end)
 
+describe('ssl.barlow_twins_loss and ssl.barlow_twins.BarlowTwins', function()
+  -- the loss from the numbers, in f64: c = n1^T n2 / N, sum (1 - c_ii)^2 + lambda sum c_ij^2
+  local function by_hand(n1, n2, lambda)
+    local A, B = n1:double():totable(), n2:double():totable()
+    local N, D, loss = #A, #A[1], 0
+    for i = 1, D do
+      for j = 1, D do
+        local c = 0
+        for b = 1, N do c = c + A[b][i] * B[b][j] end
+        c = c / N
+        loss = loss + (i == j and (1 - c) ^ 2 or lambda * c ^ 2)
+      end
+    end
+    return loss
+  end
+
+  it('gives the invariance plus lambda times the redundancy term, with a gradient that passes gradcheck', function()
+    cr.manual_seed(21)
+    local n1, n2 = cr.randn(6, 4):double(), cr.randn(6, 4):double()
+    local loss = cr.ssl.barlow_twins_loss(n1, n2, { lambda = 0.3 })
+    assert.is_true(math.abs(loss:item() - by_hand(n1, n2, 0.3)) < 1e-10)
+    H.gradcheck(function(a, b) return (cr.ssl.barlow_twins_loss(a, b, { lambda = 0.3 })) end, { n1, n2 })
+  end)
+
+  it('on k ranks: the global c, and k times the global-batch gradient on each rank (DDP averages it back)', function()
+    cr.manual_seed(22)
+    local n1, n2 = cr.randn(8, 3):double():requires_grad_(), cr.randn(8, 3):double():requires_grad_()
+    local full = cr.ssl.barlow_twins_loss(n1, n2, { lambda = 0.2 })
+    full:backward()
+    local c_of = {}
+    for r = 0, 1 do
+      c_of[r] = n1:detach():narrow(0, 4 * r, 4):t():mm(n2:detach():narrow(0, 4 * r, 4)) / 8
+    end
+    for r = 0, 1 do
+      local a = n1:detach():narrow(0, 4 * r, 4):clone():requires_grad_()
+      local b = n2:detach():narrow(0, 4 * r, 4):clone():requires_grad_()
+      local reduce = function(c) return c + c_of[1 - r] end   -- the other rank's share
+      local loss = cr.ssl.barlow_twins_loss(a, b, { lambda = 0.2, world = 2, reduce = reduce })
+      assert.is_true(math.abs(loss:item() / 2 - full:item()) < 1e-10)
+      loss:backward()
+      H.assert_close(a.grad, n1.grad:narrow(0, 4 * r, 4) * 2, 1e-10, 1e-10)
+      H.assert_close(b.grad, n2.grad:narrow(0, 4 * r, 4) * 2, 1e-10, 1e-10)
+    end
+  end)
+
+  it('normalises each view on its own without affine parameters, and rejects bad options', function()
+    cr.manual_seed(23)
+    local m = cr.ssl.barlow_twins.BarlowTwins { trunk = tiny_trunk(), feat_dim = 32, hidden_dim = 16, out_dim = 8,
+                                                 proj_layers = 2 }
+    local out = m(crops(5, { 16, 16 }))
+    assert.are.same({ 5, 8 }, out.n1.shape)
+    assert.is_nil(m.bn.weight)
+    H.assert_close(out.n1:mean(0), cr.zeros(8), 1e-5, 1e-5)
+    local loss = m:loss(out)
+    assert.is_true(math.abs(loss:item() - by_hand(out.n1, out.n2, 0.0051)) < 1e-3)
+    H.assert_error(function()
+      cr.ssl.barlow_twins.BarlowTwins { trunk = tiny_trunk(), feat_dim = 32, lambda = -1 }
+    end, 'BarlowTwins: lambda must be a number >= 0, got -1')
+    H.assert_error(function() cr.ssl.barlow_twins_loss(cr.randn(4, 3), cr.randn(4, 2)) end,
+      'barlow_twins: n1 is [4, 3] but n2 is [4, 2]; the two views must match')
+  end)
+end)
+
 describe('ssl.extract_features and hooks.knn', function()
   it('extracts in order, in eval mode, and restores the mode', function()
     cr.manual_seed(6)
@@ -435,7 +498,7 @@ describe('ssl recipes', function()
     return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
   end
 
-  for _, method in ipairs { 'swav', 'moco', 'simclr', 'simsiam', 'byol' } do
+  for _, method in ipairs { 'swav', 'moco', 'simclr', 'simsiam', 'byol', 'barlow_twins' } do
     it(method .. ' trains a few steps and reports kNN', function()
       local task = cr.ssl[method].task(config(method))
       task:add_hook { name = 'stop', after_step = function(_, t) if t.iteration >= 2 then t:request_stop('spec') end end }

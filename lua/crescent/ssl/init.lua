@@ -4,10 +4,12 @@
 --   ssl.ema_update(target, source, m)       target = m * target + (1 - m) * source
 --   ssl.copy_tensors(target, source)        exact copies (buffers, any dtype)
 --   ssl.cosine_momentum(m0, progress)       1 - (1 - m0) * (cos(pi * progress) + 1) / 2
---   ssl.swav_loss, ssl.infonce, ssl.nt_xent (crescent.ssl.losses)
+--   ssl.swav_loss, ssl.infonce, ssl.nt_xent, ssl.cosine_prediction, ssl.barlow_twins_loss
+--   (crescent.ssl.losses)
 --   ssl.Queue (crescent.ssl.queue), ssl.knn_classify (crescent.ssl.knn),
 --   ssl.extract_features (crescent.ssl.features)
---   ssl.swav / moco / simclr / simsiam / byol: the methods as modules, with build(cfg) and task(cfg)
+--   ssl.swav / moco / simclr / simsiam / byol / barlow_twins: the methods as modules, with
+--   build(cfg) and task(cfg)
 -- The Sinkhorn and EMA kernels are C (csrc/ssl/, declared in csrc/include/crescent_ssl.h);
 -- the losses are composed from differentiable ops.
 local momentum = require 'crescent.ssl.momentum'
@@ -23,15 +25,16 @@ M.swav_loss = losses.swav_loss
 M.infonce = losses.infonce
 M.nt_xent = losses.nt_xent
 M.cosine_prediction = losses.cosine_prediction
+M.barlow_twins_loss = losses.barlow_twins
 M.Queue = require 'crescent.ssl.queue'
 M.knn_classify = require('crescent.ssl.knn').classify
 M.extract_features = require('crescent.ssl.features').extract
 
 -- The methods and the recipe builder load on first use (they need cr.nn):
 -- ssl.swav.SwAV, ssl.moco.MoCo, ssl.simclr.SimCLR, ssl.simsiam.SimSiam, ssl.byol.BYOL,
--- ssl.recipe, ssl.linear_probe.
+-- ssl.barlow_twins.BarlowTwins, ssl.recipe, ssl.linear_probe.
 local LAZY = { swav = 'crescent.ssl.swav', moco = 'crescent.ssl.moco', simclr = 'crescent.ssl.simclr',
-               simsiam = 'crescent.ssl.simsiam', byol = 'crescent.ssl.byol',
+               simsiam = 'crescent.ssl.simsiam', byol = 'crescent.ssl.byol', barlow_twins = 'crescent.ssl.barlow_twins',
                recipe = 'crescent.ssl.recipe', linear_probe = 'crescent.ssl.linear_probe' }
 return setmetatable(M, { __index = function(t, k)
   local path = LAZY[k]

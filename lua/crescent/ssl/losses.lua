@@ -1,4 +1,4 @@
--- crescent.ssl.losses — the losses of SwAV, MoCo v2, SimCLR, SimSiam and BYOL,
+-- crescent.ssl.losses — the losses of SwAV, MoCo v2, SimCLR, SimSiam, BYOL and Barlow Twins,
 -- composed from differentiable ops (normalize, mm, cat, masked_fill, log_softmax,
 -- cross_entropy), so their gradients come from the ops' own rules.
 --
@@ -23,6 +23,12 @@
 --       SimSiam's D and BYOL's regression: -mean_b cos(p_b, z_b), z detached (the stop-
 --       gradient). SimSiam's loss is (D(p1, z2) + D(p2, z1)) / 2; BYOL's 2 - 2 cos per pair,
 --       summed over the two directions, is 4 + 2 (D(p1, t2) + D(p2, t1)).
+--   barlow_twins(n1, n2, {lambda = 0.0051, reduce = nil, world = 1}) -> loss, c
+--       n1, n2 [B, D]: the two views' embeddings, already batch-normalised (no affine).
+--       c = n1^T n2 / B_global (D x D); loss = sum_i (1 - c_ii)^2 + lambda sum_{i ~= j} c_ij^2.
+--       reduce(c) -> the sum of c over the ranks (no grad) makes c the global batch's, as
+--       the paper's all_reduce; then the loss is multiplied by world, so that DDP's average
+--       of the ranks' gradients is the gradient of the global batch.
 local cr = require 'crescent'
 
 local M = {}
@@ -178,6 +184,31 @@ function M.nt_xent(z1, z2, opts)
   on.dtype = 'i64'
   local labels = cr.cat({ cr.arange(B, n, on), cr.arange(0, B, on) }, 0)
   return cr.cross_entropy(sim, labels)
+end
+
+-- ---- Barlow Twins ------------------------------------------------------------------------
+function M.barlow_twins(n1, n2, opts)
+  local what = 'barlow_twins'
+  opts = opts_table(what, opts)
+  check2d(what, n1, 'n1')
+  check2d(what, n2, 'n2')
+  if n1.shape[1] ~= n2.shape[1] or n1.shape[2] ~= n2.shape[2] then
+    fail(string.format('%s: n1 is %s but n2 is %s; the two views must match', what, shape_str(n1), shape_str(n2)))
+  end
+  local lambda = num(what, opts, 'lambda', 0.0051)
+  if lambda < 0 then fail(what .. ': lambda must be >= 0, got ' .. lambda) end
+  local world = num(what, opts, 'world', 1, true)
+  local D = n1.shape[2]
+  local c = n1:t():mm(n2) / (n1.shape[1] * world)
+  if opts.reduce then
+    if type(opts.reduce) ~= 'function' then fail(what .. ': reduce must be a function(c) -> the sum of c over the ranks') end
+    local local_c = c:detach()
+    c = c + (opts.reduce(local_c:clone()) - local_c)   -- the global value, the local gradient
+  end
+  local eye = cr.eye(D, D, { dtype = c.dtype, device = c.device })
+  local on = ((c - 1) * eye):pow(2):sum()
+  local off = (c * (1 - eye)):pow(2):sum()
+  return (on + off * lambda) * world, c
 end
 
 -- ---- SimSiam and BYOL -------------------------------------------------------------------

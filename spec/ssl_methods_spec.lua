@@ -1,4 +1,4 @@
--- The SSL methods as modules (SwAV, MoCo v2, SimCLR, SimSiam, BYOL, Barlow Twins), the kNN monitor hook, feature
+-- The SSL methods as modules (SwAV, MoCo v2, SimCLR, SimSiam, BYOL, Barlow Twins, NPID), the kNN monitor hook, feature
 -- extraction and the recipe builder: shapes, the method-specific state (prototypes on
 -- the sphere, queues, the momentum encoder, shuffle-BN), pre-flight errors, and a few
 -- end-to-end steps of each method on synthetic data.
@@ -415,6 +415,69 @@ describe('ssl.barlow_twins_loss and ssl.barlow_twins.BarlowTwins', function()
   end)
 end)
 
+describe('ssl.npid.NPID', function()
+  local function make(extra)
+    local o = { trunk = tiny_trunk(), feat_dim = 32, out_dim = 4, num_samples = 10, negatives = 6,
+                temperature = 0.5, momentum = 0.5 }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return cr.ssl.npid.NPID(o)
+  end
+
+  it('gives the softmax over the own bank entry and the drawn ones, then moves the batch rows of the bank', function()
+    cr.manual_seed(31)
+    local m = make()
+    local out = m(crops(3, { 16 }))
+    local v = out.v:detach():double():totable()
+    local bank = m.bank:double():totable()
+    local index = cr.tensor({ 7, 2, 9 }, { dtype = 'i64' })
+    cr.manual_seed(77)
+    local drawn = cr.randint(0, 10, { 3 * 6 }):totable()
+    cr.manual_seed(77)
+    local loss = m:loss(out, { index = index })
+    -- by hand, in f64
+    local function dot(a, b) local s = 0; for d = 1, #a do s = s + a[d] * b[d] end; return s end
+    local want, rows = 0, { 8, 3, 10 }
+    for b = 1, 3 do
+      local logits = { dot(v[b], bank[rows[b]]) / 0.5 }
+      for k = 1, 6 do logits[#logits + 1] = dot(v[b], bank[drawn[(b - 1) * 6 + k] + 1]) / 0.5 end
+      local mx, z = -math.huge, 0
+      for _, l in ipairs(logits) do mx = math.max(mx, l) end
+      for _, l in ipairs(logits) do z = z + math.exp(l - mx) end
+      want = want + (mx + math.log(z) - logits[1]) / 3
+    end
+    assert.is_true(math.abs(loss:item() - want) < 1e-4, loss:item() .. ' vs ' .. want)
+    local after = m.bank:double():totable()
+    for b = 1, 3 do
+      local mixed, norm = {}, 0
+      for d = 1, 4 do mixed[d] = 0.5 * bank[rows[b]][d] + 0.5 * v[b][d]; norm = norm + mixed[d] ^ 2 end
+      for d = 1, 4 do assert.is_true(math.abs(after[rows[b]][d] - mixed[d] / math.sqrt(norm)) < 1e-5) end
+    end
+    for _, r in ipairs { 1, 4, 5, 6, 7, 9 } do assert.are.same(bank[r], after[r]) end
+  end)
+
+  it('saves its bank as method state and refuses one made for another data set size', function()
+    local m = make()
+    local es = m:extra_state()
+    assert.are.same({ 10, 4 }, es.bank.memory.shape)
+    local other = make()
+    other:load_extra_state({ bank = { memory = es.bank.memory:clone() } })
+    assert.are.equal(0, max_abs(other.bank, m.bank))
+    H.assert_error(function() make({ num_samples = 12 }):load_extra_state({ bank = { memory = m.bank } }) end,
+      'NPID:load_extra_state: the saved memory bank is [10, 4] but this run has [12, 4]')
+  end)
+
+  it('rejects bad options and input', function()
+    H.assert_error(function() make { momentum = 1 } end, 'NPID: momentum must be in [0, 1), got 1')
+    H.assert_error(function() make { num_samples = 0 } end, "NPID: 'num_samples' must be an integer >= 1, got 0")
+    local m = make()
+    H.assert_error(function() m(crops(2, { 16, 16 })) end, 'NPID: the input must be a list of 1 view')
+    local out = m(crops(2, { 16 }))
+    H.assert_error(function() m:loss(out, {}) end, 'NPID: the loss needs batch.index')
+    H.assert_error(function() m:loss(out, { index = cr.tensor({ 1, 10 }, { dtype = 'i64' }) }) end,
+      'NPID: a batch index (10) is past the memory bank (10 samples)')
+  end)
+end)
+
 describe('ssl.extract_features and hooks.knn', function()
   it('extracts in order, in eval mode, and restores the mode', function()
     cr.manual_seed(6)
@@ -495,10 +558,11 @@ describe('ssl recipes', function()
     }
     if method ~= 'swav' then over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } } end
     if method == 'moco' then over.moco = { queue_length = 64 } end
+    if method == 'npid' then over.crops.num = { 1 } end
     return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
   end
 
-  for _, method in ipairs { 'swav', 'moco', 'simclr', 'simsiam', 'byol', 'barlow_twins' } do
+  for _, method in ipairs { 'swav', 'moco', 'simclr', 'simsiam', 'byol', 'barlow_twins', 'npid' } do
     it(method .. ' trains a few steps and reports kNN', function()
       local task = cr.ssl[method].task(config(method))
       task:add_hook { name = 'stop', after_step = function(_, t) if t.iteration >= 2 then t:request_stop('spec') end end }

@@ -10,7 +10,8 @@
 --   cr.ssl.recipe.finish(task)
 --
 -- A method file (crescent.ssl.<method>) provides build(cfg, parts) -> the method module;
--- parts = {trunk = fn() -> a fresh trunk, feat_dim = n, nchan = channels}. The module has
+-- parts = {trunk = fn() -> a fresh trunk, feat_dim = n, nchan = channels, num_samples = the
+-- training set's size (NPID's memory bank)}. The module has
 -- forward, loss, features, hooks, extra_state and load_extra_state, and may have
 -- param_groups(named) -> the optimizer's input groups.
 local cr = require 'crescent'
@@ -169,7 +170,8 @@ function R.task(name, cfg)
   local nchan, _, side = R.image_shape(train_set)
   local make_trunk, feat_dim = R.trunk_factory(cfg, nchan, side)
   -- built on the cpu (the same initial weights for a seed on any device), then moved
-  local method = mod.build(cfg, { trunk = make_trunk, feat_dim = feat_dim, nchan = nchan, views = views }):to(device)
+  local method = mod.build(cfg, { trunk = make_trunk, feat_dim = feat_dim, nchan = nchan, views = views,
+                                  num_samples = #train_set }):to(device)
   -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP, before the optimizer takes the parameters
   local freeze = cr.engine.run.freeze(cfg, method) -- model.freeze: before DDP and the optimizer see the parameters
   local ddp = cr.dist.setup.model(cfg, method)
@@ -189,7 +191,7 @@ function R.task(name, cfg)
   local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = peak, to = o.final_lr * factor }
   local task = cr.engine.Task {
     config = cfg, model = method, optimizer = optimizer, schedules = { lr = lr },
-    loss = function(out) return method:loss(out) end, train_loader = loader,
+    loss = function(out, batch) return method:loss(out, batch) end, train_loader = loader,
     name = cfg.run.name ~= '' and cfg.run.name or name,
   }
   task.method, task.method_name, task.ddp, task.peak_lr = method, name, ddp, peak

@@ -1,0 +1,141 @@
+-- crescent.ssl.npid — NPID, instance discrimination with a memory bank (Wu et al. 2018), as
+-- a module: every training image is its own class. The trunk and a Linear give an
+-- L2-normalised embedding v; a memory bank holds one embedding per training sample;
+-- the loss is a softmax over the sample's own bank entry and `negatives` entries drawn
+-- uniformly from the bank, at temperature T. After the step the batch's bank rows move
+-- towards v: m_i = normalize(momentum * m_i + (1 - momentum) * v_i).
+--
+--   local m = cr.ssl.npid.NPID{trunk = resnet, feat_dim = 128, out_dim = 128, num_samples = 60000,
+--                              negatives = 4096, temperature = 0.07, momentum = 0.5}
+--   local out = m(views)               -- views = {crops [B, C, h, w]} (one view per sample)
+--   local loss = m:loss(out, batch)    -- batch.index: each sample's index in the data set
+--
+-- The paper estimates the full softmax by NCE; the sampled softmax here is the other
+-- usual estimate of it (the bank and its update are the paper's). The bank starts as
+-- uniform noise in [-1/sqrt(D/3), 1/sqrt(D/3)], as the official code's. It is method
+-- state: checkpoints save it, and loading one made for a data set of another size is an
+-- error. The negatives come from the global RNG, which checkpoints save too, so a resumed
+-- run draws what the uninterrupted one would. One rank only for now: on k ranks each rank
+-- would need the other ranks' updates. Parameter names: trunk.*, head.*.
+local cr = require 'crescent'
+local util = require 'crescent.util'
+local nn = cr.nn
+local method_parts = require 'crescent.ssl.method_parts'
+
+local M = {}
+
+local function fail(msg) error(msg, util.user_level()) end
+
+local KNOWN = { trunk = true, feat_dim = true, out_dim = true, num_samples = true, negatives = true,
+                temperature = true, momentum = true }
+
+local NPID = nn.Module:extend('NPID')
+M.NPID = NPID
+
+function NPID:init(o)
+  local feat, _, out = method_parts.method_options('NPID', o, KNOWN, '{trunk = model, feat_dim = 128, num_samples = n}')
+  local N = nn._int('NPID', 'num_samples', o.num_samples, 1)
+  self.negatives = nn._int('NPID', 'negatives', o.negatives or 4096, 1)
+  self.temperature = method_parts.positive('NPID', 'temperature', o.temperature, 0.07)
+  local mom = o.momentum == nil and 0.5 or o.momentum
+  if type(mom) ~= 'number' or mom ~= mom or mom < 0 or mom >= 1 then
+    fail('NPID: momentum must be in [0, 1), got ' .. tostring(mom))
+  end
+  self.momentum = mom
+  self.trunk = o.trunk
+  self.head = nn.Linear(feat, out)
+  local stdv = 1 / math.sqrt(out / 3)
+  self.bank = cr.rand(N, out) * (2 * stdv) - stdv
+end
+
+-- The bank follows the module to a device or dtype (Module:to).
+function NPID:extra_to(what) self.bank = self.bank:to(what) end
+
+function NPID:features(x) return self.trunk(x) end
+
+-- forward(views) -> {v = [B, D]}: the L2-normalised embeddings of the one view
+function NPID:forward(views)
+  if type(views) ~= 'table' or cr.is_tensor(views) or #views ~= 1 then
+    fail('NPID: the input must be a list of 1 view (crops.num={1}); NPID compares a sample with the memory bank')
+  end
+  return { v = self.head(self.trunk(views[1])):normalize({ dim = 1 }) }
+end
+
+-- The softmax over each sample's own bank entry and the sampled ones; then the update of
+-- the batch's bank rows.
+function NPID:loss(out, batch)
+  local idx = batch and batch.index
+  if not cr.is_tensor(idx) then fail('NPID: the loss needs batch.index (the loader gives it)') end
+  local v, N = out.v, self.bank.shape[1]
+  if idx:max():item() >= N then
+    fail(string.format('NPID: a batch index (%d) is past the memory bank (%d samples); num_samples must be the ' ..
+      'size of the training set', idx:max():item(), N))
+  end
+  local B, K = v.shape[1], self.negatives
+  idx = idx:to(self.bank.device)
+  local neg_idx = cr.randint(0, N, { B * K }, { device = self.bank.device })
+  local own = self.bank:index_select(0, idx):to(v.dtype)                      -- [B, D]
+  local neg = self.bank:index_select(0, neg_idx):view({ B, K, -1 }):to(v.dtype)  -- [B, K, D]
+  local l_pos = (v * own):sum(1, true)                                         -- [B, 1]
+  local l_neg = neg:bmm(v:view({ B, -1, 1 })):view({ B, K })                   -- [B, K]
+  local logits = cr.cat({ l_pos, l_neg }, 1) / self.temperature
+  local labels = cr.zeros({ B }, { dtype = 'i64', device = v.device })
+  local loss = cr.cross_entropy(logits, labels)
+  cr.no_grad(function()
+    local old = self.bank:index_select(0, idx)
+    local new = (old * self.momentum + v:detach():to(old.dtype) * (1 - self.momentum)):normalize({ dim = 1 })
+    self.bank:copy_(self.bank:index_add(0, idx, new - old))
+  end)
+  return loss
+end
+
+function NPID.hooks() return {} end
+
+function NPID:extra_state() return { bank = { memory = self.bank } } end
+
+function NPID:load_extra_state(states)
+  local s = states.bank
+  if type(s) ~= 'table' or not cr.is_tensor(s.memory) then
+    error('NPID:load_extra_state: the saved state has no memory bank (was it saved by another method?)', 0)
+  end
+  local want, got = self.bank.shape, s.memory.shape
+  if #got ~= 2 or got[1] ~= want[1] or got[2] ~= want[2] then
+    error(string.format('NPID:load_extra_state: the saved memory bank is [%s] but this run has [%d, %d]: it was ' ..
+      'made for a data set of another size (or another out_dim); resume it with the same data', table.concat(got, ', '),
+      want[1], want[2]), 0)
+  end
+  cr.no_grad(function() self.bank:copy_(s.memory:to(self.bank.device)) end)
+end
+
+function NPID:extra_repr()
+  return string.format('num_samples=%d, negatives=%d, temperature=%g, momentum=%g', self.bank.shape[1],
+    self.negatives, self.temperature, self.momentum)
+end
+
+-- ---- recipes ------------------------------------------------------------------------
+M.defaults = { negatives = 4096, temperature = 0.07, momentum = 0.5 }
+
+M.types = {
+  ['npid.negatives'] = { type = 'integer', min = 1, doc = 'bank entries drawn as negatives for each sample' },
+  ['npid.temperature'] = { type = 'number', min = 0, doc = "the softmax's temperature" },
+  ['npid.momentum'] = { type = 'number', min = 0, max = 0.999999, doc = "the memory bank's update momentum" },
+}
+
+function M.build(cfg, parts)
+  local total = 0
+  for _, n in ipairs(cfg.crops.num) do total = total + n end
+  if total ~= 1 then
+    error(string.format('npid: NPID takes 1 view per sample, but crops.num gives %d crops; use crops.num={1}', total), 0)
+  end
+  if cr.dist.is_distributed() then
+    error('npid: NPID runs on one rank for now (its memory bank is not shared between ranks)', 0)
+  end
+  local n = cfg.npid
+  return NPID { trunk = parts.trunk(), feat_dim = parts.feat_dim, out_dim = cfg.model.out_dim,
+                num_samples = parts.num_samples, negatives = n.negatives, temperature = n.temperature,
+                momentum = n.momentum }
+end
+
+function M.task(cfg) return require('crescent.ssl.recipe').task('npid', cfg) end
+
+return M

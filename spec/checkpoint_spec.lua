@@ -97,7 +97,10 @@ describe('exact resume', function()
       run = { dir = dir, name = method }, checkpoint = { every_iters = 3 },
     }
     if method == 'swav' then over.swav = { queue_length = 32, freeze_prototypes_iters = 2 } end
-    if method ~= 'swav' then over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } } end
+    if method ~= 'swav' and method ~= 'deepcluster_v2' then
+      over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } }
+    end
+    if method == 'deepcluster_v2' then over.deepcluster_v2 = { prototypes = { 5, 5 } } end
     if method == 'npid' then over.crops.num = { 1 } end
     if method == 'moco' then
       over.moco = { queue_length = 32, cosine_momentum = true, bn_splits = 2 }
@@ -105,7 +108,7 @@ describe('exact resume', function()
     return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
   end
 
-  for _, method in ipairs { 'swav', 'moco', 'byol', 'simsiam', 'barlow_twins', 'npid' } do
+  for _, method in ipairs { 'swav', 'moco', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2' } do
     it(method .. ': 8 steps = 3 steps, resumed, 5 steps, with its state and every parameter bit for bit', function()
       local full
       do
@@ -128,7 +131,8 @@ describe('exact resume', function()
       assert.are.equal(8, resumed.iteration)
       assert_bitwise_equal(state_of(full.model), state_of(resumed.model))
       local qa, qb = full.model:extra_state(), resumed.model:extra_state()
-      assert.are.equal(method == 'swav' or method == 'moco' or method == 'npid', next(qa) ~= nil)   -- queues, bank
+      local stateful = { swav = true, moco = true, npid = true, deepcluster_v2 = true }   -- queues, banks, memory
+      assert.are.equal(stateful[method] == true, next(qa) ~= nil)
       for key, q in pairs(qa) do
         for field, v in pairs(q) do
           if cr.is_tensor(v) then

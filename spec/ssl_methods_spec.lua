@@ -1,4 +1,5 @@
--- The SSL methods as modules (SwAV, MoCo v2, SimCLR, SimSiam, BYOL, Barlow Twins, NPID), the kNN monitor hook, feature
+-- The SSL methods as modules (SwAV, MoCo v2, SimCLR, SimSiam, BYOL, Barlow Twins, NPID,
+-- DeepCluster-v2), the kNN monitor hook, feature
 -- extraction and the recipe builder: shapes, the method-specific state (prototypes on
 -- the sphere, queues, the momentum encoder, shuffle-BN), pre-flight errors, and a few
 -- end-to-end steps of each method on synthetic data.
@@ -478,6 +479,121 @@ describe('ssl.npid.NPID', function()
   end)
 end)
 
+describe('ssl.deepcluster_v2.DeepClusterV2', function()
+  local function make(extra)
+    local o = { trunk = tiny_trunk(), feat_dim = 32, hidden_dim = 16, out_dim = 4, num_prototypes = { 3, 2 },
+                temperature = 0.5, crops_for_assign = { 0, 1 }, num_crops = 3, num_samples = 12, kmeans_iterations = 4 }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return cr.ssl.deepcluster_v2.DeepClusterV2(o)
+  end
+
+  it('k-means matches a plain-Lua k-means from the same start, and the heads take its centroids and clusters', function()
+    cr.manual_seed(41)
+    local m = make()
+    local x = cr.randn(12, 4):normalize({ dim = 1 })
+    m.memory[1]:copy_(x)
+    m.memory[2]:copy_(cr.randn(12, 4):normalize({ dim = 1 }))
+    cr.manual_seed(5)
+    local start = cr.randperm(12):narrow(0, 0, 3):totable()
+    cr.manual_seed(5)
+    m:cluster(0)
+    -- by hand: the same start, 4 rounds of assign / mean / normalise, a final assignment
+    local X = x:double():totable()
+    local C = {}
+    for j = 1, 3 do C[j] = { unpack(X[start[j] + 1]) } end
+    local assign
+    for it = 0, 4 do
+      assign = {}
+      for i = 1, 12 do
+        local best, arg = -math.huge, nil
+        for j = 1, 3 do
+          local d = 0
+          for k = 1, 4 do d = d + X[i][k] * C[j][k] end
+          if d > best then best, arg = d, j end
+        end
+        assign[i] = arg - 1
+      end
+      if it == 4 then break end
+      for j = 1, 3 do
+        local sum, n = { 0, 0, 0, 0 }, 0
+        for i = 1, 12 do
+          if assign[i] == j - 1 then n = n + 1; for k = 1, 4 do sum[k] = sum[k] + X[i][k] end end
+        end
+        if n > 0 then
+          local norm = 0
+          for k = 1, 4 do sum[k] = sum[k] / n; norm = norm + sum[k] ^ 2 end
+          for k = 1, 4 do C[j][k] = sum[k] / math.sqrt(norm) end
+        end
+      end
+    end
+    assert.are.same(assign, m.assignments:select(0, 0):totable())
+    H.assert_close(m.prototypes:get(0).weight, cr.tensor(C), 1e-5, 1e-5)
+    assert.are.equal(0, m.clustered_epoch)
+    assert.are.same({ 2, 12 }, m.assignments.shape)
+  end)
+
+  it('classifies every crop into its sample\'s clusters, averaged over heads, and remembers the assigned crops', function()
+    cr.manual_seed(42)
+    local m = make()
+    m.assignments:copy_(cr.randint(0, 2, { 2, 12 }))
+    local out = m(crops(2, { 16, 16, 8 }))
+    local index = cr.tensor({ 4, 9 }, { dtype = 'i64' })
+    local loss = m:loss(out, { index = index })
+    local emb = out.embedding:detach()
+    local want = 0
+    for h = 1, 2 do
+      local scores = (m.prototypes:get(h - 1)(emb) / 0.5):double():totable()
+      local tgt = m.assignments:select(0, h - 1):totable()
+      local part = 0
+      for r = 1, 6 do
+        local row, mx, z = scores[r], -math.huge, 0
+        for _, v in ipairs(row) do mx = math.max(mx, v) end
+        for _, v in ipairs(row) do z = z + math.exp(v - mx) end
+        local sample = ({ 4, 9 })[(r - 1) % 2 + 1] + 1
+        part = part + (mx + math.log(z) - row[tgt[sample] + 1]) / 6
+      end
+      want = want + part / 2
+    end
+    assert.is_true(math.abs(loss:item() - want) < 1e-5, loss:item() .. ' vs ' .. want)
+    H.assert_close(m.memory[1]:index_select(0, index), emb:narrow(0, 0, 2), 1e-6, 1e-6)
+    H.assert_close(m.memory[2]:index_select(0, index), emb:narrow(0, 2, 2), 1e-6, 1e-6)
+    assert.are.equal(0, m.memory[1]:select(0, 0):abs():sum():item())   -- untouched rows
+  end)
+
+  it('fills the memory once, clusters at each new epoch only, and keeps its state through a save', function()
+    cr.manual_seed(43)
+    local m = make({ num_crops = 2, crops_for_assign = { 0 } })
+    local ds = cr.data.synthetic { n = 12, shape = { 1, 16, 16 }, num_classes = 2 }
+    m.memory_loader = cr.data.Loader(ds, { batch_size = 5, drop_last = false, views = cr.data.transforms.multicrop {
+      size_crops = { 16 }, num_crops = { 2 }, crop_scales = { { 0.5, 1 } } } })
+    local hook = m:hooks()[1]
+    hook.before_phase(nil, { phase_name = 'train', epoch = 0 })
+    assert.is_true(m.memory_filled)
+    assert.is_true(m.memory[1]:abs():sum(1):min():item() > 0)   -- every sample written
+    local before = m.assignments:clone()
+    hook.before_phase(nil, { phase_name = 'train', epoch = 0 })     -- a resumed epoch: no new clusters
+    assert.are.equal(0, (m.assignments - before):abs():max():item())
+    local copy = make({ num_crops = 2, crops_for_assign = { 0 } })
+    copy:load_extra_state(m:extra_state())
+    assert.is_true(copy.memory_filled)
+    assert.are.equal(0, copy.clustered_epoch)
+    assert.are.equal(0, (copy.memory[1] - m.memory[1]):abs():max():item())
+    H.assert_error(function() make({ num_samples = 13 }):load_extra_state(m:extra_state()) end,
+      'DeepClusterV2:load_extra_state: the saved assignments are [2, 12] but this run has [2, 13]')
+  end)
+
+  it('rejects bad options', function()
+    H.assert_error(function() make { num_prototypes = { 3, 20 } } end,
+      'DeepClusterV2: head 2 asks for 20 clusters but the data set has 12 samples')
+    H.assert_error(function() make { crops_for_assign = { 3 } } end,
+      'DeepClusterV2: crops_for_assign names crop 3 but there are 3 crops')
+    H.assert_error(function() make()({ cr.randn(2, 1, 16, 16) }) end, 'the input must be a list of 3 crop batches')
+    local m = make()
+    H.assert_error(function() m.memory_loader = nil; m:hooks()[1].before_phase(nil, { phase_name = 'train', epoch = 0 }) end,
+      'DeepClusterV2: the memory is empty')
+  end)
+end)
+
 describe('ssl.extract_features and hooks.knn', function()
   it('extracts in order, in eval mode, and restores the mode', function()
     cr.manual_seed(6)
@@ -556,13 +672,16 @@ describe('ssl recipes', function()
       knn = { k = 5 }, checkpoint = { save = false }, crops = { size = { 16, 8 }, num = { 2, 2 } },
       run = { dir = os.tmpname() .. '.d' },
     }
-    if method ~= 'swav' then over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } } end
+    if method ~= 'swav' and method ~= 'deepcluster_v2' then
+      over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } }
+    end
     if method == 'moco' then over.moco = { queue_length = 64 } end
+    if method == 'deepcluster_v2' then over.deepcluster_v2 = { prototypes = { 5, 5 } } end
     if method == 'npid' then over.crops.num = { 1 } end
     return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
   end
 
-  for _, method in ipairs { 'swav', 'moco', 'simclr', 'simsiam', 'byol', 'barlow_twins', 'npid' } do
+  for _, method in ipairs { 'swav', 'moco', 'simclr', 'simsiam', 'byol', 'barlow_twins', 'npid', 'deepcluster_v2' } do
     it(method .. ' trains a few steps and reports kNN', function()
       local task = cr.ssl[method].task(config(method))
       task:add_hook { name = 'stop', after_step = function(_, t) if t.iteration >= 2 then t:request_stop('spec') end end }

@@ -1,5 +1,6 @@
--- crescent.ssl.method_parts — what the SSL methods' constructors share: option checks
--- (numbers, option tables, the trunk and its feature size) and the projection head.
+-- crescent.ssl.method_parts — what the SSL methods share: option checks (numbers, option
+-- tables, the trunk and its feature size), the projection head and the multi-crop embedding.
+local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = require 'crescent.nn'
 
@@ -58,6 +59,27 @@ function M.positive(what, name, v, default)
     fail(string.format('%s: %s must be a number > 0, got %s', what, name, tostring(v)))
   end
   return v
+end
+
+-- The L2-normalised embeddings [V B, D] of multi-crop batches (a list of V tensors [B, C,
+-- h, w], global crops first): each run of same-sized crops goes through the trunk as one
+-- batch (BatchNorm statistics per resolution, as SwAV's), the head once over all.
+function M.multicrop_embed(trunk, head, crops)
+  local parts, i, n = {}, 1, #crops
+  while i <= n do
+    local j = i
+    local h, w = crops[i].shape[3], crops[i].shape[4]
+    while j < n and crops[j + 1].shape[3] == h and crops[j + 1].shape[4] == w do j = j + 1 end
+    local x = crops[i]
+    if j > i then
+      local group = {}
+      for v = i, j do group[#group + 1] = crops[v] end
+      x = cr.cat(group, 0)
+    end
+    parts[#parts + 1] = trunk(x)
+    i = j + 1
+  end
+  return head(#parts == 1 and parts[1] or cr.cat(parts, 0)):normalize({ dim = 1 })
 end
 
 return M

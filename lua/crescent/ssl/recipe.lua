@@ -10,8 +10,8 @@
 --   cr.ssl.recipe.finish(task)
 --
 -- A method file (crescent.ssl.<method>) provides build(cfg, parts) -> the method module;
--- parts = {trunk = fn() -> a fresh trunk, feat_dim = n, nchan = channels, num_samples = the
--- training set's size (NPID's memory bank)}. The module has
+-- parts = {trunk = fn() -> a fresh trunk, feat_dim = n, nchan = channels, views = the crops'
+-- transform, num_samples and train_set (memory banks: NPID, DeepCluster-v2)}. The module has
 -- forward, loss, features, hooks, extra_state and load_extra_state, and may have
 -- param_groups(named) -> the optimizer's input groups.
 local cr = require 'crescent'
@@ -171,7 +171,7 @@ function R.task(name, cfg)
   local make_trunk, feat_dim = R.trunk_factory(cfg, nchan, side)
   -- built on the cpu (the same initial weights for a seed on any device), then moved
   local method = mod.build(cfg, { trunk = make_trunk, feat_dim = feat_dim, nchan = nchan, views = views,
-                                  num_samples = #train_set }):to(device)
+                                  num_samples = #train_set, train_set = train_set }):to(device)
   -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP, before the optimizer takes the parameters
   local freeze = cr.engine.run.freeze(cfg, method) -- model.freeze: before DDP and the optimizer see the parameters
   local ddp = cr.dist.setup.model(cfg, method)

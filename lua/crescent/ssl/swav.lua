@@ -101,23 +101,7 @@ function SwAV:features(x) return self.trunk(x) end
 -- L2-normalised embeddings [sum of crop batches, out_dim] of a list of crops: one trunk
 -- forward per run of same-sized crops, then the head once over every crop's features
 -- (SwAV's forward_head), so the head's BatchNorm takes its statistics from all crops.
-function SwAV:embed(crops)
-  local parts, i, n = {}, 1, #crops
-  while i <= n do
-    local j = i
-    local h, w = crops[i].shape[3], crops[i].shape[4]
-    while j < n and crops[j + 1].shape[3] == h and crops[j + 1].shape[4] == w do j = j + 1 end
-    local x = crops[i]
-    if j > i then
-      local group = {}
-      for v = i, j do group[#group + 1] = crops[v] end
-      x = cr.cat(group, 0)
-    end
-    parts[#parts + 1] = self.trunk(x)
-    i = j + 1
-  end
-  return self.head(#parts == 1 and parts[1] or cr.cat(parts, 0)):normalize({ dim = 1 })
-end
+function SwAV:embed(crops) return method_parts.multicrop_embed(self.trunk, self.head, crops) end
 
 -- forward(crops) -> {embedding = [V B, D], scores = {V tensors [B, K]}, batch = B}
 function SwAV:forward(crops)

@@ -1,0 +1,267 @@
+-- crescent.ssl.deepcluster_v2 — DeepCluster-v2 (as in the SwAV paper's code) as a module:
+-- multi-crop embeddings (trunk, MLP head, L2 norm) classified by several prototype heads
+-- whose weights are k-means centroids of a memory bank of the previous epoch's
+-- embeddings; the targets are each sample's cluster in that k-means.
+--
+--   local m = cr.ssl.deepcluster_v2.DeepClusterV2{trunk = resnet, feat_dim = 128, hidden_dim = 512,
+--       out_dim = 128, num_prototypes = {300, 300, 300}, temperature = 0.1, crops_for_assign = {0, 1},
+--       num_crops = 6, num_samples = 60000, kmeans_iterations = 10}
+--   m:cluster()                         -- at each epoch's start (m:hooks() does it)
+--   local loss = m:loss(m(crops), batch)   -- batch.index: each sample's index in the data set
+--
+-- Memory: for each crop of crops_for_assign, one embedding per training sample, written
+-- as the samples are seen (under no_grad). Clustering, for head h of K_h centroids on the
+-- memory of crop (h - 1) % #crops_for_assign: centroids start as K_h random embeddings,
+-- then kmeans_iterations rounds of assignment by the largest dot product and centroid =
+-- normalised mean of its members (an empty cluster keeps its centroid), then a final
+-- assignment; the head's weights become the centroids and the assignments its targets.
+-- Loss: the mean over heads of the cross-entropy of every crop's scores / T against its
+-- sample's cluster. Before the first epoch the memory is filled by one pass over the
+-- training set (m:fill_memory(loader), which the hook runs with the recipe's loader).
+-- The memory, the assignments and the epoch they were made for are method state, so a run
+-- resumed mid-epoch keeps its clusters. One rank only for now.
+-- Parameter names: trunk.*, head.*, prototypes.<h - 1>.weight.
+local cr = require 'crescent'
+local util = require 'crescent.util'
+local nn = cr.nn
+local method_parts = require 'crescent.ssl.method_parts'
+
+local M = {}
+
+local function fail(msg) error(msg, util.user_level()) end
+
+local KNOWN = { trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, head_bn = true,
+                num_prototypes = true, temperature = true, crops_for_assign = true, num_crops = true,
+                num_samples = true, kmeans_iterations = true }
+
+local IGNORE = -100   -- a sample no clustering has seen yet: no target
+
+local DeepClusterV2 = nn.Module:extend('DeepClusterV2')
+M.DeepClusterV2 = DeepClusterV2
+
+local function int(name, v, lo) return nn._int('DeepClusterV2', name, v, lo) end
+
+function DeepClusterV2:init(o)
+  local feat, hidden, out = method_parts.method_options('DeepClusterV2', o, KNOWN,
+    '{trunk = model, feat_dim = 128, num_samples = n}')
+  local N = int('num_samples', o.num_samples, 1)
+  self.num_crops = int('num_crops', o.num_crops or 2, 2)
+  self.temperature = method_parts.positive('DeepClusterV2', 'temperature', o.temperature, 0.1)
+  self.kmeans_iterations = int('kmeans_iterations', o.kmeans_iterations or 10, 0)
+  local assign = o.crops_for_assign or { 0, 1 }
+  if type(assign) ~= 'table' or #assign == 0 then
+    fail('DeepClusterV2: crops_for_assign must list crop ids (0-based), e.g. {0, 1}')
+  end
+  for _, c in ipairs(assign) do
+    int('crops_for_assign entry', c, 0)
+    if c >= self.num_crops then
+      fail(string.format('DeepClusterV2: crops_for_assign names crop %d but there are %d crops', c, self.num_crops))
+    end
+  end
+  self.crops_for_assign = assign
+  local ks = o.num_prototypes or { 300, 300, 300 }
+  if type(ks) == 'number' then ks = { ks } end
+  if type(ks) ~= 'table' or #ks == 0 then fail('DeepClusterV2: num_prototypes must list each head\'s k, e.g. {300, 300}') end
+  self.trunk, self.head = o.trunk, method_parts.head('DeepClusterV2', o, feat, hidden, out, true)
+  self.prototypes = nn.ModuleList()
+  for h, k in ipairs(ks) do
+    int('num_prototypes[' .. h .. ']', k, 2)
+    if k > N then
+      fail(string.format('DeepClusterV2: head %d asks for %d clusters but the data set has %d samples; k must not ' ..
+        'exceed the number of samples', h, k, N))
+    end
+    self.prototypes:add(nn.Linear(out, k, { bias = false }))
+  end
+  self.memory = {}
+  for v = 1, #assign do self.memory[v] = cr.zeros(N, out) end
+  self.assignments = cr.full({ #ks, N }, IGNORE, { dtype = 'i64' })
+  self.memory_filled = false   -- every sample's embedding is in the memory
+  self.clustered_epoch = -1    -- the epoch the assignments were made for
+end
+
+function DeepClusterV2:extra_to(what)
+  for v, t in ipairs(self.memory) do self.memory[v] = t:to(what) end
+  if type(what) == 'string' and (what == 'cpu' or what:find('^cuda')) then self.assignments = self.assignments:to(what) end
+end
+
+function DeepClusterV2:features(x) return self.trunk(x) end
+
+-- forward(crops) -> {embedding = [V B, D], batch = B}
+function DeepClusterV2:forward(crops)
+  if type(crops) ~= 'table' or cr.is_tensor(crops) or #crops ~= self.num_crops then
+    fail(string.format('DeepClusterV2: the input must be a list of %d crop batches (a multicrop loader gives it)',
+      self.num_crops))
+  end
+  return { embedding = method_parts.multicrop_embed(self.trunk, self.head, crops), batch = crops[1].shape[1] }
+end
+
+-- Writes the embeddings of the assigned crops of samples `index` into the memory.
+function DeepClusterV2:remember(embedding, B, index)
+  cr.no_grad(function()
+    for v, c in ipairs(self.crops_for_assign) do
+      local mem = self.memory[v]
+      local new = embedding:narrow(0, c * B, B):detach():to(mem.dtype)
+      mem:copy_(mem:index_add(0, index, new - mem:index_select(0, index)))
+    end
+  end)
+end
+
+function DeepClusterV2:loss(out, batch)
+  local index = batch and batch.index
+  if not cr.is_tensor(index) then fail('DeepClusterV2: the loss needs batch.index (the loader gives it)') end
+  local N = self.assignments.shape[2]
+  if index:max():item() >= N then
+    fail(string.format('DeepClusterV2: a batch index (%d) is past the memory (%d samples); num_samples must be the ' ..
+      'size of the training set', index:max():item(), N))
+  end
+  local B, emb = out.batch, out.embedding
+  index = index:to(self.assignments.device)
+  local loss
+  for h = 1, self.prototypes:len() do
+    local scores = self.prototypes:get(h - 1)(emb) / self.temperature
+    local own, reps = self.assignments:select(0, h - 1):index_select(0, index), {}
+    for v = 1, self.num_crops do reps[v] = own end
+    local target = cr.cat(reps, 0)   -- crops are stacked crop by crop: [crop 0 of B, crop 1 of B, ...]
+    local l = cr.cross_entropy(scores, target, { ignore_index = IGNORE })
+    loss = loss and (loss + l) or l
+  end
+  self:remember(emb, B, index)
+  return loss / self.prototypes:len()
+end
+
+-- k-means of memory x [N, D] with k centroids: returns the centroids [k, D] and the
+-- assignments i64 [N].
+function DeepClusterV2:kmeans(x, k)
+  return cr.no_grad(function()
+    local N = x.shape[1]
+    local centroids = x:index_select(0, cr.randperm(N, { device = x.device }):narrow(0, 0, k)):clone()
+    local assign
+    for it = 0, self.kmeans_iterations do
+      assign = x:mm(centroids:t()):argmax(1)
+      if it == self.kmeans_iterations then break end
+      local sums = cr.zeros({ k, x.shape[2] }, { dtype = x.dtype, device = x.device }):index_add(0, assign, x)
+      local counts = cr.zeros({ k }, { dtype = x.dtype, device = x.device })
+                       :index_add(0, assign, cr.ones({ N }, { dtype = x.dtype, device = x.device }))
+      local filled = counts:gt(0):unsqueeze(1)
+      centroids = cr.where(filled, sums / counts:clamp(1, math.huge):unsqueeze(1), centroids):normalize({ dim = 1 })
+    end
+    return centroids, assign
+  end)
+end
+
+-- Clusters the memory: every head's weights become centroids, its assignments targets.
+function DeepClusterV2:cluster(epoch)
+  cr.no_grad(function()
+    for h = 1, self.prototypes:len() do
+      local x = self.memory[(h - 1) % #self.crops_for_assign + 1]
+      local w = self.prototypes:get(h - 1).weight
+      local centroids, assign = self:kmeans(x, w.shape[1])
+      w:copy_(centroids:to(w.dtype))
+      self.assignments:select(0, h - 1):copy_(assign:to(self.assignments.device))
+    end
+  end)
+  self.clustered_epoch = epoch or self.clustered_epoch + 1
+end
+
+-- Fills the memory with one pass over a loader (its batches carry index), under no_grad.
+function DeepClusterV2:fill_memory(loader, device)
+  cr.no_grad(function()
+    for batch in loader:iter(0) do
+      local crops = batch.input
+      if device and device ~= 'cpu' then
+        for i, c in ipairs(crops) do crops[i] = c:to(device) end
+      end
+      self:remember(self:forward(crops).embedding, crops[1].shape[1], batch.index:to(self.assignments.device))
+    end
+  end)
+  self.memory_filled = true
+end
+
+-- At the start of each train phase: fill the memory once (before the first epoch), and
+-- cluster it unless this epoch's clusters exist (a run resumed mid-epoch has them).
+function DeepClusterV2:hooks()
+  local method = self
+  return {
+    { name = 'deepcluster_v2', priority = 40,
+      before_phase = function(_, task)
+        if task.phase_name ~= 'train' or method.clustered_epoch == task.epoch then return end
+        if not method.memory_filled then
+          if not method.memory_loader then
+            error('DeepClusterV2: the memory is empty; give m.memory_loader (a loader of the training set with ' ..
+              'the same crops) or call m:fill_memory(loader) before training', 0)
+          end
+          method:fill_memory(method.memory_loader, task.device)
+        end
+        method:cluster(task.epoch)
+      end },
+  }
+end
+
+function DeepClusterV2:extra_state()
+  local mem = { filled = self.memory_filled and 1 or 0, clustered_epoch = self.clustered_epoch }
+  for v, t in ipairs(self.memory) do mem['view' .. v] = t end
+  return { memory = mem, assignments = { heads = self.assignments } }
+end
+
+function DeepClusterV2:load_extra_state(states)
+  local mem, asg = states.memory, states.assignments
+  if type(mem) ~= 'table' or type(asg) ~= 'table' or not cr.is_tensor(asg.heads) then
+    error('DeepClusterV2:load_extra_state: the saved state has no memory and assignments (saved by another method?)', 0)
+  end
+  local function same(a, b) return table.concat(a.shape, ',') == table.concat(b.shape, ',') end
+  if not same(asg.heads, self.assignments) then
+    error(string.format('DeepClusterV2:load_extra_state: the saved assignments are [%s] but this run has [%s]: the ' ..
+      'data set size or the number of heads differs', table.concat(asg.heads.shape, ', '),
+      table.concat(self.assignments.shape, ', ')), 0)
+  end
+  for v, t in ipairs(self.memory) do
+    local saved = mem['view' .. v]
+    if not cr.is_tensor(saved) or not same(saved, t) then
+      error(string.format('DeepClusterV2:load_extra_state: the saved memory of crop %d does not match this run\'s ' ..
+        '[%s]: the data set size, out_dim or crops_for_assign differs', v, table.concat(t.shape, ', ')), 0)
+    end
+  end
+  cr.no_grad(function()
+    for v, t in ipairs(self.memory) do t:copy_(mem['view' .. v]:to(t.device)) end
+    self.assignments:copy_(asg.heads:to(self.assignments.device))
+  end)
+  self.memory_filled = mem.filled == 1
+  self.clustered_epoch = mem.clustered_epoch or -1
+end
+
+function DeepClusterV2:extra_repr()
+  local ks = {}
+  for h = 1, self.prototypes:len() do ks[h] = self.prototypes:get(h - 1).weight.shape[1] end
+  return string.format('num_prototypes={%s}, temperature=%g, kmeans_iterations=%d', table.concat(ks, ', '),
+    self.temperature, self.kmeans_iterations)
+end
+
+-- ---- recipes ------------------------------------------------------------------------
+M.defaults = { prototypes = { 300, 300, 300 }, temperature = 0.1, crops_for_assign = { 0, 1 }, kmeans_iterations = 10 }
+
+M.types = {
+  ['deepcluster_v2.prototypes'] = { type = 'list', doc = 'the k of each prototype head (k-means clusters)' },
+  ['deepcluster_v2.temperature'] = { type = 'number', min = 0, doc = "the scores' temperature" },
+  ['deepcluster_v2.crops_for_assign'] = { type = 'list', doc = 'the crops (0-based) whose embeddings are clustered' },
+  ['deepcluster_v2.kmeans_iterations'] = { type = 'integer', min = 0, doc = 'k-means rounds at each epoch start' },
+}
+
+function M.build(cfg, parts)
+  if cr.dist.is_distributed() then
+    error('deepcluster_v2: DeepCluster-v2 runs on one rank for now (its memory is not shared between ranks)', 0)
+  end
+  local total = 0
+  for _, n in ipairs(cfg.crops.num) do total = total + n end
+  local d = cfg.deepcluster_v2
+  local m = DeepClusterV2 { trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
+    out_dim = cfg.model.out_dim, head_bn = cfg.model.head_bn, num_prototypes = d.prototypes,
+    temperature = d.temperature, crops_for_assign = d.crops_for_assign, num_crops = total,
+    num_samples = parts.num_samples, kmeans_iterations = d.kmeans_iterations }
+  m.memory_loader = cr.data.Loader(parts.train_set, { batch_size = cfg.data.batch_size, shuffle = false,
+    drop_last = false, views = parts.views, workers = cfg.data.workers })
+  return m
+end
+
+function M.task(cfg) return require('crescent.ssl.recipe').task('deepcluster_v2', cfg) end
+
+return M

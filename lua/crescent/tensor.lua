@@ -297,7 +297,8 @@ mt.__pow = function(a, b)
 end
 mt.__len = function(t)
   check_live(t, '#')
-  return C.cr_tensor_ndim(t) > 0 and tonumber(C.cr_tensor_size(t, 0)) or 0 end
+  return C.cr_tensor_ndim(t) > 0 and tonumber(C.cr_tensor_size(t, 0)) or 0
+end
 mt.__tostring = function(t)
   if not C.cr_tensor_is_live(t) then return '[freed tensor]' end
   return require('crescent.format').tensor(t)

@@ -84,12 +84,7 @@ M.types = {
 }
 
 function M.build(cfg, parts)
-  local total = 0
-  for _, n in ipairs(cfg.crops.num) do total = total + n end
-  if total ~= 2 then
-    error(string.format('barlow_twins: Barlow Twins takes 2 views, but crops.num gives %d crops; use crops.num={2}',
-      total), 0)
-  end
+  method_parts.check_views(cfg, 'barlow_twins', 'Barlow Twins', 2)
   local b = cfg.barlow_twins
   return BarlowTwins { trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
                        out_dim = cfg.model.out_dim, proj_layers = b.proj_layers, lambda = b.lambda }

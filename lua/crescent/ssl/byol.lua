@@ -125,11 +125,7 @@ M.types = {
 }
 
 function M.build(cfg, parts)
-  local total = 0
-  for _, n in ipairs(cfg.crops.num) do total = total + n end
-  if total ~= 2 then
-    error(string.format('byol: BYOL takes 2 views, but crops.num gives %d crops; use crops.num={2}', total), 0)
-  end
+  method_parts.check_views(cfg, 'byol', 'BYOL', 2)
   return BYOL { trunk = parts.trunk(), target_trunk = parts.trunk(), feat_dim = parts.feat_dim,
                 hidden_dim = cfg.model.hidden_dim, out_dim = cfg.model.out_dim, momentum = cfg.byol.momentum,
                 cosine_momentum = cfg.byol.cosine_momentum }

@@ -82,4 +82,16 @@ function M.multicrop_embed(trunk, head, crops)
   return head(#parts == 1 and parts[1] or cr.cat(parts, 0)):normalize({ dim = 1 })
 end
 
+-- The recipe config's crop count (the sum of crops.num), which must be `want` for a
+-- method that takes that many views; an error names the key and the fix.
+function M.check_views(cfg, key, title, want)
+  local total = 0
+  for _, n in ipairs(cfg.crops.num) do total = total + n end
+  if total ~= want then
+    local noun = want == 1 and '1 view per sample' or (want .. ' views')
+    error(string.format('%s: %s takes %s, but crops.num gives %d crops; use crops.num={%d}', key, title, noun, total,
+      want), 0)
+  end
+end
+
 return M

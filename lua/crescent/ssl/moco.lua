@@ -185,11 +185,7 @@ M.types = {
 -- build(cfg, parts) -> MoCo, from the recipe config (crescent.ssl.recipe makes parts).
 function M.build(cfg, parts)
   local m = cfg.moco
-  local total = 0
-  for _, n in ipairs(cfg.crops.num) do total = total + n end
-  if total ~= 2 then
-    error(string.format('moco: MoCo takes 2 views, but crops.num gives %d crops; use crops.num={2}', total), 0)
-  end
+  method_parts.check_views(cfg, 'moco', 'MoCo', 2)
   return MoCo {
     trunk = parts.trunk(), key_trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
     out_dim = cfg.model.out_dim, head_bn = cfg.model.head_bn, queue_length = m.queue_length,

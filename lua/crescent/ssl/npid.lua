@@ -122,11 +122,7 @@ M.types = {
 }
 
 function M.build(cfg, parts)
-  local total = 0
-  for _, n in ipairs(cfg.crops.num) do total = total + n end
-  if total ~= 1 then
-    error(string.format('npid: NPID takes 1 view per sample, but crops.num gives %d crops; use crops.num={1}', total), 0)
-  end
+  method_parts.check_views(cfg, 'npid', 'NPID', 1)
   if cr.dist.is_distributed() then
     error('npid: NPID runs on one rank for now (its memory bank is not shared between ranks)', 0)
   end

@@ -68,11 +68,7 @@ M.defaults = { temperature = 0.5 }
 M.types = { ['simclr.temperature'] = { type = 'number', min = 0, doc = "NT-Xent's temperature" } }
 
 function M.build(cfg, parts)
-  local total = 0
-  for _, n in ipairs(cfg.crops.num) do total = total + n end
-  if total ~= 2 then
-    error(string.format('simclr: SimCLR takes 2 views, but crops.num gives %d crops; use crops.num={2}', total), 0)
-  end
+  method_parts.check_views(cfg, 'simclr', 'SimCLR', 2)
   return SimCLR { trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
                   head_bn = cfg.model.head_bn,
                   out_dim = cfg.model.out_dim, temperature = cfg.simclr.temperature }

@@ -96,10 +96,10 @@ static cr_status storage_new_cuda(cr_storage **out, size_t alloc, cr_device dev,
         return st;
     }
     (*out)->pinned = pinned;
-    if (!pinned) {
-        __atomic_add_fetch(&stat_gpu_live_bytes, (int64_t)alloc, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&stat_gpu_since_hint, (int64_t)alloc, __ATOMIC_RELAXED);
-    }
+    if (!pinned) __atomic_add_fetch(&stat_gpu_live_bytes, (int64_t)alloc, __ATOMIC_RELAXED);
+    /* pinned blocks count towards the next collection too: a loader pinning every batch
+     * would otherwise page-lock garbage faster than the GPU's allocations call the GC */
+    __atomic_add_fetch(&stat_gpu_since_hint, (int64_t)alloc, __ATOMIC_RELAXED);
     return CR_OK;
 }
 

@@ -381,7 +381,7 @@ static void scratch_free(scratch *sc) {
 
 cr_status cr_augment_crops(cr_tensor **out, const cr_tensor *images, const cr_tensor *index,
                            const cr_data_crop_spec *spec, int64_t ncrops, int64_t first_crop,
-                           uint64_t seed, uint64_t epoch, bool parallel) {
+                           uint64_t seed, uint64_t epoch, unsigned flags) {
     *out = NULL;
     cr_status st = check_args(images, index, ncrops, first_crop);
     if (st) return st;
@@ -390,7 +390,7 @@ cr_status cr_augment_crops(cr_tensor **out, const cr_tensor *images, const cr_te
     st = cr_augment_check_spec(spec, nchan);
     if (st) return st;
     int64_t shape[5] = {ncrops, index->shape[0], nchan, spec->size_h, spec->size_w};
-    st = cr_tensor_alloc(out, 5, shape, CR_DT_F32, CR_CPU);
+    st = cr_batch_alloc(out, 5, shape, CR_DT_F32, flags);
     if (st) return st;
     crop_job j = {.src = cr_tensor_ptr(images), .ix = (const int64_t *)cr_tensor_ptr(index),
                   .H = images->shape[nd - 2], .W = images->shape[nd - 1], .istride = index->stride[0],
@@ -398,7 +398,7 @@ cr_status cr_augment_crops(cr_tensor **out, const cr_tensor *images, const cr_te
     job_init(&j, spec, nchan, index->shape[0], first_crop, seed, epoch, (float *)cr_tensor_ptr(*out));
     j.ssample = (size_t)(nchan * j.H * j.W) * cr_dtype_size(images->dtype);
     int64_t total = ncrops * j.B;
-    bool par = parallel && total > 1 && total * j.osample >= CR_AUG_PAR_GRAIN && cr_threads() > 1;
+    bool par = (flags & CR_BATCH_PARALLEL) && total > 1 && total * j.osample >= CR_AUG_PAR_GRAIN && cr_threads() > 1;
     int oom = 0;
     if (!par) { /* no OpenMP at all: the loader's worker threads call this */
         scratch sc = {0};
@@ -428,9 +428,9 @@ cr_status cr_augment_crops(cr_tensor **out, const cr_tensor *images, const cr_te
 }
 
 cr_status cr_augment_crops_alloc(cr_tensor **out, int64_t B, int64_t nchan, const cr_data_crop_spec *spec,
-                                 int64_t ncrops) {
+                                 int64_t ncrops, unsigned flags) {
     int64_t shape[5] = {ncrops, B, nchan, spec->size_h, spec->size_w};
-    return cr_tensor_alloc(out, 5, shape, CR_DT_F32, CR_CPU);
+    return cr_batch_alloc(out, 5, shape, CR_DT_F32, flags);
 }
 
 cr_status cr_augment_crops_sample(cr_tensor *out, const uint8_t *src, int64_t H, int64_t W, int64_t b,
@@ -452,5 +452,5 @@ cr_status cr_augment_crops_sample(cr_tensor *out, const uint8_t *src, int64_t H,
 cr_status cr_data_augment_crops(cr_tensor **out, const cr_tensor *images, const cr_tensor *index,
                                 const cr_data_crop_spec *spec, int64_t ncrops,
                                 int64_t first_crop, uint64_t seed, uint64_t epoch) {
-    return cr_augment_crops(out, images, index, spec, ncrops, first_crop, seed, epoch, true);
+    return cr_augment_crops(out, images, index, spec, ncrops, first_crop, seed, epoch, CR_BATCH_PARALLEL);
 }

@@ -158,7 +158,7 @@ static void fill_sample(const batch_job *j, int64_t b) {
 
 cr_status cr_batch_make(cr_tensor **input, cr_tensor **target, const cr_tensor *images,
                         const cr_tensor *labels, const cr_tensor *index, const double *mean,
-                        const double *std, const cr_data_augment *aug, bool parallel,
+                        const double *std, const cr_data_augment *aug, unsigned flags,
                         const int64_t *ids) {
     *input = NULL;
     if (target) *target = NULL;
@@ -173,10 +173,10 @@ cr_status cr_batch_make(cr_tensor **input, cr_tensor **target, const cr_tensor *
     int64_t B = index->shape[0], H = images->shape[nd - 2], W = images->shape[nd - 1];
     int64_t sample = nchan * H * W;
     int64_t shape[4] = {B, nchan, H, W};
-    st = cr_tensor_alloc(input, 4, shape, CR_DT_F32, CR_CPU);
+    st = cr_batch_alloc(input, 4, shape, CR_DT_F32, flags);
     if (st) return st;
     if (labels) {
-        st = cr_tensor_alloc(target, 1, shape, CR_DT_I64, CR_CPU);
+        st = cr_batch_alloc(target, 1, shape, CR_DT_I64, flags);
         if (st) {
             cr_tensor_free(*input);
             *input = NULL;
@@ -216,7 +216,7 @@ cr_status cr_batch_make(cr_tensor **input, cr_tensor **target, const cr_tensor *
     /* A Fashion-MNIST batch of 256 is 0.2 ms on one core; forking threads for it gains
      * little and, when the other cores are busy, costs milliseconds. Threads pay from
      * ~256K pixels on (CIFAR batches of 256, anything at ImageNet sizes). */
-    bool par = parallel && B * sample >= CR_DATA_PAR_GRAIN && B > 1 && cr_threads() > 1;
+    bool par = (flags & CR_BATCH_PARALLEL) && B * sample >= CR_DATA_PAR_GRAIN && B > 1 && cr_threads() > 1;
     if (!par) { /* no OpenMP at all: the loader's worker threads call this */
         for (int64_t b = 0; b < B; b++) fill_sample(&j, b);
     } else {
@@ -232,15 +232,20 @@ cr_status cr_data_make_batch(cr_tensor **input, cr_tensor **target, const cr_ten
                              const cr_tensor *labels, const cr_tensor *index,
                              const double *mean, const double *std,
                              const cr_data_augment *aug) {
-    return cr_batch_make(input, target, images, labels, index, mean, std, aug, true, NULL);
+    return cr_batch_make(input, target, images, labels, index, mean, std, aug, CR_BATCH_PARALLEL, NULL);
 }
 
-cr_status cr_batch_targets(cr_tensor **out, const cr_tensor *labels, const cr_tensor *index) {
+cr_status cr_batch_targets(cr_tensor **out, const cr_tensor *labels, const cr_tensor *index, unsigned flags) {
     int64_t B = index->shape[0];
-    cr_status st = cr_tensor_alloc(out, 1, &B, CR_DT_I64, CR_CPU);
+    cr_status st = cr_batch_alloc(out, 1, &B, CR_DT_I64, flags);
     if (st) return st;
     const int64_t *ix = (const int64_t *)cr_tensor_ptr(index);
     int64_t *t = (int64_t *)cr_tensor_ptr(*out);
     for (int64_t b = 0; b < B; b++) t[b] = load_label(labels, ix[b * index->stride[0]]);
     return CR_OK;
+}
+
+cr_status cr_batch_alloc(cr_tensor **out, int ndim, const int64_t *shape, cr_dtype dt, unsigned flags) {
+    if (flags & CR_BATCH_PINNED) return cr_tensor_alloc_pinned(out, ndim, shape, dt);
+    return cr_tensor_alloc(out, ndim, shape, dt, CR_CPU);
 }

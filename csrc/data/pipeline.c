@@ -41,6 +41,7 @@ struct cr_data_pipeline {
     double *mean, *std;
     cr_data_augment aug;
     bool has_aug;
+    unsigned flags; /* CR_BATCH_PINNED or 0 (workers never enter OpenMP) */
     cr_data_crop_group *groups;
     int64_t ngroups; /* 0: plain batches */
     uint64_t seed, epoch;
@@ -127,7 +128,7 @@ static cr_status build_streamed(cr_data_pipeline *p, const cr_tensor *index, cr_
     cr_status st = CR_OK;
     if (p->ngroups) {
         for (int g = 0; g < ng && !st; g++)
-            st = cr_augment_crops_alloc(&out[g], B, C, &p->groups[g].spec, p->groups[g].ncrops);
+            st = cr_augment_crops_alloc(&out[g], B, C, &p->groups[g].spec, p->groups[g].ncrops, p->flags);
     } else {
         int64_t shape[4] = {B, C, p->height, p->width};
         st = cr_tensor_alloc(&plain, 4, shape, CR_DT_U8, CR_CPU);
@@ -156,7 +157,7 @@ static cr_status build_streamed(cr_data_pipeline *p, const cr_tensor *index, cr_
             int64_t *lp = (int64_t *)cr_tensor_ptr(local);
             for (int64_t b = 0; b < B; b++) lp[b] = b;
             st = cr_batch_make(&out[0], NULL, plain, NULL, local, p->mean, p->std, p->has_aug ? &p->aug : NULL,
-                               false, ids);
+                               p->flags, ids);
         }
     }
     if (!st && p->labels) { /* the labels of the images used (a replaced file takes its stand-in's) */
@@ -164,7 +165,7 @@ static cr_status build_streamed(cr_data_pipeline *p, const cr_tensor *index, cr_
         st = cr_tensor_alloc(&rows, 1, &B, CR_DT_I64, CR_CPU);
         if (!st) {
             memcpy(cr_tensor_ptr(rows), used, sizeof(int64_t) * (size_t)B);
-            st = cr_batch_targets(&out[ng], p->labels, rows);
+            st = cr_batch_targets(&out[ng], p->labels, rows, p->flags);
         }
         cr_tensor_free(rows);
     }
@@ -187,12 +188,12 @@ static cr_status build(cr_data_pipeline *p, int64_t b, cr_tensor **out) {
         for (int g = 0; g < ng && !st; g++) {
             const cr_data_crop_group *grp = &p->groups[g];
             st = cr_augment_crops(&out[g], p->images, index, &grp->spec, grp->ncrops, grp->first_crop,
-                                  p->seed, p->epoch, false);
+                                  p->seed, p->epoch, p->flags);
         }
-        if (!st && p->labels) st = cr_batch_targets(&out[ng], p->labels, index);
+        if (!st && p->labels) st = cr_batch_targets(&out[ng], p->labels, index, p->flags);
     } else {
         st = cr_batch_make(&out[0], p->labels ? &out[1] : NULL, p->images, p->labels, index, p->mean,
-                           p->std, p->has_aug ? &p->aug : NULL, false, NULL);
+                           p->std, p->has_aug ? &p->aug : NULL, p->flags, NULL);
     }
     out[ng + 1] = index;
     if (st) drop_outs(out, p->nout);
@@ -298,6 +299,11 @@ static cr_status check_job(const cr_data_pipeline_job *j) {
     if (j->first_batch < 0 || j->first_batch > j->num_batches)
         return cr_fail(CR_ERR_ARG, "pipeline: first_batch = %lld must be in [0, %lld]",
                        (long long)j->first_batch, (long long)j->num_batches);
+    if (j->pin_memory && cr_cuda_init()) {
+        snprintf(buf, sizeof buf, "%s", cr_last_error()); /* cr_fail writes over that message */
+        return cr_fail(CR_ERR_DEVICE, "pipeline: pin_memory puts batches in page-locked memory for copies to a "
+                       "GPU, and there is none (%s); pass pin_memory = false", buf);
+    }
     const cr_tensor *s = j->stream;
     if (s) {
         int64_t off, len;
@@ -372,6 +378,7 @@ cr_status cr_data_pipeline_start(cr_data_pipeline **out, const cr_data_pipeline_
     p->skip_bad = job->skip_bad != 0;
     p->height = job->height;
     p->width = job->width;
+    p->flags = job->pin_memory ? CR_BATCH_PINNED : 0;
     cr_tensor_retain(p->images);
     cr_tensor_retain(p->labels);
     cr_tensor_retain(p->order);

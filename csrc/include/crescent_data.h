@@ -224,6 +224,8 @@ typedef struct {
                                        * rows no remaining batch uses. A row not in it is read on
                                        * its own. Give the order from cr_data_buffer_shuffle over
                                        * it, so that what waits stays bounded by its buffer. */
+    int32_t pin_memory;               /* 1: the batches' tensors (not the index) in page-locked host
+                                       * memory, for asynchronous copies to a GPU (needs CUDA) */
 } cr_data_pipeline_job;
 
 /* What a pipeline's sequential reader did (all 0 without a stream): members read, their

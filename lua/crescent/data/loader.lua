@@ -40,6 +40,12 @@
 -- an error (a worker's error is raised by the iterator for its batch). Views need
 -- cr.data.transforms.multicrop / two_views with workers (the crops are built in C).
 --
+-- pin_memory = true puts every batch's tensors (input or crops, target; not the index) in
+-- page-locked host memory, from which a copy to a GPU runs asynchronously (t:to('cuda',
+-- {non_blocking = true})); with workers the batches are built there, without, they are
+-- copied there. The default, nil, pins when the caller of iter says the batches go to a
+-- GPU (a Task on cuda does); false never pins. Pinning needs a usable CUDA GPU.
+--
 -- shard = {rank = r, world_size = w, pad = true}: distributed sampling as PyTorch's
 -- DistributedSampler (crescent.data.sampler). Every rank computes the same epoch order
 -- (same seed), extends it to ceil(n / w) w samples by repeating its start (pad = true,
@@ -57,13 +63,14 @@ local C = require('crescent.ffi').C
 local util = require 'crescent.util'
 local sampler = require 'crescent.data.sampler'
 local shard_order = require 'crescent.data.shard_order'
+local cuda = require 'crescent.cuda'
 
 local Loader = {}
 Loader.__index = Loader
 
 local OPTS = { batch_size = 'number', shuffle = 'boolean', drop_last = 'boolean', seed = 'number',
                augment = 'boolean or table', transform = 'function', views = 'table',
-               workers = 'number', prefetch = 'number', shard = 'table' }
+               workers = 'number', prefetch = 'number', shard = 'table', pin_memory = 'boolean' }
 local SHARD_OPTS = { rank = true, world_size = true, pad = true }
 local MAX_WORKERS, MAX_PREFETCH = 64, 1024   -- csrc/data/pipeline.c's limits
 -- augment = true: torchvision's RandomCrop(size, padding = 4) + RandomHorizontalFlip.
@@ -193,7 +200,7 @@ local function new(_, ds, opts)
     transform = opts.transform, aug = aug_from(opts.augment),
     mean = ffi.new('double[?]', #mean, mean), std = ffi.new('double[?]', #std, std),
     epoch = 0, batch = 0,   -- the sampler position: the next batch to hand out
-    workers = workers, prefetch = prefetch, nchan = nchan,
+    workers = workers, prefetch = prefetch, nchan = nchan, pin_memory = opts.pin_memory,
     sequential = streamed and (ds.shuffle_buffer or 0) > 0,   -- tar shards read front to back
     runs = setmetatable({}, { __mode = 'k' }),   -- live worker runs; weak: a dropped iterator is collected
   }, Loader)
@@ -249,11 +256,35 @@ function Loader:make_batch(index, epoch)
   return { input = input, target = target, index = index }
 end
 
+-- The batch's tensors copied into pinned memory (workers = 0 builds them in plain memory).
+local function pin_batch(batch)
+  local x = batch.input
+  if type(x) == 'table' then
+    for i, t in ipairs(x) do x[i] = t:pin_memory() end
+  else
+    batch.input = x:pin_memory()
+  end
+  if batch.target then batch.target = batch.target:pin_memory() end
+  return batch
+end
+
+-- Whether this iteration pins its batches (to_gpu: the caller moves them to a GPU).
+function Loader:_pins(to_gpu)
+  local pin = self.pin_memory
+  if pin == nil then pin = to_gpu == true end
+  if pin and not cuda.is_available() then
+    error('Loader: pin_memory puts batches in page-locked memory for copies to a GPU, and this machine has ' ..
+      'no usable one (' .. tostring(cuda.why_not()) .. '); pass pin_memory = false', 3)
+  end
+  return pin
+end
+
 -- Iterates over the batches of `epoch` (default: the loader's position), starting at
 -- batch `start_batch` (default 0, or the saved position when resuming that epoch).
 -- Each batch is {input, target, index, epoch, batch}; `transform(batch)` runs last and
--- may return a replacement.
-function Loader:iter(epoch, start_batch)
+-- may return a replacement. to_gpu = true says the batches go to a GPU: with pin_memory
+-- left nil, they come in pinned memory.
+function Loader:iter(epoch, start_batch, to_gpu)
   if epoch == nil then
     epoch = self.epoch
     if start_batch == nil then start_batch = self.batch end
@@ -264,13 +295,14 @@ function Loader:iter(epoch, start_batch)
   if not is_count(start_batch, 0) or start_batch > nb then
     error(string.format('Loader:iter: start_batch must be an integer in [0, %d], got %s', nb, tostring(start_batch)), 2)
   end
+  local pin = self:_pins(to_gpu)
   self:close()
   local order, stream = self:order(epoch)
   local bs = self.batch_size
   local n = order:size(0)   -- the data set's size, or the shard's
   local b = start_batch
   self.epoch, self.batch = epoch, b
-  if self.workers > 0 then return self:_iter_workers(order, stream, epoch, b, nb) end
+  if self.workers > 0 then return self:_iter_workers(order, stream, epoch, b, nb, pin) end
   return function()
     if b >= nb then
       self.epoch, self.batch = epoch + 1, 0
@@ -279,6 +311,7 @@ function Loader:iter(epoch, start_batch)
     local first = b * bs
     local size = math.min(bs, n - first)
     local batch = self:make_batch(order:narrow(0, first, size), epoch)
+    if pin then pin_batch(batch) end
     batch.epoch, batch.batch = epoch, b
     b = b + 1
     self.batch = b
@@ -320,10 +353,11 @@ local function close_run(run)
 end
 
 -- Starts the threads for batches first .. nb - 1 of the epoch with this order (and the
--- rows' read order, stream, or nil).
-function Loader:_start(order, stream, epoch, first, nb)
+-- rows' read order, stream, or nil), their batches pinned or not.
+function Loader:_start(order, stream, epoch, first, nb, pin)
   local ds, job = self.ds, ffi.new(job_ct)
   job.labels, job.order, job.stream = ds.labels, order, stream
+  job.pin_memory = pin and 1 or 0
   if ds.streamed then
     job.paths, job.channels, job.skip_bad = ds._paths, ds.channels, ds.skip_bad and 1 or 0
     if ds.size then job.height, job.width = ds.size[1], ds.size[2] end
@@ -352,10 +386,10 @@ function Loader:_start(order, stream, epoch, first, nb)
 end
 
 -- The iterator of Loader:iter with workers: batches come from the pipeline in order.
-function Loader:_iter_workers(order, stream, epoch, b, nb)
+function Loader:_iter_workers(order, stream, epoch, b, nb, pin)
   local run = { warn = self.ds.streamed and self.ds.skip_bad and (self.ds.warn or default_warn) or nil,
                 loader = self.sequential and self or nil }
-  if b < nb then run.pipe = self:_start(order, stream, epoch, b, nb) end
+  if b < nb then run.pipe = self:_start(order, stream, epoch, b, nb, pin) end
   self.runs[run] = true
   local views = self.views
   local ngroups = views and #views.groups or 1

@@ -15,7 +15,9 @@
 -- Also: malloc_keep_mb (32), name (run.name), device: where batches go, the model's
 -- device by default (model:device()); move the model first (model:to('cuda')) and build
 -- the optimizer after. Batch tensors (input, a list of crops, target) are moved there as
--- the loop takes them, so steps, hooks and meters see them on the model's device.
+-- the loop takes them, so steps, hooks and meters see them on the model's device; on a GPU
+-- a cr.data.Loader hands them over in pinned memory (its pin_memory option) and the
+-- copies are asynchronous.
 local Storage = require 'crescent.engine.storage'
 local steps = require 'crescent.engine.steps'
 local loop = require 'crescent.engine.loop'
@@ -48,9 +50,12 @@ local is_tensor = require('crescent').is_tensor
 local suggest = util.nearest
 
 -- The batch with its tensors on `device`: input (a tensor or a list of crops) and target.
+-- From pinned memory the copies are asynchronous: the GPU runs them in order with the
+-- step's kernels, and the host goes on at once.
+local ASYNC = { non_blocking = true }
 local function batch_to(batch, device)
   local function move(t)
-    if is_tensor(t) and t.device ~= device then return t:to(device) end
+    if is_tensor(t) and t.device ~= device then return t:to(device, t:is_pinned() and ASYNC or nil) end
     return t
   end
   if type(batch) ~= 'table' then return batch end
@@ -212,14 +217,15 @@ end
 -- Called by the loop: the phase's batches as a generic-for triple, on task.device.
 function Task:_batches(phase, epoch)
   local f, state, control
+  local device = self.device
+  local to_gpu = device ~= 'cpu'   -- a cr.data.Loader then pins its batches (pin_memory)
   if phase == 'train' then
     local start = self._resume_batch
     self._resume_batch = nil
-    f, state, control = self.train_loader:iter(epoch, start)
+    f, state, control = self.train_loader:iter(epoch, start, to_gpu)
   else
-    f, state, control = self.test_loader:iter(epoch)
+    f, state, control = self.test_loader:iter(epoch, nil, to_gpu)
   end
-  local device = self.device
   if device == 'cpu' then return f, state, control end
   return function(s, c) return batch_to(f(s, c), device) end, state, control
 end

@@ -1,10 +1,11 @@
 -- spec/dist/equivalence.lua — the proof of DDP: k ranks x batch b train the same weights as
 -- one rank x batch k*b. Run alone and under `mpirun -np 2` by spec/dist_mpi_spec.lua:
---   luajit spec/dist/equivalence.lua <supervised|swav|barlow_twins|accum> <out.safetensors> [steps] [accum_steps]
+--   luajit spec/dist/equivalence.lua <supervised|swav|barlow_twins|npid|accum> <out.safetensors> [steps] [accum_steps]
 -- Trains the supervised recipe's model (a ResNet-18, width 4, CIFAR stem, SGD with
 -- nesterov, weight decay off norms and biases, warmup-cosine lr) or SwAV (the same trunk,
 -- multi-crop 2x28 + 2x14, prototypes frozen for the first steps) or Barlow Twins (the same
--- trunk, two 28 px views, c all-reduced over the ranks) on Fashion-MNIST for
+-- trunk, two 28 px views, c all-reduced over the ranks) or NPID (the same trunk, one 28 px
+-- view, 16 negatives, the memory bank saved with the weights) on Fashion-MNIST for
 -- `steps` SGD steps of a global batch of 8, with SyncBatchNorm, DDP, the sharded loader
 -- and the Task loop; rank 0 writes the model's tensors to out. In f64: a tiny ResNet with
 -- batch-8 BatchNorm is chaotic (a 1e-7 change of one weight grows to 1e-4 in three f32
@@ -34,6 +35,11 @@ if method == 'accum' then
 elseif method == 'supervised' then
   model = cr.nn.models.resnet18 { stem = 'cifar', width = 4, in_channels = 1, num_classes = 10 }
   loss_fn = function(output, batch) return cr.cross_entropy(output, batch.target) end
+elseif method == 'npid' then
+  model = cr.ssl.npid.NPID { trunk = trunk(), feat_dim = 32, out_dim = 8, num_samples = GLOBAL_BATCH * steps,
+                             negatives = 16 }
+  views = cr.data.transforms.multicrop { size_crops = { 28 }, num_crops = { 1 }, crop_scales = { { 0.3, 1 } } }
+  loss_fn = function(output, batch) return model:loss(output, batch) end
 elseif method == 'barlow_twins' then
   model = cr.ssl.barlow_twins.BarlowTwins { trunk = trunk(), feat_dim = 32, hidden_dim = 16, out_dim = 8, proj_layers = 2 }
   views = cr.data.transforms.multicrop { size_crops = { 28 }, num_crops = { 2 }, crop_scales = { { 0.3, 1 } } }
@@ -84,6 +90,7 @@ end
 if cr.dist.is_main() then
   local tensors = {}
   for _, nt in ipairs(model:named_state()) do tensors[nt[1]] = nt[2] end
+  if method == 'npid' then tensors['bank.memory'] = model.bank end
   cr.save(out_path, tensors)
 end
 cr.dist.shutdown()

@@ -15,8 +15,13 @@
 -- uniform noise in [-1/sqrt(D/3), 1/sqrt(D/3)], as the official code's. It is method
 -- state: checkpoints save it, and loading one made for a data set of another size is an
 -- error. The negatives come from the global RNG, which checkpoints save too, so a resumed
--- run draws what the uninterrupted one would. One rank only for now: on k ranks each rank
--- would need the other ranks' updates. Parameter names: trunk.*, head.*.
+-- run draws what the uninterrupted one would. Parameter names: trunk.*, head.*.
+--
+-- On w MPI ranks every rank holds the whole bank (N x D floats: 655 MB for ImageNet at
+-- D = 128), draws the negatives of the global batch (the same draw on every rank) and
+-- keeps those of its own samples, and applies every rank's row updates (all-gathered), so
+-- the banks stay equal and w ranks x batch b train what one rank x batch w b does (the
+-- sharded loader's sample j of rank r is sample j w + r of the global batch).
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = cr.nn
@@ -72,8 +77,11 @@ function NPID:loss(out, batch)
       'size of the training set', idx:max():item(), N))
   end
   local B, K = v.shape[1], self.negatives
+  local dist = cr.dist
+  local W = dist.is_distributed() and dist.world_size() or 1
   idx = idx:to(self.bank.device)
-  local neg_idx = cr.randint(0, N, { B * K }, { device = self.bank.device })
+  local neg_idx = cr.randint(0, N, { B * W * K }, { device = self.bank.device })
+  if W > 1 then neg_idx = neg_idx:view({ B, W, K }):select(1, dist.rank()):contiguous():view({ B * K }) end
   local own = self.bank:index_select(0, idx):to(v.dtype)                      -- [B, D]
   local neg = self.bank:index_select(0, neg_idx):view({ B, K, -1 }):to(v.dtype)  -- [B, K, D]
   local l_pos = (v * own):sum(1, true)                                         -- [B, 1]
@@ -84,7 +92,9 @@ function NPID:loss(out, batch)
   cr.no_grad(function()
     local old = self.bank:index_select(0, idx)
     local new = (old * self.momentum + v:detach():to(old.dtype) * (1 - self.momentum)):normalize({ dim = 1 })
-    self.bank:copy_(self.bank:index_add(0, idx, new - old))
+    local rows, delta = idx, new - old
+    if W > 1 then rows, delta = dist.all_gather(idx), dist.all_gather(delta) end
+    self.bank:copy_(self.bank:index_add(0, rows, delta))
   end)
   return loss
 end
@@ -123,9 +133,6 @@ M.types = {
 
 function M.build(cfg, parts)
   method_parts.check_views(cfg, 'npid', 'NPID', 1)
-  if cr.dist.is_distributed() then
-    error('npid: NPID runs on one rank for now (its memory bank is not shared between ranks)', 0)
-  end
   local n = cfg.npid
   return NPID { trunk = parts.trunk(), feat_dim = parts.feat_dim, out_dim = cfg.model.out_dim,
                 num_samples = parts.num_samples, negatives = n.negatives, temperature = n.temperature,

@@ -2,8 +2,8 @@
 -- running a script of spec/dist/: the collectives' values and the sampler's coverage
 -- (collectives.lua), the proof of DDP with SyncBatchNorm — 2 ranks x batch 4 give the
 -- weights of 1 rank x batch 8 after 20 SGD steps, for the supervised model, SwAV and
--- Barlow Twins, whose c is all-reduced, and NPID, whose bank updates are all-gathered
--- (equivalence.lua), and with gradient accumulation
+-- Barlow Twins, whose c is all-reduced, NPID and DeepCluster-v2, whose memory writes are
+-- all-gathered (equivalence.lua), and with gradient accumulation
 -- one all-reduce per optimizer step — and a rank that hangs or is killed ending the job within
 -- dist.timeout (failure.lua). Pending, with the reason, where mpirun or the MPI library is
 -- missing (`make` builds it when libopenmpi-dev is installed; `make test` installs it).
@@ -63,7 +63,7 @@ describe('distributed cpu ranks (mpirun -np 2)', function()
     assert.is_true(oks >= 30, out)
   end)
 
-  for _, method in ipairs { 'supervised', 'swav', 'barlow_twins', 'npid' } do
+  for _, method in ipairs { 'supervised', 'swav', 'barlow_twins', 'npid', 'deepcluster_v2' } do
     it(method .. ': 2 ranks x batch 4 train the weights of 1 rank x batch 8 (20 steps, SyncBatchNorm, f64)', function()
       local two, one = tmp.path(method .. '_2.safetensors'), tmp.path(method .. '_1.safetensors')
       local out, code = mpirun(2, 'spec/dist/equivalence.lua', method .. ' ' .. two)

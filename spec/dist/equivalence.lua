@@ -1,11 +1,13 @@
 -- spec/dist/equivalence.lua — the proof of DDP: k ranks x batch b train the same weights as
 -- one rank x batch k*b. Run alone and under `mpirun -np 2` by spec/dist_mpi_spec.lua:
---   luajit spec/dist/equivalence.lua <supervised|swav|barlow_twins|npid|accum> <out.safetensors> [steps] [accum_steps]
+--   luajit spec/dist/equivalence.lua <supervised|swav|barlow_twins|npid|deepcluster_v2|accum> <out.safetensors>
+--                                    [steps] [accum_steps]
 -- Trains the supervised recipe's model (a ResNet-18, width 4, CIFAR stem, SGD with
 -- nesterov, weight decay off norms and biases, warmup-cosine lr) or SwAV (the same trunk,
 -- multi-crop 2x28 + 2x14, prototypes frozen for the first steps) or Barlow Twins (the same
 -- trunk, two 28 px views, c all-reduced over the ranks) or NPID (the same trunk, one 28 px
--- view, 16 negatives, the memory bank saved with the weights) on Fashion-MNIST for
+-- view, 16 negatives, the memory bank saved with the weights) or DeepCluster-v2 (SwAV's crops,
+-- heads of 10 and 12 clusters, memory and assignments saved too) on Fashion-MNIST for
 -- `steps` SGD steps of a global batch of 8, with SyncBatchNorm, DDP, the sharded loader
 -- and the Task loop; rank 0 writes the model's tensors to out. In f64: a tiny ResNet with
 -- batch-8 BatchNorm is chaotic (a 1e-7 change of one weight grows to 1e-4 in three f32
@@ -40,6 +42,12 @@ elseif method == 'npid' then
                              negatives = 16 }
   views = cr.data.transforms.multicrop { size_crops = { 28 }, num_crops = { 1 }, crop_scales = { { 0.3, 1 } } }
   loss_fn = function(output, batch) return model:loss(output, batch) end
+elseif method == 'deepcluster_v2' then
+  model = cr.ssl.deepcluster_v2.DeepClusterV2 { trunk = trunk(), feat_dim = 32, hidden_dim = 16, out_dim = 8,
+    num_prototypes = { 10, 12 }, num_crops = 4, num_samples = GLOBAL_BATCH * steps, kmeans_iterations = 3 }
+  views = cr.data.transforms.multicrop { size_crops = { 28, 14 }, num_crops = { 2, 2 },
+                                         crop_scales = { { 0.3, 1 }, { 0.1, 0.3 } } }
+  loss_fn = function(output, batch) return model:loss(output, batch) end
 elseif method == 'barlow_twins' then
   model = cr.ssl.barlow_twins.BarlowTwins { trunk = trunk(), feat_dim = 32, hidden_dim = 16, out_dim = 8, proj_layers = 2 }
   views = cr.data.transforms.multicrop { size_crops = { 28 }, num_crops = { 2 }, crop_scales = { { 0.3, 1 } } }
@@ -52,6 +60,12 @@ else
   loss_fn = function(output) return model:loss(output) end
 end
 model:to('f64')
+if method == 'deepcluster_v2' then   -- the fill pass, as the recipe builds it (f64 crops for the f64 model)
+  model.memory_loader = cr.data.Loader(train_set, { batch_size = GLOBAL_BATCH / W, shuffle = false, drop_last = false,
+    views = views, shard = cr.dist.setup.shard(), transform = function(b)
+      for i, x in ipairs(b.input) do b.input[i] = x:double() end
+    end })
+end
 local ddp = cr.dist.setup.model(cfg, model)
 assert((W > 1) == (ddp ~= nil))
 -- the gradient all-reduces DDP starts (its buckets' async all_reduce)
@@ -79,7 +93,7 @@ local task = cr.engine.Task {
   end,
 }
 task:add_hook(cr.hooks.schedule())
-if method == 'swav' then for _, h in ipairs(model:hooks()) do task:add_hook(h) end end
+if method == 'swav' or method == 'deepcluster_v2' then for _, h in ipairs(model:hooks()) do task:add_hook(h) end end
 task.ddp = ddp
 cr.dist.setup.task(task)
 cr.train(task)
@@ -91,6 +105,10 @@ if cr.dist.is_main() then
   local tensors = {}
   for _, nt in ipairs(model:named_state()) do tensors[nt[1]] = nt[2] end
   if method == 'npid' then tensors['bank.memory'] = model.bank end
+  if method == 'deepcluster_v2' then
+    for v, m in ipairs(model.memory) do tensors['memory.view' .. v] = m end
+    tensors['assignments'] = model.assignments:double()
+  end
   cr.save(out_path, tensors)
 end
 cr.dist.shutdown()

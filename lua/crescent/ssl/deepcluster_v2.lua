@@ -19,8 +19,15 @@
 -- sample's cluster. Before the first epoch the memory is filled by one pass over the
 -- training set (m:fill_memory(loader), which the hook runs with the recipe's loader).
 -- The memory, the assignments and the epoch they were made for are method state, so a run
--- resumed mid-epoch keeps its clusters. One rank only for now.
+-- resumed mid-epoch keeps its clusters.
 -- Parameter names: trunk.*, head.*, prototypes.<h - 1>.weight.
+--
+-- On w MPI ranks every rank holds the whole memory and writes every rank's rows into it
+-- (all-gathered each step, and in the fill pass over the rank's shard), and the k-means
+-- runs on every rank from rank 0's draw of the first centroids, so all ranks hold the
+-- same clusters and w ranks x batch b train what one rank x batch w b does. The official
+-- code shards the memory and all-reduces the k-means sums instead; here each rank keeps
+-- N x out_dim floats per assigned crop (1.3 GB for ImageNet at 128 and two crops).
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = cr.nn
@@ -95,13 +102,18 @@ function DeepClusterV2:forward(crops)
   return { embedding = method_parts.multicrop_embed(self.trunk, self.head, crops), batch = crops[1].shape[1] }
 end
 
--- Writes the embeddings of the assigned crops of samples `index` into the memory.
+-- Writes the embeddings of the assigned crops of samples `index` into the memory (on
+-- MPI ranks, every rank's).
 function DeepClusterV2:remember(embedding, B, index)
+  local dist = cr.dist
+  local gather = dist.is_distributed() and dist.all_gather or nil
   cr.no_grad(function()
+    local rows = gather and gather(index) or index
     for v, c in ipairs(self.crops_for_assign) do
       local mem = self.memory[v]
       local new = embedding:narrow(0, c * B, B):detach():to(mem.dtype)
-      mem:copy_(mem:index_add(0, index, new - mem:index_select(0, index)))
+      if gather then new = gather(new) end
+      mem:copy_(mem:index_add(0, rows, new - mem:index_select(0, rows)))
     end
   end)
 end
@@ -134,7 +146,9 @@ end
 function DeepClusterV2:kmeans(x, k)
   return cr.no_grad(function()
     local N = x.shape[1]
-    local centroids = x:index_select(0, cr.randperm(N, { device = x.device }):narrow(0, 0, k)):clone()
+    local first = cr.randperm(N, { device = x.device }):narrow(0, 0, k)
+    if cr.dist.is_distributed() then first = cr.dist.broadcast(first:contiguous(), 0) end   -- one draw for all ranks
+    local centroids = x:index_select(0, first):clone()
     local assign
     for it = 0, self.kmeans_iterations do
       assign = x:mm(centroids:t()):argmax(1)
@@ -247,9 +261,6 @@ M.types = {
 }
 
 function M.build(cfg, parts)
-  if cr.dist.is_distributed() then
-    error('deepcluster_v2: DeepCluster-v2 runs on one rank for now (its memory is not shared between ranks)', 0)
-  end
   local total = 0
   for _, n in ipairs(cfg.crops.num) do total = total + n end
   local d = cfg.deepcluster_v2
@@ -258,7 +269,7 @@ function M.build(cfg, parts)
     temperature = d.temperature, crops_for_assign = d.crops_for_assign, num_crops = total,
     num_samples = parts.num_samples, kmeans_iterations = d.kmeans_iterations }
   m.memory_loader = cr.data.Loader(parts.train_set, { batch_size = cfg.data.batch_size, shuffle = false,
-    drop_last = false, views = parts.views, workers = cfg.data.workers })
+    drop_last = false, views = parts.views, workers = cfg.data.workers, shard = cr.dist.setup.shard() })
   return m
 end
 

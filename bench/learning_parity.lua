@@ -1,8 +1,8 @@
 -- bench/learning_parity.lua — does crescent learn as well as independent PyTorch code?
 -- Trains one method with the same settings on both sides, crescent's recipe and
--- bench/ssl_reference_torch.py (MoCo v2, SwAV and SimCLR written from the authors' code),
--- for each seed, and prints both kNN top-1 figures, their mean difference and the train
--- times. The settings are the method's row of PARITY (the settings of the parity comparison) over the
+-- bench/ssl_reference_torch.py (MoCo v2, SwAV, SimCLR, BYOL and Barlow Twins written from
+-- the authors' code), for each seed, and prints both kNN top-1 figures, their mean
+-- difference and the train times. The settings are the method's row of PARITY (the settings of the parity comparison) over the
 -- recipe's defaults; the crescent side runs the recipe with them as a --config file, the
 -- PyTorch side gets the whole resolved config (cr.config.load) as JSON, so both read the
 -- same values. Run folders, configs and logs go to build/parity/.
@@ -29,7 +29,7 @@ local cr = require 'crescent'
 local cjson = require 'cjson'
 local settings = dofile(root .. '/bench/parity_settings.lua')
 
-local USAGE = 'usage: luajit bench/learning_parity.lua moco|swav|simclr|all [epochs] [seeds=0,1] ' ..
+local USAGE = 'usage: luajit bench/learning_parity.lua moco|swav|simclr|byol|barlow_twins|all [epochs] [seeds=0,1] ' ..
   '[side=both|crescent|pytorch] [limit=N] [threads=N] [together=true|false] [reuse=true|false]'
 
 local function fail(msg)
@@ -37,9 +37,9 @@ local function fail(msg)
   os.exit(2)
 end
 
-local methods = arg[1] == 'all' and { 'moco', 'swav', 'simclr' } or { arg[1] }
+local methods = arg[1] == 'all' and { 'moco', 'swav', 'simclr', 'byol', 'barlow_twins' } or { arg[1] }
 if not settings.PARITY[methods[1]] then
-  fail('the first argument must be moco, swav, simclr or all, got ' .. tostring(arg[1]))
+  fail('the first argument must be moco, swav, simclr, byol, barlow_twins or all, got ' .. tostring(arg[1]))
 end
 local epochs = tonumber(arg[2] or 5)
 if not epochs or epochs < 1 or epochs ~= math.floor(epochs) then fail('epochs must be a positive integer') end

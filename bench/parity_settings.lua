@@ -21,6 +21,9 @@ M.COMMON = {
   knn = { k = 200, temperature = 0.1 },
 }
 
+local LARS = { name = 'lars', lr = 0.2, weight_decay = 1.5e-6, trust_coefficient = 0.001, exclude_bias_norm = true,
+               no_decay_bias_norm = true }
+
 M.PARITY = {
   moco = { optim = { lr = 0.2, weight_decay = 1e-4 },
            moco = { temperature = 0.2, queue_length = 4096, momentum = 0.99, bn_splits = 8 } },
@@ -29,6 +32,11 @@ M.PARITY = {
            swav = { prototypes = 100, temperature = 0.1, epsilon = 0.05, sinkhorn_iterations = 3,
                     freeze_prototypes_iters = 234, queue_length = 0 } },
   simclr = { optim = { lr = 0.6, weight_decay = 1e-4 }, simclr = { temperature = 0.2 } },
+  -- BYOL and Barlow Twins as their recipes train: LARS (biases and norm weights out of
+  -- the scaling and the decay) and their own heads
+  byol = { optim = LARS, model = { hidden_dim = 1024, out_dim = 256 }, byol = { momentum = 0.99, cosine_momentum = true } },
+  barlow_twins = { optim = LARS, model = { hidden_dim = 1024, out_dim = 1024 },
+                   barlow_twins = { proj_layers = 3, lambda = 0.0051 } },
 }
 
 -- The overrides of `method` with `extra` on top.

@@ -1,8 +1,9 @@
-"""ssl_reference_torch.py — independent PyTorch implementations of MoCo v2, SwAV and SimCLR
-on Fashion-MNIST, the other side of bench/learning_parity.lua. Written from the papers and
-the authors' code (facebookresearch/moco with its CIFAR demo, facebookresearch/swav,
-google-research/simclr), not from crescent, so that what both sides do differently from
-the references shows up as a difference in learning:
+"""ssl_reference_torch.py — independent PyTorch implementations of MoCo v2, SwAV, SimCLR,
+BYOL and Barlow Twins on Fashion-MNIST, the other side of bench/learning_parity.lua.
+Written from the papers and the authors' code (facebookresearch/moco with its CIFAR demo,
+facebookresearch/swav, google-research/simclr, deepmind-research/byol,
+facebookresearch/barlowtwins), not from crescent, so that what both sides do differently
+from the references shows up as a difference in learning:
 
 - views: torchvision transforms on PIL images (RandomResizedCrop, RandomHorizontalFlip,
   RandomApply(ColorJitter), RandomGrayscale, PIL's GaussianBlur as SwAV's, RandomSolarize,
@@ -18,8 +19,17 @@ the references shows up as a difference in learning:
   Sinkhorn-Knopp codes, the swapped prediction, prototypes L2-normalised before every
   step and frozen (grad None) for the first iterations;
 - SimCLR: both views through the trunk as one batch, NT-Xent over the 2B projections;
-- SGD with momentum and weight decay on every parameter, the lr per iteration: linear
-  warm-up from 0, then cosine to final_lr (SwAV's schedule);
+- BYOL: online trunk, projector and predictor (Linear, BatchNorm, ReLU, Linear), a target
+  trunk and projector started as copies and moved after every optimizer step by an EMA
+  with tau = 1 - (1 - tau0) (cos(pi k / K) + 1) / 2; loss 2 - 2 cos of each view's
+  prediction against the other view's target projection, summed over both directions;
+- Barlow Twins: each view through trunk and a bias-free projector, a BatchNorm1d without
+  affine parameters, c = bn(z1)^T bn(z2) / B, loss sum (1 - c_ii)^2 + lambda sum c_ij^2;
+- SGD with momentum and weight decay (optim.no_decay_bias_norm: none on biases and norm
+  weights), or LARS as the Barlow Twins code writes it (the update g + wd p scaled by
+  eta ||p|| / ||g + wd p||, biases and norm weights left out of the scaling and of the
+  decay as optim.exclude_bias_norm and no_decay_bias_norm say, then momentum); the lr per
+  iteration: linear warm-up from 0, then cosine to final_lr (SwAV's schedule);
 - the weighted kNN monitor (InstDisc / the MoCo demo): cosine similarity to the k nearest
   train features, votes exp(sim / T).
 
@@ -31,6 +41,7 @@ setting this twin does not implement is refused, not ignored.
 Last line on stdout: {"side": "pytorch", "method", "epochs", "seed", "knn_top1",
 "knn_top5", "train_seconds", "loss"}; progress on stderr."""
 import argparse
+import copy
 import gzip
 import json
 import math
@@ -340,7 +351,102 @@ class SimCLR(nn.Module):
         return F.cross_entropy(sim, labels)
 
 
-METHODS = {'moco': MoCo, 'swav': SwAV, 'simclr': SimCLR}
+def mlp(dims, bias=True):
+    """Linear -> BatchNorm1d -> ReLU between the sizes in dims, the last Linear alone."""
+    layers = []
+    for i in range(len(dims) - 2):
+        layers += [nn.Linear(dims[i], dims[i + 1], bias=bias), nn.BatchNorm1d(dims[i + 1]), nn.ReLU()]
+    layers.append(nn.Linear(dims[-2], dims[-1], bias=bias))
+    return nn.Sequential(*layers)
+
+
+class BYOL(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        m, c = cfg['model'], cfg['byol']
+        self.trunk = ResNet(m['arch'], m['width'], 1, nn.BatchNorm2d)
+        self.projector = mlp([self.trunk.num_features, m['hidden_dim'], m['out_dim']])
+        self.predictor = mlp([m['out_dim'], m['hidden_dim'], m['out_dim']])
+        self.target_trunk, self.target_projector = copy.deepcopy(self.trunk), copy.deepcopy(self.projector)
+        for p in list(self.target_trunk.parameters()) + list(self.target_projector.parameters()):
+            p.requires_grad = False
+        self.tau0, self.cosine = c['momentum'], c['cosine_momentum']
+
+    def forward(self, views):
+        online = [self.predictor(self.projector(self.trunk(v))) for v in views]
+        with torch.no_grad():
+            target = [self.target_projector(self.target_trunk(v)) for v in views]
+        loss = 0
+        for i, j in ((0, 1), (1, 0)):
+            loss = loss + (2 - 2 * F.cosine_similarity(online[i], target[j], dim=1)).mean()
+        return loss
+
+    @torch.no_grad()
+    def update_target(self, step, total):
+        tau = self.tau0
+        if self.cosine:
+            tau = 1 - (1 - self.tau0) * (math.cos(math.pi * step / total) + 1) / 2
+        for online, target in ((self.trunk, self.target_trunk), (self.projector, self.target_projector)):
+            for po, pt in zip(online.parameters(), target.parameters()):
+                pt.mul_(tau).add_(po, alpha=1 - tau)
+
+
+class BarlowTwins(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        m, c = cfg['model'], cfg['barlow_twins']
+        self.trunk = ResNet(m['arch'], m['width'], 1, nn.BatchNorm2d)
+        dims = [self.trunk.num_features] + [m['hidden_dim']] * (c['proj_layers'] - 1) + [m['out_dim']]
+        self.projector = mlp(dims, bias=False)
+        self.bn = nn.BatchNorm1d(dims[-1], affine=False)
+        self.lambd = c['lambda']
+
+    def forward(self, views):
+        z1, z2 = (self.bn(self.projector(self.trunk(v))) for v in views)
+        c = z1.t() @ z2 / z1.shape[0]
+        on = (torch.diagonal(c) - 1).pow(2).sum()
+        off = c.pow(2).sum() - torch.diagonal(c).pow(2).sum()
+        return on + self.lambd * off
+
+
+class LARS(torch.optim.Optimizer):
+    """The Barlow Twins code's LARS: exclude filters for biases and norm weights (ndim 1)."""
+    def __init__(self, params, lr, momentum, weight_decay, eta, exclude_1d, no_decay_1d):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, eta=eta))
+        self.exclude_1d, self.no_decay_1d = exclude_1d, no_decay_1d
+
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            for p in g['params']:
+                if p.grad is None:
+                    continue
+                dp = p.grad
+                if not (self.no_decay_1d and p.ndim == 1):
+                    dp = dp.add(p, alpha=g['weight_decay'])
+                if not (self.exclude_1d and p.ndim == 1):
+                    pn, un, one = torch.norm(p), torch.norm(dp), torch.ones_like(p)
+                    dp = dp.mul(torch.where(pn > 0, torch.where(un > 0, g['eta'] * pn / un, one), one))
+                state = self.state[p]
+                if 'mu' not in state:
+                    state['mu'] = torch.zeros_like(p)
+                mu = state['mu']
+                mu.mul_(g['momentum']).add_(dp)
+                p.add_(mu, alpha=-g['lr'])
+
+
+def optimizer(model, o):
+    params = [p for p in model.parameters() if p.requires_grad]
+    if o.get('name', 'sgd') == 'lars':
+        return LARS(params, o['lr'], o['momentum'], o['weight_decay'], o['trust_coefficient'],
+                    o['exclude_bias_norm'], o['no_decay_bias_norm'])
+    if o.get('no_decay_bias_norm'):
+        params = [{'params': [p for p in params if p.ndim > 1]},
+                  {'params': [p for p in params if p.ndim <= 1], 'weight_decay': 0}]
+    return torch.optim.SGD(params, lr=o['lr'], momentum=o['momentum'], weight_decay=o['weight_decay'])
+
+
+METHODS = {'moco': MoCo, 'swav': SwAV, 'simclr': SimCLR, 'byol': BYOL, 'barlow_twins': BarlowTwins}
 
 
 # ---- kNN ------------------------------------------------------------------------------
@@ -373,12 +479,12 @@ def check_supported(method, cfg):
     """Refuses settings this twin does not implement, naming them."""
     bad = []
     o, m, d = cfg['optim'], cfg['model'], cfg['data']
-    if o.get('name', 'sgd') != 'sgd':
+    if o.get('name', 'sgd') not in ('sgd', 'lars'):
         bad.append('optim.name=' + o['name'])
     if o.get('nesterov'):
         bad.append('optim.nesterov=true')
-    if o.get('no_decay_bias_norm'):
-        bad.append('optim.no_decay_bias_norm=true')
+    if o.get('name') == 'lars' and o.get('lars_clip'):
+        bad.append('optim.lars_clip=true')
     if m['arch'] not in ResNet.LAYERS:
         bad.append('model.arch=' + m['arch'])
     if m.get('stem', 'auto') not in ('auto', 'cifar'):
@@ -427,8 +533,7 @@ def train(method, cfg, workers):
                                          generator=gen, worker_init_fn=seed_worker,
                                          persistent_workers=workers > 0)
     o = cfg['optim']
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.SGD(params, lr=o['lr'], momentum=o['momentum'], weight_decay=o['weight_decay'])
+    opt = optimizer(model, o)
     per_epoch = len(loader)
     total, warmup = iterations(cfg, per_epoch)
     it, t0, losses = 0, time.perf_counter(), []
@@ -445,6 +550,8 @@ def train(method, cfg, workers):
             if method == 'swav' and it < model.freeze_iters:
                 model.prototypes.weight.grad = None
             opt.step()
+            if method == 'byol':
+                model.update_target(it, total)
             losses.append(loss.item())
             it += 1
             if it % cfg['train']['log_every'] == 0:

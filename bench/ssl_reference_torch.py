@@ -38,7 +38,8 @@ learning_parity.lua resolved (cr.config.load), so both sides read the same value
 setting this twin does not implement is refused, not ignored.
 
   build/torchenv/bin/python bench/ssl_reference_torch.py --method moco --config cfg.json
-Last line on stdout: {"side": "pytorch", "method", "epochs", "seed", "knn_top1",
+  build/torchenv/bin/python bench/ssl_reference_torch.py --method byol --config cfg.json --bench
+--bench times train steps instead (bench/ssl_methods.lua). Training's last line on stdout: {"side": "pytorch", "method", "epochs", "seed", "knn_top1",
 "knn_top5", "train_seconds", "loss"}; progress on stderr."""
 import argparse
 import copy
@@ -55,6 +56,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from PIL import Image, ImageFilter
 from torchvision import transforms
+
+from harness_torch import median_seconds
 
 DATA_DIR = '/usr/share/datasets/fashion-mnist'
 
@@ -567,6 +570,54 @@ def train(method, cfg, workers):
             'train_seconds': round(seconds, 1), 'loss': loss and round(loss, 4), 'torch': torch.__version__}
 
 
+# ---- step throughput (bench/ssl_methods.lua) -------------------------------------------
+def has_avx512_bf16():
+    try:
+        with open('/proc/cpuinfo') as f:
+            return 'avx512_bf16' in f.read()
+    except OSError:
+        return False
+
+
+def bench_step(method, cfg, batch, steps, windows, warmup, modes):
+    """Median img/s of whole train steps (forward, loss, backward, optimizer, and the
+    method's own updates) on fixed synthetic crops of the config's sizes, per mode:
+    eager, channels_last, compile (torch.compile), bf16 (autocast, where the CPU has
+    AVX512-BF16). One JSON line per mode: {"bench": "<mode>", "value": img/s}."""
+    check_supported(method, cfg)
+    c = cfg['crops']
+    sizes = [s for s, n in zip(c['size'], c['num']) for _ in range(n)]
+    data = [[torch.randn(batch, 1, s, s) for s in sizes] for _ in range(2)]
+    for mode in modes:
+        if mode == 'bf16' and not has_avx512_bf16():
+            continue
+        torch.manual_seed(0)
+        model = METHODS[method](cfg)
+        views = data
+        if mode == 'channels_last':
+            model = model.to(memory_format=torch.channels_last)
+            views = [[v.contiguous(memory_format=torch.channels_last) for v in vs] for vs in data]
+        model.train()
+        forward = torch.compile(model) if mode == 'compile' else model
+        opt = optimizer(model, cfg['optim'])
+        it = [0]
+
+        def window():
+            for _ in range(steps):
+                if method == 'swav':
+                    model.normalize_prototypes()
+                with torch.autocast('cpu', dtype=torch.bfloat16, enabled=mode == 'bf16'):
+                    loss = forward(views[it[0] % 2])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                if method == 'byol':
+                    model.update_target(it[0], 10 ** 6)
+                it[0] += 1
+        seconds = median_seconds(window, windows, warmup)
+        print(json.dumps({'bench': mode, 'value': steps * batch / seconds}), flush=True)
+
+
 # ---- component comparison (bench/parity_components.lua) --------------------------------
 TWIN_PREFIX = {'moco': [('trunk.', 'query.trunk.'), ('head.', 'query.head.'), ('key_trunk.', 'key.trunk.'),
                         ('key_head.', 'key.head.')],
@@ -743,6 +794,12 @@ def main():
     ap.add_argument('--dtype', default='float32', choices=['float32', 'float64'], help='--compare: the twin\'s dtype')
     ap.add_argument('--augment', metavar='DIR', help='compare the crop draws and views crescent wrote to DIR')
     ap.add_argument('--lr-schedule', metavar='FILE', help='write the lr of every iteration (JSON) and stop')
+    ap.add_argument('--bench', action='store_true', help='time train steps on synthetic crops (bench/ssl_methods.lua)')
+    ap.add_argument('--batch', type=int, default=256, help='--bench: the batch')
+    ap.add_argument('--steps', type=int, default=2, help='--bench: steps per timed window')
+    ap.add_argument('--windows', type=int, default=3, help='--bench: timed windows (the median is reported)')
+    ap.add_argument('--warmup', type=int, default=1, help='--bench: untimed windows first')
+    ap.add_argument('--modes', default='eager,channels_last,compile,bf16', help='--bench: the modes to time')
     a = ap.parse_args()
     with open(a.config) as f:
         cfg = json.load(f)
@@ -755,6 +812,9 @@ def main():
         return
     if a.lr_schedule:
         lr_schedule(cfg, a.lr_schedule)
+        return
+    if a.bench:
+        bench_step(a.method, cfg, a.batch, a.steps, a.windows, a.warmup, a.modes.split(','))
         return
     workers = a.workers if a.workers is not None else cfg['data']['workers']
     print(json.dumps(train(a.method, cfg, workers)), flush=True)

@@ -19,7 +19,9 @@
 -- A schedule writes group fields: group[f] = value * (group[f .. '_mult'] or 1), so lr
 -- multipliers and no-decay groups survive schedules (see schedule.lua). A group given its
 -- own lr (or weight_decay) gets lr_mult = its lr / the optimizer's lr, so a schedule keeps
--- the ratio, as PyTorch's schedulers scale each group's initial lr.
+-- the ratio, as PyTorch's schedulers scale each group's initial lr. A group with
+-- fix_lr = true keeps the lr it was made with: schedules leave it alone (SimSiam's
+-- predictor, as its official code's fix_lr).
 --
 -- lr_mult: {[lua_pattern] = m, ...} (a name matching two patterns with different
 -- multipliers is an error) or an ordered list {{pattern, m}, ...} (first match wins).
@@ -224,7 +226,8 @@ function Optimizer:add_param_group(g)
   local o = {}
   for k, v in pairs(self.defaults) do o[k] = v end
   for k, v in pairs(g) do
-    if k ~= 'params' and k ~= 'name' and cls._defaults[k] == nil and k ~= 'lr_mult' and k ~= 'weight_decay_mult' then
+    if k ~= 'params' and k ~= 'name' and cls._defaults[k] == nil and k ~= 'lr_mult' and k ~= 'weight_decay_mult'
+       and k ~= 'fix_lr' then
       fail(string.format("%s: unknown option '%s' in a parameter group%s", what, tostring(k), suggest(k, cls._defaults)))
     end
     if k ~= 'params' then o[k] = v end

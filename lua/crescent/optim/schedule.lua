@@ -32,7 +32,8 @@
 -- counters and gets the same value.
 -- Targets: an optimizer (has param_groups) writes group[field] = value * group[field ..
 -- '_mult'] (1 when absent) into every group, so lr multipliers and no-decay groups (whose
--- weight_decay_mult is 0) survive; group = i writes the value as is into group i only.
+-- weight_decay_mult is 0) survive, except the lr of groups with fix_lr = true; group = i
+-- writes the value as is into group i only.
 -- Any other table: target[field] = value, where field may be a dotted path ('loss.temp').
 -- A function target is called with the value.
 local util = require 'crescent.util'
@@ -339,7 +340,10 @@ function Binding:set(v)
       tgt.param_groups[self.group][f] = v
     else
       local mk = f .. '_mult'
-      for _, g in ipairs(tgt.param_groups) do g[f] = v * (g[mk] or 1) end
+      local skip_fixed = f == 'lr'
+      for _, g in ipairs(tgt.param_groups) do
+        if not (skip_fixed and g.fix_lr) then g[f] = v * (g[mk] or 1) end
+      end
     end
   elseif type(tgt) == 'function' then
     tgt(v)

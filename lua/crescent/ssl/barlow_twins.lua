@@ -68,10 +68,7 @@ function BarlowTwins:loss(out)
 end
 
 function BarlowTwins.hooks() return {} end
-function BarlowTwins.extra_state() return {} end
-function BarlowTwins.load_extra_state(_, states)
-  if next(states) ~= nil then error('BarlowTwins:load_extra_state: Barlow Twins has no state beyond its parameters', 0) end
-end
+method_parts.stateless(BarlowTwins, 'Barlow Twins')
 
 function BarlowTwins:extra_repr() return string.format('lambda=%g', self.lambda) end
 

@@ -107,10 +107,7 @@ function BYOL:hooks()
   }
 end
 
-function BYOL.extra_state() return {} end
-function BYOL.load_extra_state(_, states)
-  if next(states) ~= nil then error('BYOL:load_extra_state: BYOL has no state beyond its parameters', 0) end
-end
+method_parts.stateless(BYOL, 'BYOL')
 
 function BYOL:extra_repr()
   return string.format('momentum=%g%s', self.base_momentum, self.cosine_momentum and ' (cosine to 1)' or '')

@@ -105,27 +105,13 @@ end
 -- Writes the embeddings of the assigned crops of samples `index` into the memory (on
 -- MPI ranks, every rank's).
 function DeepClusterV2:remember(embedding, B, index)
-  local dist = cr.dist
-  local gather = dist.is_distributed() and dist.all_gather or nil
-  cr.no_grad(function()
-    local rows = gather and gather(index) or index
-    for v, c in ipairs(self.crops_for_assign) do
-      local mem = self.memory[v]
-      local new = embedding:narrow(0, c * B, B):detach():to(mem.dtype)
-      if gather then new = gather(new) end
-      mem:copy_(mem:index_add(0, rows, new - mem:index_select(0, rows)))
-    end
-  end)
+  for v, c in ipairs(self.crops_for_assign) do
+    method_parts.write_rows(self.memory[v], index, embedding:narrow(0, c * B, B))
+  end
 end
 
 function DeepClusterV2:loss(out, batch)
-  local index = batch and batch.index
-  if not cr.is_tensor(index) then fail('DeepClusterV2: the loss needs batch.index (the loader gives it)') end
-  local N = self.assignments.shape[2]
-  if index:max():item() >= N then
-    fail(string.format('DeepClusterV2: a batch index (%d) is past the memory (%d samples); num_samples must be the ' ..
-      'size of the training set', index:max():item(), N))
-  end
+  local index = method_parts.batch_index('DeepClusterV2', batch, self.assignments.shape[2], 'memory')
   local B, emb = out.batch, out.embedding
   index = index:to(self.assignments.device)
   local loss

@@ -1,5 +1,7 @@
 -- crescent.ssl.method_parts — what the SSL methods share: option checks (numbers, option
--- tables, the trunk and its feature size), the projection head and the multi-crop embedding.
+-- tables, the trunk and its feature size), the projection head, the multi-crop embedding,
+-- the memories indexed by training sample (NPID, DeepCluster-v2) and the state of the
+-- methods that have none beyond their parameters.
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = require 'crescent.nn'
@@ -80,6 +82,42 @@ function M.multicrop_embed(trunk, head, crops)
     i = j + 1
   end
   return head(#parts == 1 and parts[1] or cr.cat(parts, 0)):normalize({ dim = 1 })
+end
+
+-- batch.index (a tensor of training-set rows, all < n) of a method whose loss reads a
+-- memory of one row per sample; `what` names the method, `memory` its memory in messages.
+function M.batch_index(what, batch, n, memory)
+  local idx = batch and batch.index
+  if not cr.is_tensor(idx) then fail(what .. ': the loss needs batch.index (the loader gives it)') end
+  local top = idx:max():item()
+  if top >= n then
+    fail(string.format('%s: a batch index (%d) is past the %s (%d samples); num_samples must be the size of the ' ..
+      'training set', what, top, memory, n))
+  end
+  return idx
+end
+
+-- Writes rows [B, D] at `index` of mem [N, D] in place, under no_grad; on MPI ranks every
+-- rank's rows (all-gathered), so the memories of all ranks stay equal. The memory is
+-- copied whole (index_add is out of place).
+function M.write_rows(mem, index, rows)
+  local dist = cr.dist
+  cr.no_grad(function()
+    rows = rows:detach():to(mem.dtype)
+    if dist.is_distributed() then index, rows = dist.all_gather(index), dist.all_gather(rows) end
+    mem:copy_(mem:index_add(0, index, rows - mem:index_select(0, index)))
+  end)
+end
+
+-- extra_state and load_extra_state for a method class with no state beyond its
+-- parameters: saves nothing, and refuses a checkpoint that holds method state.
+function M.stateless(class, title)
+  function class.extra_state() return {} end
+  function class.load_extra_state(_, states)
+    if next(states) ~= nil then
+      error(string.format('%s:load_extra_state: %s has no state beyond its parameters', class.__name or title, title), 0)
+    end
+  end
 end
 
 -- The recipe config's crop count (the sum of crops.num), which must be `want` for a

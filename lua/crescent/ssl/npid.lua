@@ -69,13 +69,8 @@ end
 -- The softmax over each sample's own bank entry and the sampled ones; then the update of
 -- the batch's bank rows.
 function NPID:loss(out, batch)
-  local idx = batch and batch.index
-  if not cr.is_tensor(idx) then fail('NPID: the loss needs batch.index (the loader gives it)') end
   local v, N = out.v, self.bank.shape[1]
-  if idx:max():item() >= N then
-    fail(string.format('NPID: a batch index (%d) is past the memory bank (%d samples); num_samples must be the ' ..
-      'size of the training set', idx:max():item(), N))
-  end
+  local idx = method_parts.batch_index('NPID', batch, N, 'memory bank')
   local B, K = v.shape[1], self.negatives
   local dist = cr.dist
   local W = dist.is_distributed() and dist.world_size() or 1
@@ -89,13 +84,11 @@ function NPID:loss(out, batch)
   local logits = cr.cat({ l_pos, l_neg }, 1) / self.temperature
   local labels = cr.zeros({ B }, { dtype = 'i64', device = v.device })
   local loss = cr.cross_entropy(logits, labels)
-  cr.no_grad(function()
+  local new = cr.no_grad(function()
     local old = self.bank:index_select(0, idx)
-    local new = (old * self.momentum + v:detach():to(old.dtype) * (1 - self.momentum)):normalize({ dim = 1 })
-    local rows, delta = idx, new - old
-    if W > 1 then rows, delta = dist.all_gather(idx), dist.all_gather(delta) end
-    self.bank:copy_(self.bank:index_add(0, rows, delta))
+    return (old * self.momentum + v:detach():to(old.dtype) * (1 - self.momentum)):normalize({ dim = 1 })
   end)
+  method_parts.write_rows(self.bank, idx, new)
   return loss
 end
 

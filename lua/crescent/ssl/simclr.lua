@@ -54,10 +54,7 @@ function SimCLR:loss(out)
 end
 
 function SimCLR.hooks() return {} end
-function SimCLR.extra_state() return {} end
-function SimCLR.load_extra_state(_, states)
-  if next(states) ~= nil then error('SimCLR:load_extra_state: SimCLR has no state beyond its parameters', 0) end
-end
+method_parts.stateless(SimCLR, 'SimCLR')
 
 function SimCLR:extra_repr() return string.format('temperature=%g', self.temperature) end
 

@@ -12,8 +12,9 @@
 -- statistics per view), the projector's Linears have no bias (a BatchNorm follows each),
 -- and the predictor is Linear -> BatchNorm -> ReLU -> Linear. fix_pred_lr = true keeps the
 -- predictor's lr at the peak while the rest follows the schedule (the paper's setting):
--- m:param_groups(named) puts the predictor in its own optimizer group, and m:hooks() sets
--- that group's lr before each step. Parameter names: trunk.*, projector.*, predictor.*.
+-- m:param_groups(named) puts the predictor in its own optimizer group with fix_lr = true,
+-- which schedules leave at the lr the optimizer was made with (the recipe's peak).
+-- Parameter names: trunk.*, projector.*, predictor.*.
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = cr.nn
@@ -64,7 +65,7 @@ function SimSiam.loss(_, out)
 end
 
 -- The optimizer's input groups for named parameters ({name, tensor} pairs): the
--- predictor apart (group name 'predictor') when its lr is fixed, else one group.
+-- predictor apart (group name 'predictor', fix_lr) when its lr is fixed, else one group.
 function SimSiam:param_groups(named)
   if not self.fix_pred_lr then return { { params = named } } end
   local rest, pred = {}, {}
@@ -73,33 +74,13 @@ function SimSiam:param_groups(named)
     list[#list + 1] = np
   end
   local groups = { { params = rest } }
-  if #pred > 0 then groups[#groups + 1] = { params = pred, name = 'predictor' } end
+  if #pred > 0 then groups[#groups + 1] = { params = pred, name = 'predictor', fix_lr = true } end
   return groups
 end
 
--- With fix_pred_lr: after the lr schedule (priority 10), the predictor's groups go back to
--- the peak lr (task.peak_lr, set by the recipe; else the lr they were made with).
-function SimSiam:hooks()
-  if not self.fix_pred_lr then return {} end
-  local peak
-  return {
-    { name = 'simsiam_pred_lr', priority = 11,
-      before_step = function(_, task)
-        if task.phase_name ~= 'train' or not task.optimizer then return end
-        for _, g in ipairs(task.optimizer.param_groups) do
-          if g.name == 'predictor' then
-            peak = peak or task.peak_lr or g.lr
-            g.lr = peak * (g.lr_mult or 1)
-          end
-        end
-      end },
-  }
-end
+function SimSiam.hooks() return {} end
 
-function SimSiam.extra_state() return {} end
-function SimSiam.load_extra_state(_, states)
-  if next(states) ~= nil then error('SimSiam:load_extra_state: SimSiam has no state beyond its parameters', 0) end
-end
+method_parts.stateless(SimSiam, 'SimSiam')
 
 function SimSiam:extra_repr() return string.format('fix_pred_lr=%s', tostring(self.fix_pred_lr)) end
 

@@ -12,22 +12,10 @@
 -- line on stdout is one JSON object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-local cr = require 'crescent'
-local recipe = cr.ssl.recipe
-
-local defaults = cr.config.merge(recipe.defaults(), {
+require('crescent').ssl.recipe.main('barlow_twins', {
   train = { epochs = 3 },
   crops = { size = { 28 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   model = { hidden_dim = 1024, out_dim = 1024 },
   optim = { name = 'lars', lr = 0.2, weight_decay = 1.5e-6, warmup_epochs = 0.5, final_lr = 0,
             exclude_bias_norm = true, no_decay_bias_norm = true },
-  barlow_twins = cr.ssl.barlow_twins.defaults,
 })
-local cfg = cr.config.parse(arg, defaults, { types = recipe.types(cr.ssl.barlow_twins.types) })
-
-cr.engine.run.main(function()
-  local task = cr.ssl.barlow_twins.task(cfg)
-  print(recipe.banner(task))
-  cr.train(task)
-  recipe.finish(task)
-end)

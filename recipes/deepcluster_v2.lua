@@ -12,19 +12,7 @@
 -- is one JSON object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-local cr = require 'crescent'
-local recipe = cr.ssl.recipe
-
-local defaults = cr.config.merge(recipe.defaults(), {
+require('crescent').ssl.recipe.main('deepcluster_v2', {
   train = { epochs = 3 },
   optim = { lr = 0.6, weight_decay = 1e-6, warmup_epochs = 1, final_lr = 0.0006 },
-  deepcluster_v2 = cr.ssl.deepcluster_v2.defaults,
 })
-local cfg = cr.config.parse(arg, defaults, { types = recipe.types(cr.ssl.deepcluster_v2.types) })
-
-cr.engine.run.main(function()
-  local task = cr.ssl.deepcluster_v2.task(cfg)
-  print(recipe.banner(task))
-  cr.train(task)
-  recipe.finish(task)
-end)

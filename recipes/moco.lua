@@ -12,22 +12,10 @@
 -- line on stdout is one JSON object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-local cr = require 'crescent'
-local recipe = cr.ssl.recipe
-
-local defaults = cr.config.merge(recipe.defaults(), {
+require('crescent').ssl.recipe.main('moco', {
   train = { epochs = 5 },
   crops = { size = { 28 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   optim = { lr = 0.06, weight_decay = 5e-4, warmup_epochs = 0, final_lr = 0 },
   model = { head_bn = false },   -- MoCo v2's head
   dist = { sync_bn = false },    -- per-rank BatchNorm, as MoCo's: SyncBN would undo shuffle-BN
-  moco = cr.ssl.moco.defaults,
 })
-local cfg = cr.config.parse(arg, defaults, { types = recipe.types(cr.ssl.moco.types) })
-
-cr.engine.run.main(function()
-  local task = cr.ssl.moco.task(cfg)
-  print(recipe.banner(task))
-  cr.train(task)
-  recipe.finish(task)
-end)

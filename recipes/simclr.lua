@@ -11,20 +11,8 @@
 -- line on stdout is one JSON object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-local cr = require 'crescent'
-local recipe = cr.ssl.recipe
-
-local defaults = cr.config.merge(recipe.defaults(), {
+require('crescent').ssl.recipe.main('simclr', {
   train = { epochs = 3 },
   crops = { size = { 28 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   optim = { lr = 0.5, weight_decay = 1e-6, warmup_epochs = 0.5, final_lr = 0 },
-  simclr = cr.ssl.simclr.defaults,
 })
-local cfg = cr.config.parse(arg, defaults, { types = recipe.types(cr.ssl.simclr.types) })
-
-cr.engine.run.main(function()
-  local task = cr.ssl.simclr.task(cfg)
-  print(recipe.banner(task))
-  cr.train(task)
-  recipe.finish(task)
-end)

@@ -11,21 +11,9 @@
 -- line on stdout is one JSON object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-local cr = require 'crescent'
-local recipe = cr.ssl.recipe
-
-local defaults = cr.config.merge(recipe.defaults(), {
+require('crescent').ssl.recipe.main('simsiam', {
   train = { epochs = 3 },
   crops = { size = { 28 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   model = { hidden_dim = 512, out_dim = 512 },
   optim = { lr = 0.05, weight_decay = 5e-4, warmup_epochs = 0, final_lr = 0 },
-  simsiam = cr.ssl.simsiam.defaults,
 })
-local cfg = cr.config.parse(arg, defaults, { types = recipe.types(cr.ssl.simsiam.types) })
-
-cr.engine.run.main(function()
-  local task = cr.ssl.simsiam.task(cfg)
-  print(recipe.banner(task))
-  cr.train(task)
-  recipe.finish(task)
-end)

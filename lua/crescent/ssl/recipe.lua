@@ -220,6 +220,22 @@ function R.task(name, cfg)
   return cr.dist.setup.task(task)
 end
 
+-- An SSL recipe file's whole body: the method's config (recipe.defaults(), the recipe's
+-- own defaults, the method's under cfg[name]) with the command line over it, then the
+-- task, its banner, training and the final figures, under cr.engine.run.main.
+--   require('crescent').ssl.recipe.main('simclr', {train = {epochs = 3}, optim = {lr = 0.5}})
+function R.main(name, own_defaults)
+  local mod = require('crescent.ssl.' .. name)
+  local defaults = cr.config.merge(R.defaults(), own_defaults or {}, { [name] = mod.defaults })
+  local cfg = cr.config.parse(arg, defaults, { types = R.types(mod.types) })
+  cr.engine.run.main(function()
+    local task = mod.task(cfg)
+    print(R.banner(task))
+    cr.train(task)
+    R.finish(task)
+  end)
+end
+
 -- One line describing the run, printed before training.
 function R.banner(task)
   local cfg, m = task.config, task.method

@@ -58,16 +58,9 @@ function BYOL:init(o)
   for _, np in ipairs(target) do np[2].requires_grad = false end
 end
 
-local function pairs_of(a, b)
-  local out = {}
-  for _, m in ipairs { a, b } do
-    for _, np in ipairs(m:named_parameters()) do out[#out + 1] = np end
-  end
-  return out
-end
 -- The online trunk and projector, and the target's, as {name, tensor} pairs in one order.
-function BYOL:online_parameters() return pairs_of(self.trunk, self.projector) end
-function BYOL:target_parameters() return pairs_of(self.target_trunk, self.target_projector) end
+function BYOL:online_parameters() return momentum.named_parameters_of(self.trunk, self.projector) end
+function BYOL:target_parameters() return momentum.named_parameters_of(self.target_trunk, self.target_projector) end
 
 function BYOL:features(x) return self.trunk(x) end
 
@@ -93,19 +86,7 @@ function BYOL.loss(_, out)
 end
 
 -- The momentum schedule, set before each train step; the value goes into the storage.
-function BYOL:hooks()
-  local method = self
-  return {
-    { name = 'byol', priority = 45,
-      before_step = function(_, task)
-        if task.phase_name ~= 'train' then return end
-        if method.cosine_momentum and task.max_iterations > 0 then
-          method.momentum = momentum.cosine_momentum(method.base_momentum, task.iteration / task.max_iterations)
-        end
-        task.storage:put_scalar('momentum', method.momentum)
-      end },
-  }
-end
+function BYOL:hooks() return { momentum.schedule_hook('byol', self) } end
 
 method_parts.stateless(BYOL, 'BYOL')
 

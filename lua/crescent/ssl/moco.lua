@@ -85,15 +85,8 @@ end
 function MoCo:extra_to(what) self.queue:to(what) end
 
 -- {name, tensor} pairs of the query encoder and of the key encoder, in the same order.
-local function pairs_of(a, b)
-  local out = {}
-  for _, m in ipairs { a, b } do
-    for _, np in ipairs(m:named_parameters()) do out[#out + 1] = np end
-  end
-  return out
-end
-function MoCo:query_parameters() return pairs_of(self.trunk, self.head) end
-function MoCo:key_parameters() return pairs_of(self.key_trunk, self.key_head) end
+function MoCo:query_parameters() return momentum.named_parameters_of(self.trunk, self.head) end
+function MoCo:key_parameters() return momentum.named_parameters_of(self.key_trunk, self.key_head) end
 
 -- The trunk's features of a batch of images (what kNN and linear probes use).
 function MoCo:features(x) return self.trunk(x) end
@@ -147,19 +140,7 @@ function MoCo:load_extra_state(states) Queue.load_named({ queue = self.queue }, 
 
 -- The momentum schedule (cosine from base momentum to 1 over training, when asked), set
 -- before each train step; the value goes into the storage as 'momentum'.
-function MoCo:hooks()
-  local method = self
-  return {
-    { name = 'moco', priority = 45,
-      before_step = function(_, task)
-        if task.phase_name ~= 'train' then return end
-        if method.cosine_momentum and task.max_iterations > 0 then
-          method.momentum = momentum.cosine_momentum(method.base_momentum, task.iteration / task.max_iterations)
-        end
-        task.storage:put_scalar('momentum', method.momentum)
-      end },
-  }
-end
+function MoCo:hooks() return { momentum.schedule_hook('moco', self) } end
 
 function MoCo:extra_repr()
   return string.format('queue_length=%d, temperature=%g, momentum=%g%s, bn_splits=%d', self.queue.length,

@@ -1,6 +1,6 @@
 -- crescent.ssl.momentum — momentum (EMA) updates of one model's tensors from another's,
--- exact copies, and the cosine momentum schedule (MoCo's key encoder, BYOL's target, the
--- EMA hook). The updates are one fused C call (csrc/ssl/).
+-- exact copies, and the cosine momentum schedule and its hook (MoCo's key encoder, BYOL's
+-- target, the EMA hook). The updates are one fused C call (csrc/ssl/).
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local Tensor = require 'crescent.tensor'
@@ -90,6 +90,31 @@ function M.cosine_momentum(m0, t)
   if type(t) ~= 'number' or t ~= t then fail('cosine_momentum: progress must be a number in [0, 1], got ' .. tostring(t)) end
   t = math.min(math.max(t, 0), 1)
   return 1 - (1 - m0) * (math.cos(math.pi * t) + 1) / 2
+end
+
+-- The {name, tensor} pairs of the modules' parameters, module after module: the two sides
+-- of an EMA listed the same way (MoCo's query and key encoders, BYOL's online and target).
+function M.named_parameters_of(...)
+  local out = {}
+  for _, m in ipairs { ... } do
+    for _, np in ipairs(m:named_parameters()) do out[#out + 1] = np end
+  end
+  return out
+end
+
+-- The hook of a method with an EMA target (fields momentum, base_momentum and
+-- cosine_momentum): before each train step, with cosine_momentum, momentum follows
+-- cosine_momentum(base_momentum, iteration / max_iterations); the value goes into the
+-- storage as 'momentum'. Priority 45, after the lr schedule.
+function M.schedule_hook(name, method)
+  return { name = name, priority = 45,
+    before_step = function(_, task)
+      if task.phase_name ~= 'train' then return end
+      if method.cosine_momentum and task.max_iterations > 0 then
+        method.momentum = M.cosine_momentum(method.base_momentum, task.iteration / task.max_iterations)
+      end
+      task.storage:put_scalar('momentum', method.momentum)
+    end }
 end
 
 return M

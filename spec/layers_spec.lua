@@ -5,12 +5,11 @@
 -- no function that ops/ or autograd/ define (autograd hands core what it needs).
 local root = require('crescent.native_files').root
 
--- cr.<key> of the façade, as init.lua's lazy table maps it
-local FACADE = { nn = 'crescent.nn', optim = 'crescent.optim', ssl = 'crescent.ssl', data = 'crescent.data',
-                 schedule = 'crescent.optim.schedule', config = 'crescent.config', engine = 'crescent.engine',
-                 hooks = 'crescent.hooks', io = 'crescent.io', env = 'crescent.env', dist = 'crescent.dist',
-                 profiler = 'crescent.profiler', train = 'crescent.engine', save = 'crescent.io',
-                 load = 'crescent.io' }
+-- cr.<key> of the façade and the module it loads, as init.lua maps them
+local FACADE = {}
+for k, name in pairs(H.cr._facade.modules) do FACADE[k] = name end
+for k, owner in pairs(H.cr._facade.aliases) do FACADE[k] = H.cr._facade.modules[owner] end
+assert(FACADE.nn == 'crescent.nn' and FACADE.train == 'crescent.engine', 'the façade map changed shape')
 
 local function read(path)
   local f = assert(io.open(path))

@@ -48,3 +48,35 @@ describe('cr.cuda', function()
     assert.truthy(err:find('^train%.device=cuda: '), err)
   end)
 end)
+
+-- The CUDA column of the op list, read from the backend library without opening it (no
+-- GPU needed): every row names a kernel, and the ops without GPU arithmetic (views, cat,
+-- to_device) name their CPU function.
+describe('the CUDA column of the op list', function()
+  local path = require('crescent.native_files').find('libcrescent_cuda.so')
+  if not path then
+    it('needs the GPU backend built', function() pending('build/libcrescent_cuda.so was not built (nvcc, cuDNN)') end)
+    return
+  end
+  local ffi = require 'ffi'
+  pcall(ffi.cdef, 'void *dlopen(const char *, int); void *dlsym(void *, const char *);')
+
+  it('names a kernel for every op, the CPU function where the op needs no GPU arithmetic', function()
+    local lib = ffi.C.dlopen(path, 2)   -- RTLD_NOW: the backend's kernels resolve; nothing runs
+    assert.is_true(lib ~= nil, 'dlopen ' .. path)
+    local column = ffi.cast('void **', ffi.C.dlsym(lib, 'cr_gpu_kernels'))
+    local table_ = ffi.cast('void **', ffi.C.dlsym(lib, 'cr_kernel_table'))
+    local none = ffi.C.dlsym(lib, 'cr_gpu_none')
+    assert.is_true(column ~= nil and table_ ~= nil and none ~= nil)
+    local shared = { view = true, permute = true, expand = true, slice = true, cat = true, to_device = true }
+    local seen = {}
+    for op = 0, tonumber(cr.C.cr_op_count()) - 1 do
+      local name = ffi.string(cr.C.cr_op_name(op))
+      local gpu, cpu = column[op], table_[op * 2]   -- cr_kernel_table[op][CR_DEV_CPU]
+      assert.is_true(gpu ~= nil and gpu ~= none, name .. ' has no CUDA kernel in its row')
+      assert.are.equal(shared[name] == true, gpu == cpu, name .. ': the CPU function in the CUDA column')
+      seen[#seen + 1] = name
+    end
+    assert.is_true(#seen > 90)
+  end)
+end)

@@ -270,8 +270,9 @@ cr_status cr_sum_to_shape(cr_tensor **out, cr_tensor *g, int ndim, const int64_t
 extern cr_grad_fn cr_grad_table[];
 extern cr_kernel_fn cr_kernel_table[][CR_DEV_COUNT];
 
-/* Every kernel and derivative rule named in the op list, so kernels can call each other. */
-#define CR_DECLARE_KERNEL(E, name, kernel, rule)                                     \
+/* Every CPU kernel and derivative rule named in the op list, so kernels can call each
+ * other (the CUDA column is declared in csrc/cuda/cuda_impl.h). */
+#define CR_DECLARE_KERNEL(E, name, kernel, cuda, rule)                               \
     cr_status kernel(cr_call *c);                                                    \
     cr_status rule(cr_node *n, cr_tensor **gout, cr_tensor **gin);
 CR_OPS(CR_DECLARE_KERNEL)

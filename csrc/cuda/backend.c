@@ -411,19 +411,7 @@ cr_status cr_cuda_backend_open(cr_cuda_backend *out, int core_abi, size_t table_
         .event_free = event_free,
     };
     cr_gpu_fill_nccl(out); /* NULL entries in a build without NCCL */
-    cr_gpu_register_elementwise();
-    cr_gpu_register_reduce();
-    cr_gpu_register_blas();
-    cr_gpu_register_conv();
-    cr_gpu_register_batch_norm();
-    cr_gpu_register_pool();
-    cr_gpu_register_softmax();
-    cr_gpu_register_normalize();
-    cr_gpu_register_random();
-    cr_gpu_register_index();
-    cr_gpu_register_sort();
-    cr_gpu_register_loss();
-    cr_gpu_register_layer_norm();
-    cr_gpu_register_reduce_dim();
+    for (int op = 0; op < CR_OP_COUNT; op++)
+        cr_kernel_table[op][CR_DEV_CUDA] = cr_gpu_kernels[op] == cr_gpu_none ? NULL : cr_gpu_kernels[op];
     return CR_OK;
 }

@@ -39,7 +39,7 @@ static int half_kind(cr_dtype dt) {
     return dt == CR_DT_F16 ? CRK_BN_F16 : dt == CR_DT_BF16 ? CRK_BN_BF16 : 0;
 }
 
-static cr_status gpu_batch_norm(cr_call *c) {
+cr_status cr_gpu_batch_norm(cr_call *c) {
     int device;
     cr_status st = cr_gpu_call_device(c, &device);
     if (st) return st;
@@ -83,7 +83,7 @@ done:
     return st;
 }
 
-static cr_status gpu_batch_norm_backward(cr_call *c) {
+cr_status cr_gpu_batch_norm_backward(cr_call *c) {
     int device;
     cr_status st = cr_gpu_call_device(c, &device);
     if (st) return st;
@@ -117,7 +117,3 @@ static cr_status gpu_batch_norm_backward(cr_call *c) {
     return st;
 }
 
-void cr_gpu_register_batch_norm(void) {
-    cr_kernel_table[CR_OP_BATCH_NORM][CR_DEV_CUDA] = gpu_batch_norm;
-    cr_kernel_table[CR_OP_BATCH_NORM_BACKWARD][CR_DEV_CUDA] = gpu_batch_norm_backward;
-}

@@ -109,13 +109,13 @@ done:
     return st;
 }
 
-static cr_status gpu_mm(cr_call *c) {
+cr_status cr_gpu_mm(cr_call *c) {
     int device;
     cr_status st = cr_gpu_call_device(c, &device);
     return st ? st : gemm(device, c->out[0], c->in[0], c->in[1], false, 1.0, 0.0, "mm");
 }
 
-static cr_status gpu_bmm(cr_call *c) {
+cr_status cr_gpu_bmm(cr_call *c) {
     int device;
     cr_status st = cr_gpu_call_device(c, &device);
     return st ? st : gemm(device, c->out[0], c->in[0], c->in[1], true, 1.0, 0.0, "bmm");
@@ -124,7 +124,7 @@ static cr_status gpu_bmm(cr_call *c) {
 /* out = beta * bias + alpha * a @ b: the bias broadcast into out, then one GEMM with beta
  * (with beta 0 the bias is not read, so NaNs in it do not propagate; with k = 0 cuBLAS
  * leaves beta * bias). */
-static cr_status gpu_addmm(cr_call *c) {
+cr_status cr_gpu_addmm(cr_call *c) {
     int device;
     cr_status st = cr_gpu_call_device(c, &device);
     if (st) return st;
@@ -133,8 +133,3 @@ static cr_status gpu_addmm(cr_call *c) {
     return gemm(device, c->out[0], c->in[1], c->in[2], false, alpha, beta, "addmm");
 }
 
-void cr_gpu_register_blas(void) {
-    cr_kernel_table[CR_OP_MM][CR_DEV_CUDA] = gpu_mm;
-    cr_kernel_table[CR_OP_BMM][CR_DEV_CUDA] = gpu_bmm;
-    cr_kernel_table[CR_OP_ADDMM][CR_DEV_CUDA] = gpu_addmm;
-}

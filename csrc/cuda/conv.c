@@ -318,7 +318,7 @@ static cr_status forward_legacy(cudnnHandle_t h, int device, const cr_call *c, c
     return st;
 }
 
-static cr_status gpu_conv2d(cr_call *c) {
+cr_status cr_gpu_conv2d(cr_call *c) {
     int device;
     cr_status st = cr_gpu_call_device(c, &device);
     if (st) return st;
@@ -443,7 +443,7 @@ static cr_status bias_grad(cudnnHandle_t h, const cr_tensor *gy, cr_tensor *gb) 
     return st;
 }
 
-static cr_status gpu_conv2d_backward(cr_call *c) {
+cr_status cr_gpu_conv2d_backward(cr_call *c) {
     int device;
     cr_status st = cr_gpu_call_device(c, &device);
     if (st) return st;
@@ -477,7 +477,3 @@ done:
     return st;
 }
 
-void cr_gpu_register_conv(void) {
-    cr_kernel_table[CR_OP_CONV2D][CR_DEV_CUDA] = gpu_conv2d;
-    cr_kernel_table[CR_OP_CONV2D_BACKWARD][CR_DEV_CUDA] = gpu_conv2d_backward;
-}

@@ -38,21 +38,15 @@ void cr_gpu_empty_cache(void);
 /* ---- kernel glue ---- */
 /* The device of a call's lead tensor (first output, else first input); enters it. */
 cr_status cr_gpu_call_device(const cr_call *c, int *device);
-/* Registers the backend's kernels in cr_kernel_table[op][CR_DEV_CUDA]. */
-void cr_gpu_register_elementwise(void);
-void cr_gpu_register_reduce(void);
-void cr_gpu_register_blas(void);
-void cr_gpu_register_conv(void);
-void cr_gpu_register_batch_norm(void);
-void cr_gpu_register_pool(void);
-void cr_gpu_register_softmax(void);
-void cr_gpu_register_normalize(void);
-void cr_gpu_register_random(void);
-void cr_gpu_register_index(void);
-void cr_gpu_register_sort(void);
-void cr_gpu_register_loss(void);
-void cr_gpu_register_layer_norm(void);
-void cr_gpu_register_reduce_dim(void);
+/* The CUDA column of the op list (crescent_ops.h): every kernel a row names, defined in
+ * this folder (a row naming a CPU function, for ops without GPU arithmetic, declares it
+ * again with the same type). backend.c copies the column into cr_kernel_table when the
+ * backend opens; cr_gpu_none marks an op without a GPU kernel (its entry stays empty). */
+#define CR_GPU_DECLARE_KERNEL(E, name, kernel, cuda, rule) cr_status cuda(cr_call *c);
+CR_OPS(CR_GPU_DECLARE_KERNEL)
+#undef CR_GPU_DECLARE_KERNEL
+cr_status cr_gpu_none(cr_call *c);
+extern const cr_kernel_fn cr_gpu_kernels[CR_OP_COUNT];
 void cr_gpu_set_deterministic(bool on);
 /* Fills the NCCL entries of the table (nccl.c); leaves them NULL without CR_HAVE_NCCL. */
 void cr_gpu_fill_nccl(cr_cuda_backend *be);

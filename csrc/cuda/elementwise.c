@@ -1,7 +1,8 @@
-/* elementwise.c (cuda) — the CUDA column of the elementwise, creation and shape ops: each
- * call becomes one launch of kernels/elementwise.cu over the operands' merged dims
- * (ops/iter.c does the broadcasting and merging, as on the CPU). Views need no kernel, and
- * cat is a sequence of copies into slices of its output, as on the CPU. */
+/* elementwise.c (cuda) — the CUDA kernels of the elementwise ops and of clone, cast, fill
+ * and the in-place copy_, add_ and mul_ (the op rows name them, cr_gpu_<op>): each call
+ * becomes one launch of kernels/elementwise.cu's kernel for the op over the operands'
+ * merged dims (ops/iter.c does the broadcasting and merging, as on the CPU). Views, cat
+ * and to_device need no kernel: their rows name the CPU function for both devices. */
 #include "cuda_impl.h"
 #include "iter.h"
 
@@ -14,12 +15,6 @@ _Static_assert((int)CRK_MAX_DIMS == (int)CR_MAX_DIMS && (int)CRK_MAX_ARGS == (in
 /* How a call's tensors map to the kernel's operands. */
 typedef enum { UNARY, BINARY, TERNARY, INPLACE, FILL } shape_kind;
 
-typedef struct {
-    crk_op kernel;
-    shape_kind kind;
-} ew_entry;
-
-static ew_entry entries[CR_OP_COUNT];
 
 static crk_compute compute_of(cr_dtype dt) {
     return dt == CR_DT_F64 ? CRK_F64 : cr_dtype_is_float(dt) ? CRK_F32 : CRK_I64;
@@ -62,72 +57,71 @@ static cr_status launch(cr_call *c, crk_op kop, shape_kind kind, crk_compute com
                         cr_op_name(c->op));
 }
 
-static cr_status gpu_elementwise(cr_call *c) {
-    const ew_entry *e = &entries[c->op];
+/* One op's call with its kernel and the way its tensors map to the kernel's operands. */
+static cr_status gpu_elementwise(cr_call *c, crk_op kernel, shape_kind kind) {
     crk_compute compute;
     /* a value stored into an integer or bool output converts from double, as the cpu's
      * cr_store_f64 does (0.5 into bool is true, inf into i64 is 0) */
     cr_dtype od = c->out[0]->dtype;
     crk_compute value_compute = cr_dtype_is_float(od) ? compute_of(od) : CRK_F64;
-    switch (e->kind) {
+    switch (kind) {
     case FILL: compute = value_compute; break;
     case INPLACE:
-        compute = e->kernel == CRK_COPY ? conversion_compute(c->in[0]->dtype, c->out[0]->dtype)
+        compute = kernel == CRK_COPY ? conversion_compute(c->in[0]->dtype, c->out[0]->dtype)
                   : cr_dtype_is_float(c->out[0]->dtype) ? compute_of(c->out[0]->dtype)
                                                          : CRK_F64; /* add_ with a float alpha */
         break;
     case TERNARY: compute = compute_of(c->out[0]->dtype); break; /* where: cond is bool */
     default:
-        compute = e->kernel == CRK_COPY ? conversion_compute(c->in[0]->dtype, c->out[0]->dtype)
-                                        : compute_of(c->in[0]->dtype);
+        compute = kernel == CRK_COPY ? conversion_compute(c->in[0]->dtype, c->out[0]->dtype)
+                                      : compute_of(c->in[0]->dtype);
         if (c->op == CR_OP_MASKED_FILL) compute = value_compute;
     }
-    return launch(c, e->kernel, e->kind, compute);
+    return launch(c, kernel, kind, compute);
 }
 
-static void put(cr_op op, crk_op kernel, shape_kind kind) {
-    entries[op] = (ew_entry){kernel, kind};
-    cr_kernel_table[op][CR_DEV_CUDA] = gpu_elementwise;
-}
-
-void cr_gpu_register_elementwise(void) {
-    static const struct {
-        cr_op op;
-        crk_op kernel;
-    } binary[] = {
-        {CR_OP_ADD, CRK_ADD}, {CR_OP_SUB, CRK_SUB}, {CR_OP_MUL, CRK_MUL}, {CR_OP_DIV, CRK_DIV},
-        {CR_OP_POW, CRK_POW}, {CR_OP_MAXIMUM, CRK_MAXIMUM}, {CR_OP_MINIMUM, CRK_MINIMUM},
-        {CR_OP_EQ, CRK_EQ}, {CR_OP_NE, CRK_NE}, {CR_OP_LT, CRK_LT}, {CR_OP_LE, CRK_LE},
-        {CR_OP_GT, CRK_GT}, {CR_OP_GE, CRK_GE}, {CR_OP_LOGICAL_AND, CRK_LOGICAL_AND},
-        {CR_OP_LOGICAL_OR, CRK_LOGICAL_OR}, {CR_OP_MASKED_FILL, CRK_MASKED_FILL},
-        {CR_OP_RELU_BACKWARD, CRK_RELU_BACKWARD}, {CR_OP_ADD_RELU, CRK_ADD_RELU},
-        {CR_OP_SIGMOID_BACKWARD, CRK_SIGMOID_BACKWARD}, {CR_OP_TANH_BACKWARD, CRK_TANH_BACKWARD},
-        {CR_OP_GELU_BACKWARD, CRK_GELU_BACKWARD},
-    };
-    static const struct {
-        cr_op op;
-        crk_op kernel;
-    } unary[] = {
-        {CR_OP_LOGICAL_NOT, CRK_LOGICAL_NOT}, {CR_OP_NEG, CRK_NEG}, {CR_OP_ABS, CRK_ABS},
-        {CR_OP_SIGN, CRK_SIGN}, {CR_OP_EXP, CRK_EXP}, {CR_OP_LOG, CRK_LOG},
-        {CR_OP_SQRT, CRK_SQRT}, {CR_OP_RSQRT, CRK_RSQRT}, {CR_OP_SIGMOID, CRK_SIGMOID},
-        {CR_OP_TANH, CRK_TANH}, {CR_OP_RELU, CRK_RELU}, {CR_OP_GELU, CRK_GELU},
-        {CR_OP_POW_SCALAR, CRK_POW_SCALAR}, {CR_OP_CLAMP, CRK_CLAMP}, {CR_OP_CAST, CRK_COPY},
-        {CR_OP_CLONE, CRK_COPY},
-    };
-    for (size_t i = 0; i < sizeof binary / sizeof *binary; i++)
-        put(binary[i].op, binary[i].kernel, BINARY);
-    for (size_t i = 0; i < sizeof unary / sizeof *unary; i++)
-        put(unary[i].op, unary[i].kernel, UNARY);
-    put(CR_OP_WHERE, CRK_WHERE, TERNARY);
-    put(CR_OP_COPY_, CRK_COPY, INPLACE);
-    put(CR_OP_ADD_, CRK_AXPY, INPLACE);
-    put(CR_OP_MUL_, CRK_SCALE, INPLACE);
-    put(CR_OP_FILL, CRK_FILL, FILL);
-    /* no arithmetic: views only set geometry, cat copies slices through cr_copy_into,
-     * to_device runs its copy through the backend */
-    const cr_op device_free[] = {CR_OP_VIEW, CR_OP_PERMUTE, CR_OP_EXPAND, CR_OP_SLICE, CR_OP_CAT,
-                                 CR_OP_TO_DEVICE};
-    for (size_t i = 0; i < sizeof device_free / sizeof *device_free; i++)
-        cr_kernel_table[device_free[i]][CR_DEV_CUDA] = cr_kernel_table[device_free[i]][CR_DEV_CPU];
-}
+/* The kernels the op rows name: cr_gpu_<op>(c) launches kernel K on the operands as KIND. */
+#define GPU_EW(op, K, KIND) \
+    cr_status cr_gpu_##op(cr_call *c) { return gpu_elementwise(c, K, KIND); }
+GPU_EW(add, CRK_ADD, BINARY)
+GPU_EW(sub, CRK_SUB, BINARY)
+GPU_EW(mul, CRK_MUL, BINARY)
+GPU_EW(div, CRK_DIV, BINARY)
+GPU_EW(pow, CRK_POW, BINARY)
+GPU_EW(maximum, CRK_MAXIMUM, BINARY)
+GPU_EW(minimum, CRK_MINIMUM, BINARY)
+GPU_EW(eq, CRK_EQ, BINARY)
+GPU_EW(ne, CRK_NE, BINARY)
+GPU_EW(lt, CRK_LT, BINARY)
+GPU_EW(le, CRK_LE, BINARY)
+GPU_EW(gt, CRK_GT, BINARY)
+GPU_EW(ge, CRK_GE, BINARY)
+GPU_EW(logical_and, CRK_LOGICAL_AND, BINARY)
+GPU_EW(logical_or, CRK_LOGICAL_OR, BINARY)
+GPU_EW(masked_fill, CRK_MASKED_FILL, BINARY)
+GPU_EW(relu_backward, CRK_RELU_BACKWARD, BINARY)
+GPU_EW(add_relu, CRK_ADD_RELU, BINARY)
+GPU_EW(sigmoid_backward, CRK_SIGMOID_BACKWARD, BINARY)
+GPU_EW(tanh_backward, CRK_TANH_BACKWARD, BINARY)
+GPU_EW(gelu_backward, CRK_GELU_BACKWARD, BINARY)
+GPU_EW(logical_not, CRK_LOGICAL_NOT, UNARY)
+GPU_EW(neg, CRK_NEG, UNARY)
+GPU_EW(abs, CRK_ABS, UNARY)
+GPU_EW(sign, CRK_SIGN, UNARY)
+GPU_EW(exp, CRK_EXP, UNARY)
+GPU_EW(log, CRK_LOG, UNARY)
+GPU_EW(sqrt, CRK_SQRT, UNARY)
+GPU_EW(rsqrt, CRK_RSQRT, UNARY)
+GPU_EW(sigmoid, CRK_SIGMOID, UNARY)
+GPU_EW(tanh, CRK_TANH, UNARY)
+GPU_EW(relu, CRK_RELU, UNARY)
+GPU_EW(gelu, CRK_GELU, UNARY)
+GPU_EW(pow_scalar, CRK_POW_SCALAR, UNARY)
+GPU_EW(clamp, CRK_CLAMP, UNARY)
+GPU_EW(cast, CRK_COPY, UNARY)
+GPU_EW(clone, CRK_COPY, UNARY)
+GPU_EW(where, CRK_WHERE, TERNARY)
+GPU_EW(copy_, CRK_COPY, INPLACE)
+GPU_EW(add_, CRK_AXPY, INPLACE)
+GPU_EW(mul_, CRK_SCALE, INPLACE)
+GPU_EW(fill, CRK_FILL, FILL)

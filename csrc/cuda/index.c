@@ -132,7 +132,7 @@ static cr_status copy_base(cr_tensor *out, cr_tensor *t) {
 }
 
 /* ---- gathers ------------------------------------------------------------------------- */
-static cr_status gpu_index_select(cr_call *c) {
+cr_status cr_gpu_index_select(cr_call *c) {
     ENTER(c);
     cr_tensor *t = c->in[0], *idx = c->in[1], *o = c->out[0];
     int dim = (int)c->i[0];
@@ -148,7 +148,7 @@ static cr_status gpu_index_select(cr_call *c) {
     return gather_into(s, &m, "index_select");
 }
 
-static cr_status gpu_gather(cr_call *c) {
+cr_status cr_gpu_gather(cr_call *c) {
     ENTER(c);
     cr_tensor *t = c->in[0], *idx = c->in[1], *o = c->out[0];
     int dim = (int)c->i[0];
@@ -166,7 +166,7 @@ static cr_status gpu_gather(cr_call *c) {
 }
 
 /* weight [V, D] rows at every index value: out viewed as [numel, D], row-major. */
-static cr_status gpu_embedding(cr_call *c) {
+cr_status cr_gpu_embedding(cr_call *c) {
     ENTER(c);
     cr_tensor *w = c->in[0], *idx = c->in[1], *o = c->out[0];
     crk_index x;
@@ -184,7 +184,7 @@ static cr_status gpu_embedding(cr_call *c) {
 }
 
 /* ---- scatters ------------------------------------------------------------------------ */
-static cr_status gpu_scatter_add(cr_call *c) {
+cr_status cr_gpu_scatter_add(cr_call *c) {
     ENTER(c);
     cr_tensor *t = c->in[0], *idx = c->in[1], *src = c->in[2], *o = c->out[0];
     int dim = (int)c->i[0];
@@ -204,7 +204,7 @@ static cr_status gpu_scatter_add(cr_call *c) {
     return scatter_into(device, s, &m, "scatter_add");
 }
 
-static cr_status gpu_index_add(cr_call *c) {
+cr_status cr_gpu_index_add(cr_call *c) {
     ENTER(c);
     cr_tensor *t = c->in[0], *idx = c->in[1], *src = c->in[2], *o = c->out[0];
     int dim = (int)c->i[0];
@@ -224,7 +224,7 @@ static cr_status gpu_index_add(cr_call *c) {
 }
 
 /* ---- one_hot --------------------------------------------------------------------------- */
-static cr_status gpu_one_hot(cr_call *c) {
+cr_status cr_gpu_one_hot(cr_call *c) {
     ENTER(c);
     cr_tensor *idx = c->in[0], *o = c->out[0];
     int64_t classes = c->i[0];
@@ -234,11 +234,3 @@ static cr_status gpu_one_hot(cr_call *c) {
     return cr_gpu_check(crk_one_hot(&x, classes, (int64_t *)cr_tensor_ptr(o), s), "one_hot");
 }
 
-void cr_gpu_register_index(void) {
-    cr_kernel_table[CR_OP_INDEX_SELECT][CR_DEV_CUDA] = gpu_index_select;
-    cr_kernel_table[CR_OP_GATHER][CR_DEV_CUDA] = gpu_gather;
-    cr_kernel_table[CR_OP_SCATTER_ADD][CR_DEV_CUDA] = gpu_scatter_add;
-    cr_kernel_table[CR_OP_INDEX_ADD][CR_DEV_CUDA] = gpu_index_add;
-    cr_kernel_table[CR_OP_EMBEDDING][CR_DEV_CUDA] = gpu_embedding;
-    cr_kernel_table[CR_OP_ONE_HOT][CR_DEV_CUDA] = gpu_one_hot;
-}

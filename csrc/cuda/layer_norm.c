@@ -16,7 +16,7 @@ static void geometry(const cr_tensor *x, int nd, int64_t *rows, int64_t *D) {
 static void *ptr_or_null(const cr_tensor *t) { return t ? cr_tensor_ptr(t) : NULL; }
 
 /* in: x, weight?, bias?; out: y, mean, rstd; i[0] normalized_ndim; f[0] eps. */
-static cr_status gpu_layer_norm(cr_call *c) {
+cr_status cr_gpu_layer_norm(cr_call *c) {
     int device;
     cr_status st = cr_gpu_call_device(c, &device);
     if (st) return st;
@@ -35,7 +35,7 @@ static cr_status gpu_layer_norm(cr_call *c) {
 }
 
 /* in: g, x, weight?, mean, rstd; out: gx?, gw?, gb?; i[0] normalized_ndim. */
-static cr_status gpu_layer_norm_backward(cr_call *c) {
+cr_status cr_gpu_layer_norm_backward(cr_call *c) {
     int device;
     cr_status st = cr_gpu_call_device(c, &device);
     if (st) return st;
@@ -60,7 +60,3 @@ static cr_status gpu_layer_norm_backward(cr_call *c) {
     return st;
 }
 
-void cr_gpu_register_layer_norm(void) {
-    cr_kernel_table[CR_OP_LAYER_NORM][CR_DEV_CUDA] = gpu_layer_norm;
-    cr_kernel_table[CR_OP_LAYER_NORM_BACKWARD][CR_DEV_CUDA] = gpu_layer_norm_backward;
-}

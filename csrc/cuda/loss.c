@@ -30,7 +30,7 @@ static cr_status prepare(crk_loss *p, const cr_tensor *shaped, cr_tensor *target
 
 /* in: x, target; out: the losses or their mean/sum; i[0] reduction, i[1] ignore_index,
  * i[2] soft (cross entropy); f[0] label smoothing; writes f[1], the count. */
-static cr_status gpu_loss_forward(cr_call *c) {
+cr_status cr_gpu_loss_forward(cr_call *c) {
     int device;
     cr_status st = cr_gpu_call_device(c, &device);
     if (st) return st;
@@ -75,7 +75,7 @@ done:
 
 /* nll: in target, g; out dx. cross entropy: in x, target, g; out dx?, dp?. i[0]
  * reduction, i[1] ignore_index, i[2] soft; f[0] label smoothing, f[1] the count. */
-static cr_status gpu_loss_backward(cr_call *c) {
+cr_status cr_gpu_loss_backward(cr_call *c) {
     int device;
     cr_status st = cr_gpu_call_device(c, &device);
     if (st) return st;
@@ -111,9 +111,3 @@ done:
     return st;
 }
 
-void cr_gpu_register_loss(void) {
-    cr_kernel_table[CR_OP_NLL_LOSS][CR_DEV_CUDA] = gpu_loss_forward;
-    cr_kernel_table[CR_OP_CROSS_ENTROPY][CR_DEV_CUDA] = gpu_loss_forward;
-    cr_kernel_table[CR_OP_NLL_LOSS_BACKWARD][CR_DEV_CUDA] = gpu_loss_backward;
-    cr_kernel_table[CR_OP_CROSS_ENTROPY_BACKWARD][CR_DEV_CUDA] = gpu_loss_backward;
-}

@@ -13,7 +13,7 @@ static void free_all(cr_tensor **t) {
     for (int k = 0; k < NTMP; k++) cr_tensor_free(t[k]);
 }
 
-static cr_status gpu_normalize(cr_call *c) {
+cr_status cr_gpu_normalize(cr_call *c) {
     cr_tensor *x = c->in[0], *t[NTMP] = {0};
     uint32_t dims = 1u << c->i[0];
     bool was = cr_grad_set_enabled(false);
@@ -27,7 +27,7 @@ static cr_status gpu_normalize(cr_call *c) {
     return st;
 }
 
-static cr_status gpu_normalize_backward(cr_call *c) {
+cr_status cr_gpu_normalize_backward(cr_call *c) {
     cr_tensor *g = c->in[0], *y = c->in[1], *nrm = c->in[2], *t[NTMP] = {0}, *eps = NULL;
     uint32_t dims = 1u << c->i[0];
     bool was = cr_grad_set_enabled(false);
@@ -43,7 +43,3 @@ static cr_status gpu_normalize_backward(cr_call *c) {
     return st;
 }
 
-void cr_gpu_register_normalize(void) {
-    cr_kernel_table[CR_OP_NORMALIZE][CR_DEV_CUDA] = gpu_normalize;
-    cr_kernel_table[CR_OP_NORMALIZE_BACKWARD][CR_DEV_CUDA] = gpu_normalize_backward;
-}

@@ -32,7 +32,7 @@ static void forward_geometry(const cr_call *c, crk_pool *g) {
     if (st_) return st_;                                                             \
     cudaStream_t s = cr_gpu_stream(device)
 
-static cr_status gpu_max_pool2d(cr_call *c) {
+cr_status cr_gpu_max_pool2d(cr_call *c) {
     ENTER(c);
     crk_pool g;
     forward_geometry(c, &g);
@@ -40,7 +40,7 @@ static cr_status gpu_max_pool2d(cr_call *c) {
                                        (int64_t *)cr_tensor_ptr(c->out[1]), s), "max_pool2d");
 }
 
-static cr_status gpu_max_pool2d_backward(cr_call *c) {
+cr_status cr_gpu_max_pool2d_backward(cr_call *c) {
     ENTER(c);
     crk_pool g;
     geometry(c, c->i[10], c->i[11], c->in[0], &g);
@@ -50,7 +50,7 @@ static cr_status gpu_max_pool2d_backward(cr_call *c) {
                         "max_pool2d_backward");
 }
 
-static cr_status gpu_avg_pool2d(cr_call *c) {
+cr_status cr_gpu_avg_pool2d(cr_call *c) {
     ENTER(c);
     crk_pool g;
     forward_geometry(c, &g);
@@ -58,7 +58,7 @@ static cr_status gpu_avg_pool2d(cr_call *c) {
                         "avg_pool2d");
 }
 
-static cr_status gpu_avg_pool2d_backward(cr_call *c) {
+cr_status cr_gpu_avg_pool2d_backward(cr_call *c) {
     ENTER(c);
     crk_pool g;
     geometry(c, c->i[10], c->i[11], c->in[0], &g);
@@ -67,7 +67,7 @@ static cr_status gpu_avg_pool2d_backward(cr_call *c) {
                         "avg_pool2d_backward");
 }
 
-static cr_status gpu_adaptive_avg_pool2d(cr_call *c) {
+cr_status cr_gpu_adaptive_avg_pool2d(cr_call *c) {
     ENTER(c);
     crk_pool g;
     forward_geometry(c, &g);
@@ -76,7 +76,7 @@ static cr_status gpu_adaptive_avg_pool2d(cr_call *c) {
                         "adaptive_avg_pool2d");
 }
 
-static cr_status gpu_adaptive_avg_pool2d_backward(cr_call *c) {
+cr_status cr_gpu_adaptive_avg_pool2d_backward(cr_call *c) {
     ENTER(c);
     crk_pool g;
     geometry(c, c->i[10], c->i[11], c->in[0], &g);
@@ -85,11 +85,3 @@ static cr_status gpu_adaptive_avg_pool2d_backward(cr_call *c) {
                         "adaptive_avg_pool2d_backward");
 }
 
-void cr_gpu_register_pool(void) {
-    cr_kernel_table[CR_OP_MAX_POOL2D][CR_DEV_CUDA] = gpu_max_pool2d;
-    cr_kernel_table[CR_OP_MAX_POOL2D_BACKWARD][CR_DEV_CUDA] = gpu_max_pool2d_backward;
-    cr_kernel_table[CR_OP_AVG_POOL2D][CR_DEV_CUDA] = gpu_avg_pool2d;
-    cr_kernel_table[CR_OP_AVG_POOL2D_BACKWARD][CR_DEV_CUDA] = gpu_avg_pool2d_backward;
-    cr_kernel_table[CR_OP_ADAPTIVE_AVG_POOL2D][CR_DEV_CUDA] = gpu_adaptive_avg_pool2d;
-    cr_kernel_table[CR_OP_ADAPTIVE_AVG_POOL2D_BACKWARD][CR_DEV_CUDA] = gpu_adaptive_avg_pool2d_backward;
-}

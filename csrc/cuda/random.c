@@ -13,7 +13,7 @@ static cr_status enter(cr_call *c, int *device, cudaStream_t *stream) {
 static uint64_t seed_of(const cr_call *c) { return (uint64_t)c->i[0]; }
 static uint64_t counter_of(const cr_call *c) { return (uint64_t)c->i[1]; }
 
-static cr_status gpu_arange(cr_call *c) {
+cr_status cr_gpu_arange(cr_call *c) {
     int device;
     cudaStream_t s;
     cr_status st = enter(c, &device, &s);
@@ -24,7 +24,7 @@ static cr_status gpu_arange(cr_call *c) {
                         "arange");
 }
 
-static cr_status gpu_eye(cr_call *c) {
+cr_status cr_gpu_eye(cr_call *c) {
     int device;
     cudaStream_t s;
     cr_status st = enter(c, &device, &s);
@@ -33,7 +33,7 @@ static cr_status gpu_eye(cr_call *c) {
     return cr_gpu_check(crk_eye(cr_tensor_ptr(o), o->dtype, o->shape[0], o->shape[1], s), "eye");
 }
 
-static cr_status gpu_rand(cr_call *c) {
+cr_status cr_gpu_rand(cr_call *c) {
     int device;
     cudaStream_t s;
     cr_status st = enter(c, &device, &s);
@@ -42,7 +42,7 @@ static cr_status gpu_rand(cr_call *c) {
     return cr_gpu_check(crk_rand(cr_tensor_ptr(o), o->dtype, o->numel, seed_of(c), counter_of(c), s), "rand");
 }
 
-static cr_status gpu_randn(cr_call *c) {
+cr_status cr_gpu_randn(cr_call *c) {
     int device;
     cudaStream_t s;
     cr_status st = enter(c, &device, &s);
@@ -52,7 +52,7 @@ static cr_status gpu_randn(cr_call *c) {
 }
 
 /* i[2] low, i[3] high (exclusive) */
-static cr_status gpu_randint(cr_call *c) {
+cr_status cr_gpu_randint(cr_call *c) {
     int device;
     cudaStream_t s;
     cr_status st = enter(c, &device, &s);
@@ -64,7 +64,7 @@ static cr_status gpu_randint(cr_call *c) {
 }
 
 /* i[2] n; the sort's scratch comes from the caching allocator. */
-static cr_status gpu_randperm(cr_call *c) {
+cr_status cr_gpu_randperm(cr_call *c) {
     int device;
     cudaStream_t s;
     cr_status st = enter(c, &device, &s);
@@ -102,7 +102,7 @@ static cr_status report_bad_probability(cudaStream_t s, unsigned long long *bad_
 }
 
 /* in[0] p (contiguous) or, without inputs, f[0] the probability. */
-static cr_status gpu_bernoulli(cr_call *c) {
+cr_status cr_gpu_bernoulli(cr_call *c) {
     int device;
     cudaStream_t s;
     cr_status st = enter(c, &device, &s);
@@ -123,7 +123,7 @@ static cr_status gpu_bernoulli(cr_call *c) {
 }
 
 /* in[0] x (contiguous); out[0] y, out[1] mask (u8); f[0] p. */
-static cr_status gpu_dropout(cr_call *c) {
+cr_status cr_gpu_dropout(cr_call *c) {
     int device;
     cudaStream_t s;
     cr_status st = enter(c, &device, &s);
@@ -135,7 +135,7 @@ static cr_status gpu_dropout(cr_call *c) {
 }
 
 /* in[0] g (contiguous), in[1] mask; f[0] scale. */
-static cr_status gpu_dropout_backward(cr_call *c) {
+cr_status cr_gpu_dropout_backward(cr_call *c) {
     int device;
     cudaStream_t s;
     cr_status st = enter(c, &device, &s);
@@ -146,14 +146,3 @@ static cr_status gpu_dropout_backward(cr_call *c) {
                         "dropout_backward");
 }
 
-void cr_gpu_register_random(void) {
-    cr_kernel_table[CR_OP_ARANGE][CR_DEV_CUDA] = gpu_arange;
-    cr_kernel_table[CR_OP_EYE][CR_DEV_CUDA] = gpu_eye;
-    cr_kernel_table[CR_OP_RAND][CR_DEV_CUDA] = gpu_rand;
-    cr_kernel_table[CR_OP_RANDN][CR_DEV_CUDA] = gpu_randn;
-    cr_kernel_table[CR_OP_RANDINT][CR_DEV_CUDA] = gpu_randint;
-    cr_kernel_table[CR_OP_RANDPERM][CR_DEV_CUDA] = gpu_randperm;
-    cr_kernel_table[CR_OP_BERNOULLI][CR_DEV_CUDA] = gpu_bernoulli;
-    cr_kernel_table[CR_OP_DROPOUT][CR_DEV_CUDA] = gpu_dropout;
-    cr_kernel_table[CR_OP_DROPOUT_BACKWARD][CR_DEV_CUDA] = gpu_dropout_backward;
-}

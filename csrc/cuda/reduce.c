@@ -26,10 +26,6 @@ static cr_status gpu_sum_scaled(cr_call *c, bool mean) {
     return cr_gpu_check(crk_sum(&r, scale, cr_gpu_stream(device)), cr_op_name(c->op));
 }
 
-static cr_status gpu_sum(cr_call *c) { return gpu_sum_scaled(c, false); }
-static cr_status gpu_mean(cr_call *c) { return gpu_sum_scaled(c, true); }
+cr_status cr_gpu_sum(cr_call *c) { return gpu_sum_scaled(c, false); }
+cr_status cr_gpu_mean(cr_call *c) { return gpu_sum_scaled(c, true); }
 
-void cr_gpu_register_reduce(void) {
-    cr_kernel_table[CR_OP_SUM][CR_DEV_CUDA] = gpu_sum;
-    cr_kernel_table[CR_OP_MEAN][CR_DEV_CUDA] = gpu_mean;
-}

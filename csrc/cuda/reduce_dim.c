@@ -42,28 +42,17 @@ static cr_status reduce_dim(cr_call *c, crk_reduce_dim_op op, double param, cr_t
 }
 
 /* max/min(dim): out[0] values, out[1] indices; amax/amin: out[0] values. */
-static cr_status gpu_max_values(cr_call *c) {
+cr_status cr_gpu_max_values(cr_call *c) {
     return reduce_dim(c, CRK_RD_MAX, 0, c->out[0], c->nout > 1 ? c->out[1] : NULL);
 }
-static cr_status gpu_min_values(cr_call *c) {
+cr_status cr_gpu_min_values(cr_call *c) {
     return reduce_dim(c, CRK_RD_MIN, 0, c->out[0], c->nout > 1 ? c->out[1] : NULL);
 }
-static cr_status gpu_argmax(cr_call *c) { return reduce_dim(c, CRK_RD_MAX, 0, NULL, c->out[0]); }
-static cr_status gpu_argmin(cr_call *c) { return reduce_dim(c, CRK_RD_MIN, 0, NULL, c->out[0]); }
-static cr_status gpu_var(cr_call *c) { return reduce_dim(c, CRK_RD_VAR, c->f[0], c->out[0], NULL); }
-static cr_status gpu_norm(cr_call *c) { return reduce_dim(c, CRK_RD_NORM, c->f[0], c->out[0], NULL); }
-static cr_status gpu_logsumexp(cr_call *c) {
+cr_status cr_gpu_argmax(cr_call *c) { return reduce_dim(c, CRK_RD_MAX, 0, NULL, c->out[0]); }
+cr_status cr_gpu_argmin(cr_call *c) { return reduce_dim(c, CRK_RD_MIN, 0, NULL, c->out[0]); }
+cr_status cr_gpu_var(cr_call *c) { return reduce_dim(c, CRK_RD_VAR, c->f[0], c->out[0], NULL); }
+cr_status cr_gpu_norm(cr_call *c) { return reduce_dim(c, CRK_RD_NORM, c->f[0], c->out[0], NULL); }
+cr_status cr_gpu_logsumexp(cr_call *c) {
     return reduce_dim(c, CRK_RD_LOGSUMEXP, 0, c->out[0], NULL);
 }
 
-void cr_gpu_register_reduce_dim(void) {
-    cr_kernel_table[CR_OP_MAX_DIM][CR_DEV_CUDA] = gpu_max_values;
-    cr_kernel_table[CR_OP_MIN_DIM][CR_DEV_CUDA] = gpu_min_values;
-    cr_kernel_table[CR_OP_AMAX][CR_DEV_CUDA] = gpu_max_values;
-    cr_kernel_table[CR_OP_AMIN][CR_DEV_CUDA] = gpu_min_values;
-    cr_kernel_table[CR_OP_ARGMAX][CR_DEV_CUDA] = gpu_argmax;
-    cr_kernel_table[CR_OP_ARGMIN][CR_DEV_CUDA] = gpu_argmin;
-    cr_kernel_table[CR_OP_VAR][CR_DEV_CUDA] = gpu_var;
-    cr_kernel_table[CR_OP_NORM][CR_DEV_CUDA] = gpu_norm;
-    cr_kernel_table[CR_OP_LOGSUMEXP][CR_DEV_CUDA] = gpu_logsumexp;
-}

@@ -19,10 +19,6 @@ static cr_status gpu_softmax_any(cr_call *c, bool is_log) {
     return st;
 }
 
-static cr_status gpu_softmax(cr_call *c) { return gpu_softmax_any(c, false); }
-static cr_status gpu_log_softmax(cr_call *c) { return gpu_softmax_any(c, true); }
+cr_status cr_gpu_softmax(cr_call *c) { return gpu_softmax_any(c, false); }
+cr_status cr_gpu_log_softmax(cr_call *c) { return gpu_softmax_any(c, true); }
 
-void cr_gpu_register_softmax(void) {
-    cr_kernel_table[CR_OP_SOFTMAX][CR_DEV_CUDA] = gpu_softmax;
-    cr_kernel_table[CR_OP_LOG_SOFTMAX][CR_DEV_CUDA] = gpu_log_softmax;
-}

@@ -7,7 +7,7 @@
 #include "kernels/sort.h"
 
 /* c: in[0] the tensor, i[0] dim, i[1] k, i[2] descending; out[0] values, out[1] indices. */
-static cr_status gpu_sort_rows(cr_call *c) {
+cr_status cr_gpu_sort_rows(cr_call *c) {
     int device;
     cr_status st = cr_gpu_call_device(c, &device);
     if (st) return st;
@@ -46,7 +46,3 @@ static cr_status gpu_sort_rows(cr_call *c) {
     return st;
 }
 
-void cr_gpu_register_sort(void) {
-    cr_kernel_table[CR_OP_SORT][CR_DEV_CUDA] = gpu_sort_rows;
-    cr_kernel_table[CR_OP_TOPK][CR_DEV_CUDA] = gpu_sort_rows;
-}

@@ -1,8 +1,11 @@
 /* crescent_ops.h — the op list. One X-macro per family (in ops/<family>.h) lists
- * X(ENUM, "name", cpu_kernel, derivative_rule); this file joins them into CR_OPS and
- * generates the cr_op enum. ops/registry.c generates the names, the dispatch table
- * [op][device] and the table of derivative rules from the same list, so a reader sees
- * every kernel and every gradient in one place. The typed entry points (cr_op_*) are
+ * X(ENUM, "name", cpu_kernel, cuda_kernel, derivative_rule); this file joins them into
+ * CR_OPS and generates the cr_op enum. ops/registry.c generates the names, the CPU column
+ * of the dispatch table [op][device] and the table of derivative rules from the same
+ * list, and the CUDA backend its column (cuda/backend.c), so a reader sees every kernel
+ * and every gradient in one place. An op that needs no GPU arithmetic (views, cat,
+ * to_device) names its CPU function in both columns; one without a GPU kernel yet names
+ * cr_gpu_none. The typed entry points (cr_op_*) are
  * declared beside each family's list. */
 #ifndef CRESCENT_OPS_H
 #define CRESCENT_OPS_H
@@ -28,7 +31,7 @@
     CR_OPS_NORM(X)                                                                   \
     CR_OPS_INDEX(X)
 
-#define CR_OP_ENUM_ENTRY(E, name, kernel, rule) CR_OP_##E,
+#define CR_OP_ENUM_ENTRY(E, name, kernel, cuda, rule) CR_OP_##E,
 typedef enum { CR_OPS(CR_OP_ENUM_ENTRY) CR_OP_COUNT } cr_op;
 #undef CR_OP_ENUM_ENTRY
 

@@ -3,21 +3,21 @@
  * its family's list; the compiler then demands its kernel and rule. */
 #include "internal.h"
 
-#define NAME_ENTRY(E, name, kernel, rule) name,
+#define NAME_ENTRY(E, name, kernel, cuda, rule) name,
 static const char *op_names[CR_OP_COUNT] = {CR_OPS(NAME_ENTRY)};
 #undef NAME_ENTRY
-#define BACKWARD_NAME_ENTRY(E, name, kernel, rule) name " backward",
+#define BACKWARD_NAME_ENTRY(E, name, kernel, cuda, rule) name " backward",
 static const char *op_backward_names[CR_OP_COUNT] = {CR_OPS(BACKWARD_NAME_ENTRY)};
 #undef BACKWARD_NAME_ENTRY
 
-/* The cuda column is filled by the CUDA backend when it opens (csrc/cuda/); an op it
- * leaves empty fails with a message naming the op. */
-#define KERNEL_ENTRY(E, name, kernel, rule) [CR_OP_##E] = {[CR_DEV_CPU] = kernel},
+/* The cuda column is filled by the CUDA backend when it opens, from the rows' cuda
+ * names (csrc/cuda/backend.c); an op it leaves empty fails with a message naming the op. */
+#define KERNEL_ENTRY(E, name, kernel, cuda, rule) [CR_OP_##E] = {[CR_DEV_CPU] = kernel},
 cr_kernel_fn cr_kernel_table[CR_OP_COUNT][CR_DEV_COUNT] = {CR_OPS(KERNEL_ENTRY)};
 #undef KERNEL_ENTRY
 
 /* Ops without a derivative list cr_grad_none. */
-#define RULE_ENTRY(E, name, kernel, rule) [CR_OP_##E] = rule,
+#define RULE_ENTRY(E, name, kernel, cuda, rule) [CR_OP_##E] = rule,
 cr_grad_fn cr_grad_table[CR_OP_COUNT] = {CR_OPS(RULE_ENTRY)};
 #undef RULE_ENTRY
 

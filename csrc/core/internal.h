@@ -247,6 +247,10 @@ bool cr_autograd_needed(const cr_call *c);
  * the node, saving detached aliases of the inputs in save_in (bitmask) and outputs in
  * save_out, and marks the outputs. Outputs that are not float stay grad-free. */
 cr_status cr_autograd_record(cr_call *c, unsigned save_in, unsigned save_out);
+/* The tail of an op's entry point: cr_dispatch, then cr_autograd_record(c, save_in,
+ * save_out); on success *out = c->out[0] (out may be NULL: the caller takes c->out),
+ * on failure every output is released and *out untouched. */
+cr_status cr_call_finish(cr_tensor **out, cr_call *c, unsigned save_in, unsigned save_out);
 /* Fetches saved input/output k, failing if it was released or modified in place. */
 cr_status cr_saved_in(cr_node *n, int k, cr_tensor **t);
 cr_status cr_saved_out(cr_node *n, int k, cr_tensor **t);

@@ -421,17 +421,12 @@ static cr_status conv2d_entry(cr_tensor **out, cr_tensor *x, cr_tensor *w, cr_te
     c.in[0] = xc, c.in[1] = wc, c.in[2] = bc;
     if (!st)
         st = cr_tensor_alloc_layout(&c.out[0], 4, oshape, x->dtype, cr_tensor_dev(x), fast);
-    if (!st) st = cr_dispatch(&c);
-    if (!st) st = cr_autograd_record(&c, 1u | 2u, 0);
+    if (st) cr_call_drop_outs(&c);
+    else st = cr_call_finish(out, &c, 1u | 2u, 0);
     cr_tensor_free(xc);
     cr_tensor_free(wc);
     cr_tensor_free(bc);
-    if (st) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *out = c.out[0];
-    return CR_OK;
+    return st;
 }
 
 cr_status cr_op_conv2d(cr_tensor **out, cr_tensor *x, cr_tensor *w, cr_tensor *bias,

@@ -84,16 +84,10 @@ static cr_status dropout_backward(cr_tensor **out, cr_tensor *g, cr_tensor *mask
     c.in[0] = gc;
     c.in[1] = mask;
     c.f[0] = scale;
-    if (!(st = cr_tensor_alloc(&c.out[0], gc->ndim, gc->shape, gc->dtype, cr_tensor_dev(gc))) &&
-        !(st = cr_dispatch(&c)))
-        st = cr_autograd_record(&c, 2u, 0);
+    if (!(st = cr_tensor_alloc(&c.out[0], gc->ndim, gc->shape, gc->dtype, cr_tensor_dev(gc))))
+        st = cr_call_finish(out, &c, 2u, 0);
     cr_tensor_free(gc);
-    if (st) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *out = c.out[0];
-    return CR_OK;
+    return st;
 }
 
 cr_status cr_grad_dropout_backward(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
@@ -135,9 +129,8 @@ cr_status cr_op_dropout(cr_tensor **out, cr_tensor *x, double p, bool training) 
     c.i[0] = (int64_t)s.seed;
     c.i[1] = (int64_t)s.counter;
     if (!(st = cr_tensor_alloc(&c.out[0], xc->ndim, xc->shape, xc->dtype, cr_tensor_dev(xc))) &&
-        !(st = cr_tensor_alloc(&c.out[1], xc->ndim, xc->shape, CR_DT_U8, cr_tensor_dev(xc))) &&
-        !(st = cr_dispatch(&c)))
-        st = cr_autograd_record(&c, 0, 2u);
+        !(st = cr_tensor_alloc(&c.out[1], xc->ndim, xc->shape, CR_DT_U8, cr_tensor_dev(xc))))
+        st = cr_call_finish(NULL, &c, 0, 2u);
     cr_tensor_free(xc);
     if (st) {
         if (p < 1) cr_rng_give_back(s);

@@ -50,16 +50,11 @@ cr_status cr_binary_op(cr_tensor **out, cr_op op, cr_tensor *a, cr_tensor *b,
     st = cr_tensor_alloc_as(&c.out[0], ndim, shape, result,
                             cr_tensor_dev(cr_is_host_scalar(a) ? b : a),
                             cr_tensor_is_channels_last(a) ? a : b);
-    if (!st) st = cr_dispatch(&c);
-    if (!st) st = cr_autograd_record(&c, save_in, save_out);
+    if (st) cr_call_drop_outs(&c);
+    else st = cr_call_finish(out, &c, save_in, save_out);
     cr_tensor_free(ca);
     cr_tensor_free(cb);
-    if (st) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *out = c.out[0];
-    return CR_OK;
+    return st;
 }
 
 cr_status cr_check_binary(const char *op, cr_tensor *a, cr_tensor *b) {

@@ -333,17 +333,6 @@ static cr_status check_pair(const char *op, cr_tensor *t, cr_tensor *idx, const 
     return check_index_dtype(op, idx, "index");
 }
 
-static cr_status finish_op(cr_tensor **out, cr_call *c, unsigned save_in) {
-    cr_status st = cr_dispatch(c);
-    if (!st) st = cr_autograd_record(c, save_in, 0);
-    if (st) {
-        cr_call_drop_outs(c);
-        return st;
-    }
-    *out = c->out[0];
-    return CR_OK;
-}
-
 /* out = copy of t, for the scatters (which add into it). */
 static cr_status copy_base(cr_call *c) {
     bool was = cr_grad_set_enabled(false);
@@ -392,7 +381,7 @@ cr_status cr_op_index_select(cr_tensor **out, cr_tensor *t, int64_t dim, cr_tens
     c.in[1] = index;
     c.i[0] = dim;
     if ((st = cr_tensor_alloc(&c.out[0], t->ndim, shape, t->dtype, cr_tensor_dev(t)))) return st;
-    return finish_op(out, &c, 1u << 1);
+    return cr_call_finish(out, &c, 1u << 1, 0);
 }
 cr_status cr_grad_index_select(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     cr_tensor *idx, *z;
@@ -453,7 +442,7 @@ cr_status cr_op_gather(cr_tensor **out, cr_tensor *t, int64_t dim, cr_tensor *in
     c.i[0] = dim;
     if ((st = cr_tensor_alloc(&c.out[0], index->ndim, index->shape, t->dtype, cr_tensor_dev(t))))
         return st;
-    return finish_op(out, &c, 1u << 1);
+    return cr_call_finish(out, &c, 1u << 1, 0);
 }
 cr_status cr_grad_gather(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     cr_tensor *idx, *z;
@@ -509,7 +498,7 @@ cr_status cr_op_scatter_add(cr_tensor **out, cr_tensor *t, int64_t dim, cr_tenso
     c.i[0] = dim;
     if ((st = cr_tensor_alloc(&c.out[0], t->ndim, t->shape, t->dtype, cr_tensor_dev(t))))
         return st;
-    return finish_op(out, &c, 1u << 1);
+    return cr_call_finish(out, &c, 1u << 1, 0);
 }
 
 /* The part of src that the index covers gets gather(g); where src is larger than the
@@ -596,7 +585,7 @@ cr_status cr_op_index_add(cr_tensor **out, cr_tensor *t, int64_t dim, cr_tensor 
     c.i[0] = dim;
     if ((st = cr_tensor_alloc(&c.out[0], t->ndim, t->shape, t->dtype, cr_tensor_dev(t))))
         return st;
-    return finish_op(out, &c, 1u << 1);
+    return cr_call_finish(out, &c, 1u << 1, 0);
 }
 cr_status cr_grad_index_add(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     if (n->edges[0].node) {
@@ -651,7 +640,7 @@ cr_status cr_op_embedding(cr_tensor **out, cr_tensor *weight, cr_tensor *idx) {
     if ((st = cr_tensor_alloc(&c.out[0], idx->ndim + 1, shape, weight->dtype,
                               cr_tensor_dev(weight))))
         return st;
-    return finish_op(out, &c, 1u << 1);
+    return cr_call_finish(out, &c, 1u << 1, 0);
 }
 cr_status cr_grad_embedding(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     const cr_input_meta *m = &n->in_meta[0];
@@ -725,5 +714,5 @@ cr_status cr_op_one_hot(cr_tensor **out, cr_tensor *idx, int64_t num_classes) {
     c.i[0] = num_classes;
     if ((st = cr_tensor_alloc(&c.out[0], idx->ndim + 1, shape, CR_DT_I64, cr_tensor_dev(idx))))
         return st;
-    return finish_op(out, &c, 0);
+    return cr_call_finish(out, &c, 0, 0);
 }

@@ -202,7 +202,7 @@ static cr_status layer_norm_entry(cr_tensor **out, cr_tensor *x, int normalized_
         (st = cr_tensor_alloc(&c.out[1], 1, &rows, dt, cr_tensor_dev(xc))) ||
         (st = cr_tensor_alloc(&c.out[2], 1, &rows, dt, cr_tensor_dev(xc))))
         goto done;
-    if (!(st = cr_dispatch(&c))) st = cr_autograd_record(&c, 1u | 2u, 2u | 4u);
+    st = cr_call_finish(NULL, &c, 1u | 2u, 2u | 4u);
 done:
     cr_tensor_free(xt);
     cr_tensor_free(xc);

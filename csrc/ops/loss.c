@@ -210,11 +210,8 @@ static cr_status loss_entry(cr_tensor **out, cr_op op, cr_tensor *x, cr_tensor *
     }
     /* nll's derivative needs only the targets; cross_entropy recomputes softmax */
     unsigned save = op == CR_OP_NLL_LOSS ? 2 : 3;
-    if (st || (st = cr_dispatch(&c)) || (st = cr_autograd_record(&c, save, 0))) {
-        cr_call_drop_outs(&c);
-        goto done;
-    }
-    *out = c.out[0];
+    if (st) cr_call_drop_outs(&c);
+    else st = cr_call_finish(out, &c, save, 0);
 done:
     if (soft) cr_tensor_free(tgt);
     return st;

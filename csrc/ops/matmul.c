@@ -290,14 +290,9 @@ static cr_status product_op(cr_tensor **out, cr_call *c, int ndim, const int64_t
     cr_status st = cr_check_shape_arg(cr_op_name(c->op), ndim, shape);
     if (!st) st = cr_tensor_alloc(&c->out[0], ndim, shape, c->in[c->nin - 1]->dtype,
                                   cr_tensor_dev(c->in[c->nin - 1]));
-    if (!st) st = cr_dispatch(c);
-    if (!st) st = cr_autograd_record(c, c->op == CR_OP_ADDMM ? 6u : 3u, 0);
-    if (st) {
-        cr_call_drop_outs(c);
-        return st;
-    }
-    *out = c->out[0];
-    return CR_OK;
+    if (st) cr_call_drop_outs(c);
+    else st = cr_call_finish(out, c, c->op == CR_OP_ADDMM ? 6u : 3u, 0);
+    return st;
 }
 
 /* alpha * t as a new reference (t itself when alpha is 1). */

@@ -162,9 +162,8 @@ static cr_status normalize_entry(cr_tensor **out, cr_tensor *x, int64_t dim, dou
     c.i[0] = dim;
     c.f[0] = eps;
     if (!(st = cr_tensor_alloc(&c.out[0], xc->ndim, xc->shape, dt, cr_tensor_dev(xc))) &&
-        !(st = cr_tensor_alloc(&c.out[1], xc->ndim, kshape, dt, cr_tensor_dev(xc))) &&
-        !(st = cr_dispatch(&c)))
-        st = cr_autograd_record(&c, 0, 1u | 2u);
+        !(st = cr_tensor_alloc(&c.out[1], xc->ndim, kshape, dt, cr_tensor_dev(xc))))
+        st = cr_call_finish(NULL, &c, 0, 1u | 2u);
     cr_tensor_free(xc);
     if (st) {
         cr_call_drop_outs(&c);

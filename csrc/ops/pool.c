@@ -241,14 +241,10 @@ cr_status cr_op_max_pool2d(cr_tensor **out, cr_tensor **indices, cr_tensor *x,
     c.in[0] = xc;
     if (!s) s = cr_tensor_alloc_layout(&c.out[0], x->ndim, oshape, x->dtype, cr_tensor_dev(x), cl);
     if (!s) s = cr_tensor_alloc_layout(&c.out[1], x->ndim, oshape, CR_DT_I64, cr_tensor_dev(x), cl);
-    if (!s) s = cr_dispatch(&c);
-    if (!s) s = cr_autograd_record(&c, 0, 2u); /* the backward needs only the indices */
+    if (s) cr_call_drop_outs(&c);
+    else s = cr_call_finish(out, &c, 0, 2u); /* the backward needs only the indices */
     cr_tensor_free(xc);
-    if (s) {
-        cr_call_drop_outs(&c);
-        return s;
-    }
-    *out = c.out[0];
+    if (s) return s;
     if (indices) *indices = c.out[1];
     else cr_tensor_free(c.out[1]);
     return CR_OK;
@@ -472,15 +468,10 @@ static cr_status run_forward(cr_call *c, cr_tensor **out, cr_tensor *x, const in
     cr_status s = cr_op_contiguous(&xc, x);
     c->in[0] = xc;
     if (!s) s = cr_tensor_alloc(&c->out[0], x->ndim, oshape, x->dtype, cr_tensor_dev(x));
-    if (!s) s = cr_dispatch(c);
-    if (!s) s = cr_autograd_record(c, 0, 0); /* the backward needs only sizes */
+    if (s) cr_call_drop_outs(c);
+    else s = cr_call_finish(out, c, 0, 0); /* the backward needs only sizes */
     cr_tensor_free(xc);
-    if (s) {
-        cr_call_drop_outs(c);
-        return s;
-    }
-    *out = c->out[0];
-    return CR_OK;
+    return s;
 }
 
 cr_status cr_op_avg_pool2d(cr_tensor **out, cr_tensor *x, const cr_pool2d_params *p) {

@@ -394,13 +394,7 @@ static cr_status reduce_op(cr_tensor **out, cr_op op, cr_tensor *t, uint32_t dim
     c.i[0] = dims;
     c.i[1] = keepdim;
     if ((st = cr_tensor_alloc(&c.out[0], ndim, shape, result, cr_tensor_dev(t)))) return st;
-    if (!(st = cr_dispatch(&c))) st = cr_autograd_record(&c, 0, 0);
-    if (st) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *out = c.out[0];
-    return CR_OK;
+    return cr_call_finish(out, &c, 0, 0);
 }
 
 /* Grad of a reduction to `ndim/shape`: reshape g to keepdim form, then expand. */

@@ -215,8 +215,7 @@ static cr_status minmax_dim(cr_tensor **values, cr_tensor **indices, cr_op op, c
     if ((st = cr_tensor_alloc(&c.out[0], ndim, shape, t->dtype, cr_tensor_dev(t))) ||
         (st = cr_tensor_alloc(&c.out[1], ndim, shape, CR_DT_I64, cr_tensor_dev(t))))
         goto fail;
-    if ((st = cr_dispatch(&c)) || (st = cr_autograd_record(&c, 0, 2))) goto fail;
-    *values = c.out[0];
+    if ((st = cr_call_finish(values, &c, 0, 2))) return st;
     *indices = c.out[1];
     return CR_OK;
 fail:
@@ -286,12 +285,7 @@ static cr_status amaxmin(cr_tensor **out, cr_op op, cr_tensor *t, uint32_t dims,
     c.i[0] = dims;
     c.i[1] = keepdim;
     if ((st = cr_tensor_alloc(&c.out[0], ndim, shape, t->dtype, cr_tensor_dev(t)))) return st;
-    if ((st = cr_dispatch(&c)) || (st = cr_autograd_record(&c, 1, 1))) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *out = c.out[0];
-    return CR_OK;
+    return cr_call_finish(out, &c, 1, 1);
 }
 
 /* Tie mask of a contiguous x against its reduced values: w = (x == best), and per output

@@ -75,12 +75,7 @@ static cr_status stat_op(cr_tensor **out, cr_op op, cr_tensor *t, uint32_t dims,
     c.i[1] = keepdim;
     c.f[0] = param;
     if ((st = cr_tensor_alloc(&c.out[0], ndim, shape, result, cr_tensor_dev(t)))) return st;
-    if ((st = cr_dispatch(&c)) || (st = cr_autograd_record(&c, save_in, save_out))) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *out = c.out[0];
-    return CR_OK;
+    return cr_call_finish(out, &c, save_in, save_out);
 }
 
 static cr_status run_stat(cr_call *c, const cr_reduce_def *def) {

@@ -75,6 +75,17 @@ void cr_call_drop_outs(cr_call *c) {
     }
 }
 
+cr_status cr_call_finish(cr_tensor **out, cr_call *c, unsigned save_in, unsigned save_out) {
+    cr_status st = cr_dispatch(c);
+    if (!st) st = cr_autograd_record(c, save_in, save_out);
+    if (st) {
+        cr_call_drop_outs(c);
+        return st;
+    }
+    if (out) *out = c->out[0];
+    return CR_OK;
+}
+
 /* Every tensor of a call sits on the lead tensor's device; on a GPU, a 0-dim cpu input is
  * a scalar the kernel reads on the host (x * 2 on cuda), as in PyTorch. */
 static cr_status check_devices(const cr_call *c, const cr_tensor *lead) {

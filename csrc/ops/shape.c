@@ -22,16 +22,12 @@ static cr_status make_view(cr_tensor **out, cr_op op, cr_tensor *t, int ndim,
         }
     cr_call c;
     cr_status st = cr_call_init(&c, op, 1, 1);
+    if (st) return st;
     c.in[0] = t;
     for (int k = 0; k < niparams; k++) c.i[k] = iparams[k];
     c.out[0] = cr_tensor_alias(t, ndim, shape, stride, offset);
     c.out[0]->is_view = true;
-    if ((st = cr_dispatch(&c)) || (st = cr_autograd_record(&c, 0, 0))) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *out = c.out[0];
-    return CR_OK;
+    return cr_call_finish(out, &c, 0, 0);
 }
 
 /* Resolves one -1 entry and checks the element count. */
@@ -433,16 +429,11 @@ cr_status cr_op_cat(cr_tensor **out, cr_tensor **ts, int n, int64_t dim) {
     c.i[0] = dim;
     for (int k = 0; k < n && !st; k++) st = cr_cast_if_needed(&c.in[k], ts[k], dt);
     if (!st) st = cr_tensor_alloc_layout(&c.out[0], ref->ndim, shape, dt, cr_tensor_dev(ref), channels_last);
-    if (!st) st = cr_dispatch(&c);
-    if (!st) st = cr_autograd_record(&c, 0, 0);
+    if (st) cr_call_drop_outs(&c);
+    else st = cr_call_finish(out, &c, 0, 0);
     for (int k = 0; k < n; k++) cr_tensor_free(c.in[k]);
     cr_call_release_ins(&c);
-    if (st) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *out = c.out[0];
-    return CR_OK;
+    return st;
 }
 cr_status cr_grad_cat(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     int64_t dim = n->call.i[0], pos = 0;

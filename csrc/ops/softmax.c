@@ -171,12 +171,7 @@ static cr_status softmax_entry(cr_tensor **out, cr_op op, cr_tensor *t, int64_t 
     c.i[0] = dim;
     if ((st = cr_tensor_alloc(&c.out[0], t->ndim, t->shape, t->dtype, cr_tensor_dev(t))))
         return st;
-    if ((st = cr_dispatch(&c)) || (st = cr_autograd_record(&c, 0, 1))) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *out = c.out[0];
-    return CR_OK;
+    return cr_call_finish(out, &c, 0, 1);
 }
 
 /* Autocast: softmax and log-softmax compute in f32. */

@@ -167,12 +167,7 @@ static cr_status sort_like_op(cr_tensor **values, cr_tensor **indices, cr_op op,
         cr_call_drop_outs(&c);
         return st;
     }
-    if (!(st = cr_dispatch(&c))) st = cr_autograd_record(&c, 0, 1u << 1);
-    if (st) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *values = c.out[0];
+    if ((st = cr_call_finish(values, &c, 0, 1u << 1))) return st;
     *indices = c.out[1];
     return CR_OK;
 }

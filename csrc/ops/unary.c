@@ -17,13 +17,7 @@ cr_status cr_unary_op(cr_tensor **out, cr_op op, cr_tensor *t, cr_dtype result,
     if ((st = cr_tensor_alloc_as(&c.out[0], t->ndim, t->shape, result, cr_tensor_dev(t),
                                  op == CR_OP_CLONE ? NULL : t)))
         return st;
-    if (!(st = cr_dispatch(&c))) st = cr_autograd_record(&c, save_in, save_out);
-    if (st) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *out = c.out[0];
-    return CR_OK;
+    return cr_call_finish(out, &c, save_in, save_out);
 }
 
 cr_status cr_run_unary(cr_call *c, cr_loop_fn fn) {

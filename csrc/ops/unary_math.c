@@ -695,15 +695,10 @@ static cr_status act_backward(cr_tensor **out, cr_op op, cr_tensor *g, cr_tensor
     c.in[0] = gc;
     c.in[1] = v;
     st = cr_tensor_alloc_as(&c.out[0], v->ndim, v->shape, v->dtype, cr_tensor_dev(v), v);
-    if (!st) st = cr_dispatch(&c);
-    if (!st) st = cr_autograd_record(&c, 0, 0);
+    if (st) cr_call_drop_outs(&c);
+    else st = cr_call_finish(out, &c, 0, 0);
     cr_tensor_free(gc);
-    if (st) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *out = c.out[0];
-    return CR_OK;
+    return st;
 }
 cr_status cr_op_relu_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *y) {
     return act_backward(out, CR_OP_RELU_BACKWARD, grad, y);

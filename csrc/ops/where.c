@@ -104,16 +104,11 @@ cr_status cr_op_where(cr_tensor **out, cr_tensor *cond, cr_tensor *a, cr_tensor 
     c.in[1] = ca;
     c.in[2] = cb;
     st = cr_tensor_alloc(&c.out[0], ndim, shape, dt, cr_tensor_dev(a));
-    if (!st) st = cr_dispatch(&c);
-    if (!st) st = cr_autograd_record(&c, 1, 0);
+    if (st) cr_call_drop_outs(&c);
+    else st = cr_call_finish(out, &c, 1, 0);
     cr_tensor_free(ca);
     cr_tensor_free(cb);
-    if (st) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *out = c.out[0];
-    return CR_OK;
+    return st;
 }
 
 /* g goes to a where cond is set and to b elsewhere, each summed back to its shape. */
@@ -211,13 +206,7 @@ cr_status cr_op_masked_fill(cr_tensor **out, cr_tensor *t, cr_tensor *mask, doub
     c.f[0] = value;
     if ((st = cr_tensor_alloc(&c.out[0], t->ndim, t->shape, t->dtype, cr_tensor_dev(t))))
         return st;
-    if (!(st = cr_dispatch(&c))) st = cr_autograd_record(&c, 2, 0);
-    if (st) {
-        cr_call_drop_outs(&c);
-        return st;
-    }
-    *out = c.out[0];
-    return CR_OK;
+    return cr_call_finish(out, &c, 2, 0);
 }
 
 /* The filled places did not come from t: their grad is zero. */

@@ -56,6 +56,43 @@ describe('cr.autocast', function()
     H.assert_close(x.grad, x2.grad, 0, 0)
   end)
 
+  -- Each op whose row in the op list has autocast class HALF or F32, called through Lua:
+  -- under autocast, HALF turns f32 inputs into a half result, F32 turns half inputs into
+  -- an f32 result; the list must name every such op (the rows are the policy).
+  it('follows the autocast class of every op row that has one', function()
+    local ffi = require 'ffi'
+    local f, h = a, a:bfloat16()                                   -- [5, 7]
+    local target = cr.tensor({ 0, 1, 2, 0, 1 }):long()
+    local calls = {
+      mm = { 'half', function(x) return x:mm(b) end },
+      bmm = { 'half', function(x) return x:view({ 1, 5, 7 }):bmm(b:view({ 1, 7, 3 })) end },
+      addmm = { 'half', function(x) return cr.linear(x, b:t(), H.park_miller({ 3 }, 5):float()) end },
+      conv2d = { 'half', function(x) return x:view({ 1, 1, 5, 7 }):conv2d(cr.ones(2, 1, 3, 3), nil, { padding = 1 }) end },
+      sum = { 'f32', function(x) return x:sum() end },
+      mean = { 'f32', function(x) return x:mean() end },
+      softmax = { 'f32', function(x) return x:softmax(1) end },
+      log_softmax = { 'f32', function(x) return x:log_softmax(1) end },
+      nll_loss = { 'f32', function(x) return cr.nll_loss(x, target) end },
+      cross_entropy = { 'f32', function(x) return cr.cross_entropy(x, target) end },
+      layer_norm = { 'f32', function(x) return cr.layer_norm(x, { 7 }) end },
+      normalize = { 'f32', function(x) return x:normalize({ dim = 1 }) end },
+    }
+    local listed = {}
+    for op = 0, tonumber(cr.C.cr_op_count()) - 1 do
+      local class = tonumber(cr.C.cr_op_autocast_class(op))
+      if class ~= 0 then
+        local name = ffi.string(cr.C.cr_op_name(op))
+        local call = calls[name]
+        assert.is_not_nil(call, name .. ' has an autocast class in its row but no case here')
+        assert.are.equal(class == 1 and 'half' or 'f32', call[1], name)
+        listed[name] = true
+        local y = cr.autocast('bf16', function() return call[2](class == 1 and f or h) end)
+        assert.are.equal(class == 1 and 'bf16' or 'f32', y.dtype, name)
+      end
+    end
+    for name in pairs(calls) do assert.is_true(listed[name], name .. ' has no autocast class in its row') end
+  end)
+
   it('restores the previous setting, also after an error, and names a bad dtype', function()
     assert.are.equal('f32', a:mm(b).dtype)
     local ok = pcall(cr.autocast, 'bf16', function() error('boom') end)

@@ -154,20 +154,20 @@ cr_status cr_broadcast_shapes(const char *op, const cr_tensor *a, const cr_tenso
                               int *ndim, int64_t *shape);
 
 /* ---- autocast (ops/autocast.c) ----
- * An op on the policy's lists wraps its entry:
+ * An op whose row's autocast class is HALF or F32 wraps its entry:
  *     if (cr_autocast_get() == CR_DT_F32) return entry(out, a, b);
  *     cr_autocast_scope s;
- *     cr_status st = cr_autocast_begin(&s, true, a, b, NULL);   // true: cast down
+ *     cr_status st = cr_autocast_begin(&s, CR_OP_MM, a, b, NULL);
  *     if (!st) st = entry(out, s.t[0], s.t[1]);
  *     cr_autocast_end(&s);
- * begin casts f32 inputs to the autocast dtype (down) or half inputs to f32 (up), and
- * turns autocast off until end, so the op's own inner ops are not cast again. */
+ * begin casts f32 inputs to the autocast dtype (HALF) or half inputs to f32 (F32), as
+ * the op's row says, and turns autocast off until end, so the op's own inner ops are not
+ * cast again. spec/autocast_spec.lua checks every op of those classes. */
 typedef struct {
     cr_tensor *t[3];
     cr_dtype prev;
 } cr_autocast_scope;
-cr_status cr_autocast_begin(cr_autocast_scope *s, bool down, cr_tensor *a, cr_tensor *b,
-                            cr_tensor *c);
+cr_status cr_autocast_begin(cr_autocast_scope *s, cr_op op, cr_tensor *a, cr_tensor *b, cr_tensor *c);
 void cr_autocast_end(cr_autocast_scope *s);
 
 /* ---- calls: one op application, the unit of dispatch and of autograd ---- */
@@ -276,7 +276,7 @@ extern cr_kernel_fn cr_kernel_table[][CR_DEV_COUNT];
 
 /* Every CPU kernel and derivative rule named in the op list, so kernels can call each
  * other (the CUDA column is declared in csrc/cuda/cuda_impl.h). */
-#define CR_DECLARE_KERNEL(E, name, kernel, cuda, rule)                               \
+#define CR_DECLARE_KERNEL(E, name, kernel, cuda, rule, amp)                               \
     cr_status kernel(cr_call *c);                                                    \
     cr_status rule(cr_node *n, cr_tensor **gout, cr_tensor **gin);
 CR_OPS(CR_DECLARE_KERNEL)

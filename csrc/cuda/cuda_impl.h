@@ -42,7 +42,7 @@ cr_status cr_gpu_call_device(const cr_call *c, int *device);
  * this folder (a row naming a CPU function, for ops without GPU arithmetic, declares it
  * again with the same type). backend.c copies the column into cr_kernel_table when the
  * backend opens; cr_gpu_none marks an op without a GPU kernel (its entry stays empty). */
-#define CR_GPU_DECLARE_KERNEL(E, name, kernel, cuda, rule) cr_status cuda(cr_call *c);
+#define CR_GPU_DECLARE_KERNEL(E, name, kernel, cuda, rule, amp) cr_status cuda(cr_call *c);
 CR_OPS(CR_GPU_DECLARE_KERNEL)
 #undef CR_GPU_DECLARE_KERNEL
 cr_status cr_gpu_none(cr_call *c);

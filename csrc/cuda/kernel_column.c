@@ -4,7 +4,7 @@
  * without a GPU. */
 #include "cuda_impl.h"
 
-#define GPU_KERNEL_ENTRY(E, name, kernel, cuda, rule) [CR_OP_##E] = cuda,
+#define GPU_KERNEL_ENTRY(E, name, kernel, cuda, rule, amp) [CR_OP_##E] = cuda,
 const cr_kernel_fn cr_gpu_kernels[CR_OP_COUNT] = {CR_OPS(GPU_KERNEL_ENTRY)};
 #undef GPU_KERNEL_ENTRY
 

@@ -1,11 +1,13 @@
 /* crescent_ops.h — the op list. One X-macro per family (in ops/<family>.h) lists
- * X(ENUM, "name", cpu_kernel, cuda_kernel, derivative_rule); this file joins them into
- * CR_OPS and generates the cr_op enum. ops/registry.c generates the names, the CPU column
+ * X(ENUM, "name", cpu_kernel, cuda_kernel, derivative_rule, autocast_class); this file
+ * joins them into CR_OPS and generates the cr_op enum. ops/registry.c generates the names, the CPU column
  * of the dispatch table [op][device] and the table of derivative rules from the same
  * list, and the CUDA backend its column (cuda/backend.c), so a reader sees every kernel
  * and every gradient in one place. An op that needs no GPU arithmetic (views, cat,
  * to_device) names its CPU function in both columns; one without a GPU kernel yet names
- * cr_gpu_none. The typed entry points (cr_op_*) are
+ * cr_gpu_none. The autocast class says what an op does under cr.autocast (f16/bf16):
+ * HALF casts f32 inputs down (matrix products, convolutions), F32 casts half inputs up
+ * (reductions, softmax, losses, norms), KEEP runs in the inputs' dtypes. The typed entry points (cr_op_*) are
  * declared beside each family's list. */
 #ifndef CRESCENT_OPS_H
 #define CRESCENT_OPS_H
@@ -31,9 +33,14 @@
     CR_OPS_NORM(X)                                                                   \
     CR_OPS_INDEX(X)
 
-#define CR_OP_ENUM_ENTRY(E, name, kernel, cuda, rule) CR_OP_##E,
+#define CR_OP_ENUM_ENTRY(E, name, kernel, cuda, rule, amp) CR_OP_##E,
 typedef enum { CR_OPS(CR_OP_ENUM_ENTRY) CR_OP_COUNT } cr_op;
 #undef CR_OP_ENUM_ENTRY
+
+/* The autocast class of the op list's last column. */
+typedef enum { CR_AMP_KEEP = 0, CR_AMP_HALF, CR_AMP_F32 } cr_amp_class;
+/* An op's autocast class (CR_AMP_KEEP for an op out of range). */
+cr_amp_class cr_op_autocast_class(cr_op op);
 
 /* Fast paths (oneDNN, fused kernels) on by default; specs turn them off to compare
  * against the plain reference kernels. Returns the previous value. */

@@ -1,8 +1,8 @@
 /* autocast.c — the mixed-precision policy: while autocast is set to f16 or
  * bf16, the ops that profit from half precision (matrix products, convolutions) cast f32
  * inputs down, and the ops that need range or accuracy (softmax, losses, norms,
- * reductions) cast half inputs up to f32. The entries of those ops call the two helpers
- * below; everything else runs in its inputs' dtypes, and mixed operands promote as usual
+ * reductions) cast half inputs up to f32, as each op's row in the op list says (its
+ * autocast class, HALF or F32). The entries of those ops call the two helpers below; everything else runs in its inputs' dtypes, and mixed operands promote as usual
  * (bf16 + f32 gives f32). The casts are ordinary recorded ops, so grads flow back to the
  * f32 parameters in f32. */
 #include "internal.h"
@@ -26,10 +26,11 @@ static cr_status cast_one(cr_tensor **out, cr_tensor *t, bool down, cr_dtype amp
     return CR_OK;
 }
 
-cr_status cr_autocast_begin(cr_autocast_scope *s, bool down, cr_tensor *a, cr_tensor *b,
-                            cr_tensor *c) {
+cr_status cr_autocast_begin(cr_autocast_scope *s, cr_op op, cr_tensor *a, cr_tensor *b, cr_tensor *c) {
     cr_tensor *in[3] = {a, b, c};
     cr_status st = CR_OK;
+    bool down = cr_op_autocast_class(op) == CR_AMP_HALF;
+    CR_ASSERT(cr_op_autocast_class(op) != CR_AMP_KEEP); /* the op's row must say HALF or F32 */
     s->prev = autocast_dtype;
     for (int k = 0; k < 3; k++) s->t[k] = NULL;
     for (int k = 0; k < 3 && !st; k++) st = cast_one(&s->t[k], in[k], down, s->prev);

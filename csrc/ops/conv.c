@@ -433,7 +433,7 @@ cr_status cr_op_conv2d(cr_tensor **out, cr_tensor *x, cr_tensor *w, cr_tensor *b
                        const cr_conv2d_params *p) {
     if (cr_autocast_get() == CR_DT_F32) return conv2d_entry(out, x, w, bias, p);
     cr_autocast_scope s;
-    cr_status st = cr_autocast_begin(&s, true, x, w, bias);
+    cr_status st = cr_autocast_begin(&s, CR_OP_CONV2D, x, w, bias);
     if (!st) st = conv2d_entry(out, s.t[0], s.t[1], s.t[2], p);
     cr_autocast_end(&s);
     return st;

@@ -229,7 +229,7 @@ cr_status cr_op_layer_norm(cr_tensor **out, cr_tensor *x, int normalized_ndim,
                            cr_tensor *weight, cr_tensor *bias, double eps) {
     if (cr_autocast_get() == CR_DT_F32) return layer_norm_entry(out, x, normalized_ndim, weight, bias, eps);
     cr_autocast_scope s;
-    cr_status st = cr_autocast_begin(&s, false, x, weight, bias);
+    cr_status st = cr_autocast_begin(&s, CR_OP_LAYER_NORM, x, weight, bias);
     if (!st) st = layer_norm_entry(out, s.t[0], normalized_ndim, s.t[1], s.t[2], eps);
     cr_autocast_end(&s);
     return st;

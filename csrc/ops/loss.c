@@ -222,7 +222,7 @@ static cr_status loss_op(cr_tensor **out, cr_op op, cr_tensor *x, cr_tensor *tar
                          cr_reduction red, double eps, int64_t ignore) {
     if (cr_autocast_get() == CR_DT_F32) return loss_entry(out, op, x, target, red, eps, ignore);
     cr_autocast_scope s;
-    cr_status st = cr_autocast_begin(&s, false, x, target, NULL);
+    cr_status st = cr_autocast_begin(&s, op, x, target, NULL);
     if (!st) st = loss_entry(out, op, s.t[0], s.t[1], red, eps, ignore);
     cr_autocast_end(&s);
     return st;

@@ -384,7 +384,7 @@ static cr_status mm_entry(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
 cr_status cr_op_mm(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     if (cr_autocast_get() == CR_DT_F32) return mm_entry(out, a, b);
     cr_autocast_scope s;
-    cr_status st = cr_autocast_begin(&s, true, a, b, NULL);
+    cr_status st = cr_autocast_begin(&s, CR_OP_MM, a, b, NULL);
     if (!st) st = mm_entry(out, s.t[0], s.t[1]);
     cr_autocast_end(&s);
     return st;
@@ -411,7 +411,7 @@ static cr_status bmm_entry(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
 cr_status cr_op_bmm(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     if (cr_autocast_get() == CR_DT_F32) return bmm_entry(out, a, b);
     cr_autocast_scope s;
-    cr_status st = cr_autocast_begin(&s, true, a, b, NULL);
+    cr_status st = cr_autocast_begin(&s, CR_OP_BMM, a, b, NULL);
     if (!st) st = bmm_entry(out, s.t[0], s.t[1]);
     cr_autocast_end(&s);
     return st;
@@ -463,7 +463,7 @@ cr_status cr_op_addmm(cr_tensor **out, cr_tensor *bias, cr_tensor *a, cr_tensor 
                       double beta, double alpha) {
     if (cr_autocast_get() == CR_DT_F32) return addmm_entry(out, bias, a, b, beta, alpha);
     cr_autocast_scope s;
-    cr_status st = cr_autocast_begin(&s, true, bias, a, b);
+    cr_status st = cr_autocast_begin(&s, CR_OP_ADDMM, bias, a, b);
     if (!st) st = addmm_entry(out, s.t[0], s.t[1], s.t[2], beta, alpha);
     cr_autocast_end(&s);
     return st;
@@ -593,9 +593,9 @@ cr_status cr_op_linear(cr_tensor **out, cr_tensor *x, cr_tensor *w, cr_tensor *b
     CR_CHECK_TENSOR("linear", x, "input");
     CR_CHECK_TENSOR("linear", w, "weight");
     cr_status st;
-    if (cr_autocast_get() != CR_DT_F32) { /* x, w and bias all in the half dtype */
+    if (cr_autocast_get() != CR_DT_F32) { /* a composite of addmm: x, w and bias in the half dtype */
         cr_autocast_scope s;
-        if (!(st = cr_autocast_begin(&s, true, x, w, bias)))
+        if (!(st = cr_autocast_begin(&s, CR_OP_ADDMM, x, w, bias)))
             st = cr_op_linear(out, s.t[0], s.t[1], s.t[2]);
         cr_autocast_end(&s);
         return st;

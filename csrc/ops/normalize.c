@@ -182,7 +182,7 @@ static cr_status normalize_entry(cr_tensor **out, cr_tensor *x, int64_t dim, dou
 cr_status cr_op_normalize(cr_tensor **out, cr_tensor *x, int64_t dim, double eps) {
     if (cr_autocast_get() == CR_DT_F32) return normalize_entry(out, x, dim, eps);
     cr_autocast_scope s;
-    cr_status st = cr_autocast_begin(&s, false, x, NULL, NULL);
+    cr_status st = cr_autocast_begin(&s, CR_OP_NORMALIZE, x, NULL, NULL);
     if (!st) st = normalize_entry(out, s.t[0], dim, eps);
     cr_autocast_end(&s);
     return st;

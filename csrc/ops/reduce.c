@@ -422,7 +422,7 @@ static cr_status sum_entry(cr_tensor **out, cr_tensor *t, uint32_t dims, bool ke
 cr_status cr_op_sum(cr_tensor **out, cr_tensor *t, uint32_t dims, bool keepdim) {
     if (cr_autocast_get() == CR_DT_F32) return sum_entry(out, t, dims, keepdim);
     cr_autocast_scope s;
-    cr_status st = cr_autocast_begin(&s, false, t, NULL, NULL);
+    cr_status st = cr_autocast_begin(&s, CR_OP_SUM, t, NULL, NULL);
     if (!st) st = sum_entry(out, s.t[0], dims, keepdim);
     cr_autocast_end(&s);
     return st;
@@ -447,7 +447,7 @@ static cr_status mean_entry(cr_tensor **out, cr_tensor *t, uint32_t dims, bool k
 cr_status cr_op_mean(cr_tensor **out, cr_tensor *t, uint32_t dims, bool keepdim) {
     if (cr_autocast_get() == CR_DT_F32) return mean_entry(out, t, dims, keepdim);
     cr_autocast_scope s;
-    cr_status st = cr_autocast_begin(&s, false, t, NULL, NULL);
+    cr_status st = cr_autocast_begin(&s, CR_OP_MEAN, t, NULL, NULL);
     if (!st) st = mean_entry(out, s.t[0], dims, keepdim);
     cr_autocast_end(&s);
     return st;

@@ -3,21 +3,30 @@
  * its family's list; the compiler then demands its kernel and rule. */
 #include "internal.h"
 
-#define NAME_ENTRY(E, name, kernel, cuda, rule) name,
+#define NAME_ENTRY(E, name, kernel, cuda, rule, amp) name,
 static const char *op_names[CR_OP_COUNT] = {CR_OPS(NAME_ENTRY)};
 #undef NAME_ENTRY
-#define BACKWARD_NAME_ENTRY(E, name, kernel, cuda, rule) name " backward",
+#define BACKWARD_NAME_ENTRY(E, name, kernel, cuda, rule, amp) name " backward",
 static const char *op_backward_names[CR_OP_COUNT] = {CR_OPS(BACKWARD_NAME_ENTRY)};
 #undef BACKWARD_NAME_ENTRY
 
 /* The cuda column is filled by the CUDA backend when it opens, from the rows' cuda
  * names (csrc/cuda/backend.c); an op it leaves empty fails with a message naming the op. */
-#define KERNEL_ENTRY(E, name, kernel, cuda, rule) [CR_OP_##E] = {[CR_DEV_CPU] = kernel},
+#define KERNEL_ENTRY(E, name, kernel, cuda, rule, amp) [CR_OP_##E] = {[CR_DEV_CPU] = kernel},
 cr_kernel_fn cr_kernel_table[CR_OP_COUNT][CR_DEV_COUNT] = {CR_OPS(KERNEL_ENTRY)};
 #undef KERNEL_ENTRY
 
+/* The autocast class of each op (its row's last column). */
+#define AMP_ENTRY(E, name, kernel, cuda, rule, amp) [CR_OP_##E] = CR_AMP_##amp,
+static const cr_amp_class op_amp[CR_OP_COUNT] = {CR_OPS(AMP_ENTRY)};
+#undef AMP_ENTRY
+
+cr_amp_class cr_op_autocast_class(cr_op op) {
+    return (int)op >= 0 && op < CR_OP_COUNT ? op_amp[op] : CR_AMP_KEEP;
+}
+
 /* Ops without a derivative list cr_grad_none. */
-#define RULE_ENTRY(E, name, kernel, cuda, rule) [CR_OP_##E] = rule,
+#define RULE_ENTRY(E, name, kernel, cuda, rule, amp) [CR_OP_##E] = rule,
 cr_grad_fn cr_grad_table[CR_OP_COUNT] = {CR_OPS(RULE_ENTRY)};
 #undef RULE_ENTRY
 

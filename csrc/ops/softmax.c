@@ -178,7 +178,7 @@ static cr_status softmax_entry(cr_tensor **out, cr_op op, cr_tensor *t, int64_t 
 static cr_status softmax_op(cr_tensor **out, cr_op op, cr_tensor *t, int64_t dim) {
     if (cr_autocast_get() == CR_DT_F32) return softmax_entry(out, op, t, dim);
     cr_autocast_scope s;
-    cr_status st = cr_autocast_begin(&s, false, t, NULL, NULL);
+    cr_status st = cr_autocast_begin(&s, op, t, NULL, NULL);
     if (!st) st = softmax_entry(out, op, s.t[0], dim);
     cr_autocast_end(&s);
     return st;

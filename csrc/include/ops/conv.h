@@ -5,18 +5,18 @@
 #define CR_OPS_CONV_H
 
 #define CR_OPS_CONV(X)                                                                                        \
-    X(CONV2D, "conv2d", cr_cpu_conv2d, cr_gpu_conv2d, cr_grad_conv2d)                                         \
-    X(CONV2D_BACKWARD, "conv2d_backward", cr_cpu_conv2d_backward, cr_gpu_conv2d_backward, cr_grad_none)       \
-    X(MAX_POOL2D, "max_pool2d", cr_cpu_max_pool2d, cr_gpu_max_pool2d, cr_grad_max_pool2d)                     \
+    X(CONV2D, "conv2d", cr_cpu_conv2d, cr_gpu_conv2d, cr_grad_conv2d, HALF)                                   \
+    X(CONV2D_BACKWARD, "conv2d_backward", cr_cpu_conv2d_backward, cr_gpu_conv2d_backward, cr_grad_none, KEEP) \
+    X(MAX_POOL2D, "max_pool2d", cr_cpu_max_pool2d, cr_gpu_max_pool2d, cr_grad_max_pool2d, KEEP)               \
     X(MAX_POOL2D_BACKWARD, "max_pool2d_backward", cr_cpu_max_pool2d_backward,                                 \
-      cr_gpu_max_pool2d_backward, cr_grad_none)                                                               \
-    X(AVG_POOL2D, "avg_pool2d", cr_cpu_avg_pool2d, cr_gpu_avg_pool2d, cr_grad_avg_pool2d)                     \
+      cr_gpu_max_pool2d_backward, cr_grad_none, KEEP)                                                         \
+    X(AVG_POOL2D, "avg_pool2d", cr_cpu_avg_pool2d, cr_gpu_avg_pool2d, cr_grad_avg_pool2d, KEEP)               \
     X(AVG_POOL2D_BACKWARD, "avg_pool2d_backward", cr_cpu_avg_pool2d_backward,                                 \
-      cr_gpu_avg_pool2d_backward, cr_grad_none)                                                               \
+      cr_gpu_avg_pool2d_backward, cr_grad_none, KEEP)                                                         \
     X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", cr_cpu_adaptive_avg_pool2d,                                 \
-      cr_gpu_adaptive_avg_pool2d, cr_grad_adaptive_avg_pool2d)                                                \
+      cr_gpu_adaptive_avg_pool2d, cr_grad_adaptive_avg_pool2d, KEEP)                                          \
     X(ADAPTIVE_AVG_POOL2D_BACKWARD, "adaptive_avg_pool2d_backward", cr_cpu_adaptive_avg_pool2d_backward,      \
-      cr_gpu_adaptive_avg_pool2d_backward, cr_grad_none)                                                      \
+      cr_gpu_adaptive_avg_pool2d_backward, cr_grad_none, KEEP)                                                \
 
 typedef struct {
     int64_t stride[2];

@@ -9,14 +9,14 @@
 #define CR_OPS_CREATION_H
 
 #define CR_OPS_CREATION(X)                                                                                    \
-    X(FILL, "fill_", cr_cpu_fill, cr_gpu_fill, cr_grad_none)                                                  \
-    X(ARANGE, "arange", cr_cpu_arange, cr_gpu_arange, cr_grad_none)                                           \
-    X(EYE, "eye", cr_cpu_eye, cr_gpu_eye, cr_grad_none)                                                       \
-    X(RAND, "rand", cr_cpu_rand, cr_gpu_rand, cr_grad_none)                                                   \
-    X(RANDN, "randn", cr_cpu_randn, cr_gpu_randn, cr_grad_none)                                               \
-    X(RANDINT, "randint", cr_cpu_randint, cr_gpu_randint, cr_grad_none)                                       \
-    X(RANDPERM, "randperm", cr_cpu_randperm, cr_gpu_randperm, cr_grad_none)                                   \
-    X(BERNOULLI, "bernoulli", cr_cpu_bernoulli, cr_gpu_bernoulli, cr_grad_none)                               \
+    X(FILL, "fill_", cr_cpu_fill, cr_gpu_fill, cr_grad_none, KEEP)                                            \
+    X(ARANGE, "arange", cr_cpu_arange, cr_gpu_arange, cr_grad_none, KEEP)                                     \
+    X(EYE, "eye", cr_cpu_eye, cr_gpu_eye, cr_grad_none, KEEP)                                                 \
+    X(RAND, "rand", cr_cpu_rand, cr_gpu_rand, cr_grad_none, KEEP)                                             \
+    X(RANDN, "randn", cr_cpu_randn, cr_gpu_randn, cr_grad_none, KEEP)                                         \
+    X(RANDINT, "randint", cr_cpu_randint, cr_gpu_randint, cr_grad_none, KEEP)                                 \
+    X(RANDPERM, "randperm", cr_cpu_randperm, cr_gpu_randperm, cr_grad_none, KEEP)                             \
+    X(BERNOULLI, "bernoulli", cr_cpu_bernoulli, cr_gpu_bernoulli, cr_grad_none, KEEP)                         \
 
 cr_status cr_op_full(cr_tensor **out, int ndim, const int64_t *shape, double value,
                      cr_dtype dt, cr_devtype dev, int dev_index);

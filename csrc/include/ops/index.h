@@ -9,14 +9,14 @@
 #define CR_OPS_INDEX_H
 
 #define CR_OPS_INDEX(X)                                                                                       \
-    X(INDEX_SELECT, "index_select", cr_cpu_index_select, cr_gpu_index_select, cr_grad_index_select)           \
-    X(GATHER, "gather", cr_cpu_gather, cr_gpu_gather, cr_grad_gather)                                         \
-    X(SCATTER_ADD, "scatter_add", cr_cpu_scatter_add, cr_gpu_scatter_add, cr_grad_scatter_add)                \
-    X(INDEX_ADD, "index_add", cr_cpu_index_add, cr_gpu_index_add, cr_grad_index_add)                          \
-    X(EMBEDDING, "embedding", cr_cpu_embedding, cr_gpu_embedding, cr_grad_embedding)                          \
-    X(TOPK, "topk", cr_cpu_topk, cr_gpu_sort_rows, cr_grad_topk)                                              \
-    X(SORT, "sort", cr_cpu_sort, cr_gpu_sort_rows, cr_grad_sort)                                              \
-    X(ONE_HOT, "one_hot", cr_cpu_one_hot, cr_gpu_one_hot, cr_grad_none)                                       \
+    X(INDEX_SELECT, "index_select", cr_cpu_index_select, cr_gpu_index_select, cr_grad_index_select, KEEP)     \
+    X(GATHER, "gather", cr_cpu_gather, cr_gpu_gather, cr_grad_gather, KEEP)                                   \
+    X(SCATTER_ADD, "scatter_add", cr_cpu_scatter_add, cr_gpu_scatter_add, cr_grad_scatter_add, KEEP)          \
+    X(INDEX_ADD, "index_add", cr_cpu_index_add, cr_gpu_index_add, cr_grad_index_add, KEEP)                    \
+    X(EMBEDDING, "embedding", cr_cpu_embedding, cr_gpu_embedding, cr_grad_embedding, KEEP)                    \
+    X(TOPK, "topk", cr_cpu_topk, cr_gpu_sort_rows, cr_grad_topk, KEEP)                                        \
+    X(SORT, "sort", cr_cpu_sort, cr_gpu_sort_rows, cr_grad_sort, KEEP)                                        \
+    X(ONE_HOT, "one_hot", cr_cpu_one_hot, cr_gpu_one_hot, cr_grad_none, KEEP)                                 \
 
 /* t.index_select(dim, index[k]) */
 cr_status cr_op_index_select(cr_tensor **out, cr_tensor *t, int64_t dim, cr_tensor *index);

@@ -5,9 +5,9 @@
 #define CR_OPS_LINALG_H
 
 #define CR_OPS_LINALG(X)                                                                                      \
-    X(MM, "mm", cr_cpu_mm, cr_gpu_mm, cr_grad_mm)                                                             \
-    X(BMM, "bmm", cr_cpu_bmm, cr_gpu_bmm, cr_grad_bmm)                                                        \
-    X(ADDMM, "addmm", cr_cpu_addmm, cr_gpu_addmm, cr_grad_addmm)
+    X(MM, "mm", cr_cpu_mm, cr_gpu_mm, cr_grad_mm, HALF)                                                       \
+    X(BMM, "bmm", cr_cpu_bmm, cr_gpu_bmm, cr_grad_bmm, HALF)                                                  \
+    X(ADDMM, "addmm", cr_cpu_addmm, cr_gpu_addmm, cr_grad_addmm, HALF)
 
 /* a [n, k] @ b [k, m]; either may be a transposed or strided view (no copy needed). */
 cr_status cr_op_mm(cr_tensor **out, cr_tensor *a, cr_tensor *b);

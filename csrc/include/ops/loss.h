@@ -8,13 +8,14 @@
 typedef enum { CR_REDUCTION_NONE = 0, CR_REDUCTION_MEAN = 1, CR_REDUCTION_SUM = 2 } cr_reduction;
 
 #define CR_OPS_LOSS(X)                                                                                        \
-    X(SOFTMAX, "softmax", cr_cpu_softmax, cr_gpu_softmax, cr_grad_softmax)                                    \
-    X(LOG_SOFTMAX, "log_softmax", cr_cpu_log_softmax, cr_gpu_log_softmax, cr_grad_log_softmax)                \
-    X(NLL_LOSS, "nll_loss", cr_cpu_nll_loss, cr_gpu_loss_forward, cr_grad_nll_loss)                           \
-    X(CROSS_ENTROPY, "cross_entropy", cr_cpu_cross_entropy, cr_gpu_loss_forward, cr_grad_cross_entropy)       \
-    X(NLL_LOSS_BACKWARD, "nll_loss_backward", cr_cpu_nll_loss_backward, cr_gpu_loss_backward, cr_grad_none)   \
+    X(SOFTMAX, "softmax", cr_cpu_softmax, cr_gpu_softmax, cr_grad_softmax, F32)                               \
+    X(LOG_SOFTMAX, "log_softmax", cr_cpu_log_softmax, cr_gpu_log_softmax, cr_grad_log_softmax, F32)           \
+    X(NLL_LOSS, "nll_loss", cr_cpu_nll_loss, cr_gpu_loss_forward, cr_grad_nll_loss, F32)                      \
+    X(CROSS_ENTROPY, "cross_entropy", cr_cpu_cross_entropy, cr_gpu_loss_forward, cr_grad_cross_entropy, F32)  \
+    X(NLL_LOSS_BACKWARD, "nll_loss_backward", cr_cpu_nll_loss_backward,                                       \
+      cr_gpu_loss_backward, cr_grad_none, KEEP)                                                               \
     X(CROSS_ENTROPY_BACKWARD, "cross_entropy_backward", cr_cpu_cross_entropy_backward,                        \
-      cr_gpu_loss_backward, cr_grad_none)                                                                     \
+      cr_gpu_loss_backward, cr_grad_none, KEEP)                                                               \
 
 /* along dim, stable; f16/bf16 compute in f32 and return their own dtype. */
 cr_status cr_op_softmax(cr_tensor **out, cr_tensor *t, int64_t dim);

@@ -8,18 +8,18 @@
 #define CR_OPS_NORM_H
 
 #define CR_OPS_NORM(X)                                                                                        \
-    X(BATCH_NORM, "batch_norm", cr_cpu_batch_norm, cr_gpu_batch_norm, cr_grad_batch_norm)                     \
+    X(BATCH_NORM, "batch_norm", cr_cpu_batch_norm, cr_gpu_batch_norm, cr_grad_batch_norm, KEEP)               \
     X(BATCH_NORM_BACKWARD, "batch_norm_backward", cr_cpu_batch_norm_backward,                                 \
-      cr_gpu_batch_norm_backward, cr_grad_none)                                                               \
-    X(LAYER_NORM, "layer_norm", cr_cpu_layer_norm, cr_gpu_layer_norm, cr_grad_layer_norm)                     \
+      cr_gpu_batch_norm_backward, cr_grad_none, KEEP)                                                         \
+    X(LAYER_NORM, "layer_norm", cr_cpu_layer_norm, cr_gpu_layer_norm, cr_grad_layer_norm, F32)                \
     X(LAYER_NORM_BACKWARD, "layer_norm_backward", cr_cpu_layer_norm_backward,                                 \
-      cr_gpu_layer_norm_backward, cr_grad_none)                                                               \
-    X(DROPOUT, "dropout", cr_cpu_dropout, cr_gpu_dropout, cr_grad_dropout)                                    \
+      cr_gpu_layer_norm_backward, cr_grad_none, KEEP)                                                         \
+    X(DROPOUT, "dropout", cr_cpu_dropout, cr_gpu_dropout, cr_grad_dropout, KEEP)                              \
     X(DROPOUT_BACKWARD, "dropout_backward", cr_cpu_dropout_backward,                                          \
-      cr_gpu_dropout_backward, cr_grad_dropout_backward)                                                      \
-    X(NORMALIZE, "normalize", cr_cpu_normalize, cr_gpu_normalize, cr_grad_normalize)                          \
+      cr_gpu_dropout_backward, cr_grad_dropout_backward, KEEP)                                                \
+    X(NORMALIZE, "normalize", cr_cpu_normalize, cr_gpu_normalize, cr_grad_normalize, F32)                     \
     X(NORMALIZE_BACKWARD, "normalize_backward", cr_cpu_normalize_backward,                                    \
-      cr_gpu_normalize_backward, cr_grad_none)
+      cr_gpu_normalize_backward, cr_grad_none, KEEP)
 
 /* x [N, C, ...]; weight/bias [C] or NULL; running_mean/var [C] or NULL (then batch
  * statistics are used even in eval). */

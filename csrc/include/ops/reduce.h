@@ -5,17 +5,17 @@
 #define CR_OPS_REDUCE_H
 
 #define CR_OPS_REDUCE(X)                                                                                      \
-    X(SUM, "sum", cr_cpu_sum, cr_gpu_sum, cr_grad_sum)                                                        \
-    X(MEAN, "mean", cr_cpu_mean, cr_gpu_mean, cr_grad_mean)                                                   \
-    X(MAX_DIM, "max", cr_cpu_max_dim, cr_gpu_max_values, cr_grad_max_dim)                                     \
-    X(MIN_DIM, "min", cr_cpu_min_dim, cr_gpu_min_values, cr_grad_min_dim)                                     \
-    X(AMAX, "amax", cr_cpu_amax, cr_gpu_max_values, cr_grad_amax)                                             \
-    X(AMIN, "amin", cr_cpu_amin, cr_gpu_min_values, cr_grad_amin)                                             \
-    X(ARGMAX, "argmax", cr_cpu_argmax, cr_gpu_argmax, cr_grad_none)                                           \
-    X(ARGMIN, "argmin", cr_cpu_argmin, cr_gpu_argmin, cr_grad_none)                                           \
-    X(VAR, "var", cr_cpu_var, cr_gpu_var, cr_grad_var)                                                        \
-    X(NORM, "norm", cr_cpu_norm, cr_gpu_norm, cr_grad_norm)                                                   \
-    X(LOGSUMEXP, "logsumexp", cr_cpu_logsumexp, cr_gpu_logsumexp, cr_grad_logsumexp)                          \
+    X(SUM, "sum", cr_cpu_sum, cr_gpu_sum, cr_grad_sum, F32)                                                   \
+    X(MEAN, "mean", cr_cpu_mean, cr_gpu_mean, cr_grad_mean, F32)                                              \
+    X(MAX_DIM, "max", cr_cpu_max_dim, cr_gpu_max_values, cr_grad_max_dim, KEEP)                               \
+    X(MIN_DIM, "min", cr_cpu_min_dim, cr_gpu_min_values, cr_grad_min_dim, KEEP)                               \
+    X(AMAX, "amax", cr_cpu_amax, cr_gpu_max_values, cr_grad_amax, KEEP)                                       \
+    X(AMIN, "amin", cr_cpu_amin, cr_gpu_min_values, cr_grad_amin, KEEP)                                       \
+    X(ARGMAX, "argmax", cr_cpu_argmax, cr_gpu_argmax, cr_grad_none, KEEP)                                     \
+    X(ARGMIN, "argmin", cr_cpu_argmin, cr_gpu_argmin, cr_grad_none, KEEP)                                     \
+    X(VAR, "var", cr_cpu_var, cr_gpu_var, cr_grad_var, KEEP)                                                  \
+    X(NORM, "norm", cr_cpu_norm, cr_gpu_norm, cr_grad_norm, KEEP)                                             \
+    X(LOGSUMEXP, "logsumexp", cr_cpu_logsumexp, cr_gpu_logsumexp, cr_grad_logsumexp, KEEP)                    \
 
 cr_status cr_op_sum(cr_tensor **out, cr_tensor *t, uint32_t dims, bool keepdim);
 cr_status cr_op_mean(cr_tensor **out, cr_tensor *t, uint32_t dims, bool keepdim);

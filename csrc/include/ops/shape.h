@@ -5,13 +5,13 @@
 #define CR_OPS_SHAPE_H
 
 #define CR_OPS_SHAPE(X)                                                                                       \
-    X(VIEW, "view", cr_cpu_view, cr_cpu_view, cr_grad_view)                                                   \
-    X(PERMUTE, "permute", cr_cpu_view, cr_cpu_view, cr_grad_permute)                                          \
-    X(EXPAND, "expand", cr_cpu_view, cr_cpu_view, cr_grad_expand)                                             \
-    X(SLICE, "slice", cr_cpu_view, cr_cpu_view, cr_grad_slice)                                                \
-    X(CLONE, "clone", cr_cpu_clone, cr_gpu_clone, cr_grad_clone)                                              \
-    X(CAT, "cat", cr_cpu_cat, cr_cpu_cat, cr_grad_cat)                                                        \
-    X(TO_DEVICE, "to_device", cr_copy_to_device, cr_copy_to_device, cr_grad_to_device)
+    X(VIEW, "view", cr_cpu_view, cr_cpu_view, cr_grad_view, KEEP)                                             \
+    X(PERMUTE, "permute", cr_cpu_view, cr_cpu_view, cr_grad_permute, KEEP)                                    \
+    X(EXPAND, "expand", cr_cpu_view, cr_cpu_view, cr_grad_expand, KEEP)                                       \
+    X(SLICE, "slice", cr_cpu_view, cr_cpu_view, cr_grad_slice, KEEP)                                          \
+    X(CLONE, "clone", cr_cpu_clone, cr_gpu_clone, cr_grad_clone, KEEP)                                        \
+    X(CAT, "cat", cr_cpu_cat, cr_cpu_cat, cr_grad_cat, KEEP)                                                  \
+    X(TO_DEVICE, "to_device", cr_copy_to_device, cr_copy_to_device, cr_grad_to_device, KEEP)
 
 /* view: same elements, new shape; one entry may be -1. Fails on a non-contiguous
  * input that cannot be viewed (use reshape). */

@@ -1,4 +1,6 @@
-/* elementwise_impl.h — what the elementwise kernels share (private to csrc/ops). */
+/* elementwise_impl.h — what the elementwise kernels share (private to csrc/ops): the
+ * entry and runner functions of elementwise_run.c, cr_copy_into (unary.c), and the
+ * typed inner-loop macros. */
 #ifndef CR_ELEMENTWISE_IMPL_H
 #define CR_ELEMENTWISE_IMPL_H
 

@@ -1,32 +1,10 @@
-/* unary.c — the unary-op machinery, neg, dtype conversion (to), and the in-place
- * writes (copy_, add_, mul_, zero_) the engine and optimizers rely on. */
+/* unary.c — neg, dtype conversion (to), and the in-place writes (copy_, add_, mul_,
+ * zero_) the engine and optimizers rely on; the unary entry and runner are
+ * elementwise_run.c's. */
 #include <math.h>
 
 #include "elementwise_impl.h"
 
-cr_status cr_unary_op(cr_tensor **out, cr_op op, cr_tensor *t, cr_dtype result,
-                      const double *params, int nparams, unsigned save_in, unsigned save_out) {
-    *out = NULL;
-    CR_CHECK_TENSOR(cr_op_name(op), t, "self");
-    cr_call c;
-    cr_status st = cr_call_init(&c, op, 1, 1);
-    for (int k = 0; k < nparams && k < CR_CALL_MAX_F; k++) c.f[k] = params[k];
-    c.in[0] = t;
-    /* results keep a channels-last input's layout, except clone: contiguous() and
-     * reshape() rely on it being row-major */
-    if ((st = cr_tensor_alloc_as(&c.out[0], t->ndim, t->shape, result, cr_tensor_dev(t),
-                                 op == CR_OP_CLONE ? NULL : t)))
-        return st;
-    return cr_call_finish(out, &c, save_in, save_out);
-}
-
-cr_status cr_run_unary(cr_call *c, cr_loop_fn fn) {
-    cr_tensor *args[2] = {c->out[0], c->in[0]};
-    cr_iter it;
-    cr_iter_init(&it, 2, args);
-    cr_iter_run(&it, fn, c);
-    return CR_OK;
-}
 
 /* ---- neg ---- */
 static void loop_neg(char **p, const int64_t *s, int64_t n, const void *ctx) {

@@ -20,7 +20,7 @@ ARCH ?= -march=native
 # flags or errno after math calls, and with them GCC vectorises selects and sqrtf. No
 # -ffast-math: sums keep their order and NaN/inf keep their meaning.
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 $(ARCH) -fPIC -fopenmp -g -fno-trapping-math -fno-math-errno \
-               -Wall -Wextra -Werror -Wno-unused-parameter -Icsrc/include -Icsrc/core -Icsrc/ops
+               -Wall -Wextra -Werror -Wno-unused-parameter -Icsrc/include -Icsrc/core -Icsrc/gpu -Icsrc/ops
 # -z defs: every symbol resolved at link time. -z nodelete: LuaJIT dlcloses the library
 # at exit while libgomp's idle threads still run in it, which crashed at exit.
 LDLIBS := -lm -lz -lturbojpeg -lpng -lpthread -fopenmp -Wl,-z,defs -Wl,-z,nodelete
@@ -52,24 +52,24 @@ ifeq ($(HAVE_DNNL),1)
 CFLAGS += -DCR_HAVE_DNNL
 LDLIBS += -ldnnl
 endif
-# the toolkit's headers tell csrc/core/cuda_probe.c which CUDA version the build targets
+# the toolkit's headers tell csrc/gpu/cuda_probe.c which CUDA version the build targets
 ifeq ($(HAVE_NVCC),1)
 CFLAGS += -DCR_HAVE_CUDA -I$(CUDA_HOME)/include
 endif
 LDLIBS += -ldl $(SAN)
 
-SRCS := $(wildcard csrc/core/*.c csrc/ops/*.c csrc/autograd/*.c csrc/optim/*.c csrc/data/*.c \
+SRCS := $(wildcard csrc/core/*.c csrc/gpu/*.c csrc/ops/*.c csrc/autograd/*.c csrc/optim/*.c csrc/data/*.c \
                   csrc/ssl/*.c csrc/io/*.c csrc/dist/*.c)
 OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(SRCS))
-HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/ops/*.h csrc/optim/*.h \
+HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/gpu/*.h csrc/ops/*.h csrc/optim/*.h \
                   csrc/data/*.h csrc/loop/*.h csrc/ssl/*.h csrc/io/*.h csrc/dist/*.h)
 
 .PHONY: all deps pydeps test bench clean probes lint run install torchenv sanitize fuzz FORCE
 LOOP_SRCS := $(wildcard csrc/loop/*.c)
-# The CUDA backend is a library of its own, opened at run time by core/cuda_loader.c: built
+# The CUDA backend is a library of its own, opened at run time by gpu/cuda_loader.c: built
 # when nvcc and cuDNN are present, and libcrescent.so never needs a CUDA library to load.
 CUDA_LIB := $(if $(and $(HAVE_NVCC),$(HAVE_CUDNN)),$(BUILD)/libcrescent_cuda.so)
-# The MPI transport of cpu collectives is a library of its own too (csrc/mpi/, built with
+# The MPI transport of cpu collectives is a library of its own too (csrc/dist/mpi/, built with
 # mpicc when it is present), opened by lua/crescent/dist/comm.lua only in an MPI run.
 MPI_LIB := $(if $(HAVE_MPI),$(BUILD)/libcrescent_mpi.so)
 all: probes $(BUILD)/libcrescent.so $(BUILD)/crescent_cdef.h $(if $(LOOP_SRCS),$(BUILD)/crescent_loop.so) $(CUDA_LIB) \
@@ -107,7 +107,7 @@ CUDNN_INC := $(dir $(HAVE_CUDNN))
 # machine code for each of CUDA_ARCHS, and PTX of the last one
 GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a:sm_%=%),code=$(a)) \
            -gencode arch=compute_$(lastword $(CUDA_ARCHS:sm_%=%)),code=compute_$(lastword $(CUDA_ARCHS:sm_%=%))
-NVCCFLAGS := -O3 -std=c++17 -Xcompiler -fPIC -Icsrc/include -Icsrc/core -Icsrc/cuda/kernels $(GENCODE)
+NVCCFLAGS := -O3 -std=c++17 -Xcompiler -fPIC -Icsrc/include -Icsrc/core -Icsrc/gpu -Icsrc/cuda/kernels $(GENCODE)
 # NCCL (GPU collectives) is part of the backend when its header is there
 CUDA_NCCL_CFLAGS := $(if $(HAVE_NCCL),-DCR_HAVE_NCCL -I$(dir $(HAVE_NCCL)))
 CUDA_NCCL_LIBS := $(if $(HAVE_NCCL),-L$(NCCL_HOME)/lib64 -lnccl -Wl$(,)-rpath$(,)$(NCCL_HOME)/lib64)
@@ -115,7 +115,7 @@ CUDA_C_SRCS := $(wildcard csrc/cuda/*.c)
 CUDA_CU_SRCS := $(wildcard csrc/cuda/kernels/*.cu)
 CUDA_OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(CUDA_C_SRCS)) \
              $(patsubst csrc/%.cu,$(BUILD)/obj/%.o,$(CUDA_CU_SRCS))
-CUDA_HDRS := $(wildcard csrc/cuda/*.h csrc/cuda/kernels/*.h csrc/cuda/kernels/*.cuh) csrc/core/gpu_chunks.h \
+CUDA_HDRS := $(wildcard csrc/cuda/*.h csrc/cuda/kernels/*.h csrc/cuda/kernels/*.cuh) csrc/gpu/gpu_chunks.h \
              csrc/core/half.h csrc/core/rng.h
 
 $(BUILD)/obj/cuda/%.o: csrc/cuda/%.c $(HDRS) $(CUDA_HDRS) $(BUILD)/flags
@@ -137,12 +137,12 @@ $(BUILD)/libcrescent_cuda.so: $(CUDA_OBJS) $(BUILD)/libcrescent.so
 	  -lcudnn -lcublas $(CUDA_NCCL_LIBS) -lcudart_static -lrt -ldl -lpthread -lstdc++ -lm \
 	  -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-z,defs && mv -f $@.tmp $@
 
-$(BUILD)/obj/mpi/%.o: csrc/mpi/%.c $(HDRS) $(BUILD)/flags
+$(BUILD)/obj/dist/mpi/%.o: csrc/dist/mpi/%.c $(HDRS) $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	@echo "  MPICC $<"
 	@$(MPICC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/libcrescent_mpi.so: $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(wildcard csrc/mpi/*.c)) $(BUILD)/libcrescent.so
+$(BUILD)/libcrescent_mpi.so: $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(wildcard csrc/dist/mpi/*.c)) $(BUILD)/libcrescent.so
 	@echo "  LD $@"
 	@$(MPICC) -shared -o $@.tmp $(filter %.o,$^) -L$(BUILD) -lcrescent -Wl,-rpath,'$$ORIGIN' -Wl,-z,defs \
 	  -fopenmp -lm $(SAN) && mv -f $@.tmp $@

@@ -100,7 +100,7 @@ int crk_batch_norm_backward(const crk_bn_backward *p, cudaStream_t stream);
 int crk_softmax(const void *x, void *y, int64_t outer, int64_t C, int64_t inner, int f64, int is_log,
                 cudaStream_t stream);
 
-/* Fused optimizer updates over chunks of parameters (core/gpu_chunks.h; the list in
+/* Fused optimizer updates over chunks of parameters (gpu/gpu_chunks.h; the list in
  * device memory, at most 2^31 - 1 chunks): one block per chunk. */
 int crk_optim_update(const cr_gpu_optim_chunk *chunks, int64_t n, cudaStream_t stream);
 

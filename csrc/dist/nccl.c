@@ -6,7 +6,7 @@
  * A work handle keeps its tensors alive until the wait: their blocks belong to the
  * compute stream's caching allocator, and the wait (the compute stream waiting for the
  * collective) is what makes a later reuse of a block safe. These handles are this
- * library's own; the MPI library (csrc/mpi/) has handles of its own, never mixed. */
+ * library's own; the MPI library (csrc/dist/mpi/) has handles of its own, never mixed. */
 #include "cuda_backend.h"
 
 struct cr_dist_work {

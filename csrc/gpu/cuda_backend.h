@@ -62,7 +62,7 @@ typedef struct cr_cuda_backend {
     cr_status (*event_elapsed)(void *start, void *end, double *ms);
     void (*event_free)(void *event);
     /* NCCL (csrc/cuda/nccl.c): one communicator per process, on one device, with a stream
-     * of its own. All NULL in a backend built without nccl.h. The core (core/nccl.c)
+     * of its own. All NULL in a backend built without nccl.h. The core (dist/nccl.c)
      * checks the arguments; these check only what the core cannot see.
      *   nccl_unique_id: CR_NCCL_ID_BYTES bytes of ncclGetUniqueId, made on rank 0.
      *   nccl_init: the communicator of `rank` on `device`, waiting at most timeout_s for

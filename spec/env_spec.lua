@@ -36,6 +36,9 @@ describe('cr.env.report', function()
       assert.equal('absent', report.cudnn)
       assert.equal('absent', report.nccl)
     end
+    -- mpi=1 exactly when the MPI transport was built beside the library
+    local mpi_built = require('crescent.native_files').find('libcrescent_mpi.so') ~= nil
+    assert.equal(mpi_built, cr.features():find('mpi=1', 1, true) ~= nil, cr.features())
   end)
 
   it('describes the machine and the time', function()

@@ -34,11 +34,5 @@ const char *cr_build_features(void) {
 #else
            "0"
 #endif
-           " mpi="
-#ifdef CR_HAVE_MPI
-           "1"
-#else
-           "0"
-#endif
-        ;
+        ; /* MPI is a library of its own (libcrescent_mpi.so): cr.features() in Lua adds it */
 }

@@ -60,7 +60,7 @@ const char *cr_last_error(void);
 void cr_set_num_threads(int n);
 int cr_get_num_threads(void);
 const char *cr_version(void);
-const char *cr_build_features(void); /* "onednn=1 cuda=0 ..." */
+const char *cr_build_features(void); /* "onednn=1 cuda=0": the core's (cr.features() adds mpi) */
 const char *cr_dnnl_version(void);   /* "3.0.0"; "" when built without oneDNN */
 /* The number of usable CUDA GPUs, or -1 with the reason in why (no driver, a driver
  * older than the build's toolkit, no device); the driver is opened at run time. */

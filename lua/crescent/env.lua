@@ -137,7 +137,7 @@ end
 -- Versions are strings ('absent' when the build lacks the library); cores and
 -- memory_bytes are numbers (nil when /proc does not say).
 function M.report()
-  local features = ffi.string(C.cr_build_features())
+  local features = require('crescent').features()
   local cuda = feature(features, 'cuda')
   local cpu, cores = cpu_info()
   return {

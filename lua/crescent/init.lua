@@ -52,7 +52,12 @@ function cr.memory_cache_limit(bytes)
 end
 -- Fast paths (oneDNN, fused kernels) on by default; specs compare them with the reference.
 function cr.set_fast_paths(flag) return C.cr_set_fast_paths(flag and true or false) end
-function cr.features() return ffi.string(C.cr_build_features()) end
+-- 'onednn=1 cuda=1 mpi=1': what libcrescent.so was built with, and whether the MPI
+-- transport (build/libcrescent_mpi.so, a library of its own) was built beside it.
+function cr.features()
+  local mpi = require('crescent.native_files').find('libcrescent_mpi.so') ~= nil
+  return ffi.string(C.cr_build_features()) .. (mpi and ' mpi=1' or ' mpi=0')
+end
 cr.cuda = require 'crescent.cuda'
 
 -- Each op family installs its functions on cr and its methods on Tensor.

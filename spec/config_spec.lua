@@ -100,6 +100,15 @@ describe('config.parse overrides', function()
     assert.are.same({ 224, 96 }, config.parse({ 'model.milestones={224, 96}' }, d).model.milestones)
   end)
 
+  it('refuses a key given twice, explaining bash\'s brace expansion for a list', function()
+    local d = defaults()
+    -- what bash makes of an unquoted model.milestones={2,6}
+    has(err_of(config.parse, { 'model.milestones=2', 'model.milestones=6' }, d), 'model.milestones is given twice',
+      "brace expansion turns model.milestones={2,6} into two arguments", 'model.milestones=2,6',
+      "'model.milestones={2,6}'")
+    has(err_of(config.parse, { 'model.width=2', 'model.width=4' }, d), 'model.width is given twice', 'give it once')
+  end)
+
   it('reads numbers in decimal only: 0x10 is refused, not taken as 16', function()
     local d = defaults()
     has(err_of(config.parse, { 'model.width=0x10' }, d), 'model.width', '0x10')

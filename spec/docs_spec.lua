@@ -8,8 +8,9 @@
 --     (print, io.stdout:write) since the previous run or the start of the block; `...`
 --     in a text matches any characters (timings, file names);
 --   * fences start at the beginning of a line; other languages (```sh, ```text) are shown
---     only, but `luajit recipes/X.lua key=value` lines in them must name a recipe that
---     exists and keys that it has (checked against `--help`).
+--     only, but `luajit recipes/X.lua key=value` lines in them (and in the top README's
+--     fences) must name a recipe that exists and keys that it has (checked against
+--     `--help`), and write lists so that bash leaves them whole (a=1,2 or 'a={1,2}').
 -- A failure names the file, the first line of the failing block, the line of the error
 -- and the error. Run folders go under os.tmpname() names, removed after each file. The
 -- console hook writes plain lines here, as into a log file, even on a terminal. One chunk
@@ -289,6 +290,10 @@ local function check_shell(name, doc)
             if key and not keys[key] then
               bad[#bad + 1] = string.format("%s:%d: recipes/%s.lua has no key '%s'", name, l.line, recipe, key)
             end
+            if key and tok:match('^[%w_%.]+={[^}]*,') then   -- bash expands {a,b} into two arguments
+              bad[#bad + 1] = string.format("%s:%d: bash brace-expands %s; write %s=a,b or quote it", name, l.line,
+                tok, key)
+            end
           end
         end
       end
@@ -326,12 +331,15 @@ describe('the user guide (docs/guide)', function()
     end
   end)
 
-  it('shell lines name recipes and config keys that exist', function()
+  it('shell lines (the guide\'s and the README\'s) name recipes and keys that exist, lists unexpanded', function()
     local bad = {}
     for _, name in ipairs(files) do
       local doc = docs[name] or parse(name, read(name))
       for _, b in ipairs(check_shell(name, doc)) do bad[#bad + 1] = b end
     end
+    for _, b in ipairs(check_shell('README.md', parse('README.md', read('README.md')))) do bad[#bad + 1] = b end
+    local demo = parse('demo.md', '```sh\nluajit recipes/swav.lua crops.num={2,6}\n```\n')
+    assert.truthy(check_shell('demo.md', demo)[1]:find('bash brace-expands crops.num={2,6}', 1, true))
     assert(#bad == 0, table.concat(bad, '\n'))
   end)
 

@@ -562,11 +562,22 @@ local function parse(argv, defaults, opts)
   for _, f in ipairs(files) do
     apply_table(s, cfg, load_config_file(f), '', " (in --config '" .. f .. "')")
   end
+  local given = {}
   for _, o in ipairs(overrides) do
     local where = ' (on the command line: ' .. o.text .. ')'
     if s.sections[o.key] then section_error(s, o.key, where) end
     local spec = s.leaves[o.key]
     if not spec then unknown_key(s, o.key, where) end
+    local first = given[o.key]
+    if first then
+      -- bash's brace expansion turns crops.num={2,6} into crops.num=2 crops.num=6
+      local brace = spec.type == 'list' and string.format("; bash's brace expansion turns %s={%s,%s} into two " ..
+        "arguments: write %s=%s,%s or quote it, '%s={%s,%s}'", o.key, first.value, o.value, o.key, first.value, o.value,
+        o.key, first.value, o.value) or ''
+      error(string.format('config: %s is given twice on the command line (%s and %s)%s', o.key, first.text, o.text,
+        brace ~= '' and brace or '; give it once'), 0)
+    end
+    given[o.key] = o
     set(cfg, o.key, from_string(o.key, spec, o.value, where))
   end
   local applied = {}

@@ -185,3 +185,25 @@ describe('bin/crescent options', function()
     assert.truthy(out:find("unknown option '--bogus'", 1, true), out)
   end)
 end)
+
+describe('who()', function()
+  it("lists every variable the user made, task included, and none of the session's own names", function()
+    local lines = {}
+    local out = { write = function(self, ...) for _, s in ipairs { ... } do lines[#lines + 1] = s end return self end }
+    local s = require('crescent.repl').session { out = out }
+    s:eval('task = 42')
+    s:eval('w = cr.zeros(2, 3)')
+    lines = {}
+    s:who()
+    local text = table.concat(lines)
+    assert.truthy(text:find('task%s+42'), text)
+    assert.truthy(text:find('w%s+tensor %[2, 3%]'), text)
+    for _, own in ipairs { 'cr', 'print', 'help', 'who', 'exit' } do
+      assert.is_nil(text:find('%f[%w_]' .. own .. '%s'), own .. ' listed: ' .. text)
+    end
+    s:eval('print = 1')   -- the user's own value shows
+    lines = {}
+    s:who()
+    assert.truthy(table.concat(lines):find('print%s+1'), table.concat(lines))
+  end)
+end)

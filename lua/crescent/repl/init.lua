@@ -20,7 +20,6 @@ local M = {}
 local Session = {}
 Session.__index = Session
 
-local BUILTIN_NAMES = { cr = true, who = true, help = true, print = true, exit = true, task = true }
 
 local function format_seconds(s)
   if s < 1e-3 then return string.format('%.0f us', s * 1e6) end
@@ -58,6 +57,9 @@ function M.session(opts)
   env.help = function(v) self.out:write(help.text(v, 'value'), '\n') end
   env.who = function() self:who() end
   env.exit = function() self.done = true end
+  -- what who() leaves out: the session's own names while they hold its values (a user's
+  -- `print = ...` or `task = ...` shows); bound names (an attached run's task) show too
+  self.own = { cr = env.cr, print = env.print, help = env.help, who = env.who, exit = env.exit }
   for k, v in pairs(opts.bind or {}) do env[k] = v end
   self.env = env
   return self
@@ -68,8 +70,8 @@ function Session:write(s) self.out:write(s, '\n') end
 -- who(): the globals this session made, with a summary each.
 function Session:who()
   local names = {}
-  for k in pairs(self.env) do
-    if type(k) == 'string' and not BUILTIN_NAMES[k] then names[#names + 1] = k end
+  for k, v in pairs(self.env) do
+    if type(k) == 'string' and not rawequal(self.own[k], v) then names[#names + 1] = k end
   end
   table.sort(names)
   if #names == 0 then return self:write('(no variables yet)') end

@@ -207,3 +207,29 @@ describe('who()', function()
     assert.truthy(table.concat(lines):find('print%s+1'), table.concat(lines))
   end)
 end)
+
+describe('? help', function()
+  local function ask(s, q)
+    local lines = {}
+    s.out = { write = function(self, ...) for _, x in ipairs { ... } do lines[#lines + 1] = x end return self end }
+    s:eval(q)
+    return table.concat(lines)
+  end
+
+  it('documents methods made by a factory, classes by their constructor, modules and tensor properties', function()
+    local s = require('crescent.repl').session()
+    s:eval('x = cr.zeros(2)')
+    local sum = ask(s, '? x:sum')
+    assert.truthy(sum:find('t:sum(dims, keepdim)', 1, true), sum)
+    assert.truthy(sum:find('ops/reduce.lua', 1, true), sum)
+    local conv = ask(s, '? cr.nn.Conv2d')
+    assert.truthy(conv:find('nn.Conv2d(in, out, kernel_size', 1, true), conv)
+    assert.is_nil(conv:find('the stateless and weight-holding layers', 1, true), conv)
+    local nn = ask(s, '? cr.nn')
+    assert.truthy(nn:find('crescent.nn — ', 1, true), nn)
+    local grad = ask(s, '? x.grad')   -- nil now, documented all the same
+    assert.truthy(grad:find('t.grad: the gradient backward() accumulated', 1, true), grad)
+    assert.truthy(ask(s, '? x.shape'):find('t.shape: the sizes', 1, true))
+    assert.truthy(ask(s, '? nosuch'):find('nosuch is nil', 1, true))
+  end)
+end)

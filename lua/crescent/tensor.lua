@@ -137,25 +137,37 @@ function W.check_tensor(x, what, argname)
 end
 
 -- ---- properties ---------------------------------------------------------------------
+-- t.ndim: the number of dims (0 for a scalar tensor).
 function props.ndim(t) return C.cr_tensor_ndim(t) end
+-- t.shape: the sizes as a Lua list, {} for a 0-dim tensor (t:size(d) for one dim).
 function props.shape(t)
   local n, s = C.cr_tensor_ndim(t), {}
   for i = 0, n - 1 do s[i + 1] = tonumber(C.cr_tensor_size(t, i)) end
   return s
 end
+-- t.dtype: 'f32', 'f64', 'f16', 'bf16', 'i64', 'i32', 'u8' or 'bool' (t:to(dtype) converts).
 function props.dtype(t) return util.dtype_name(C.cr_tensor_dtype(t)) end
+-- t.device: 'cpu' or 'cuda:N' (t:to(device) moves).
 function props.device(t) return C.cr_tensor_device(t) == C.CR_DEV_CPU and 'cpu' or ('cuda:' .. C.cr_tensor_device_index(t)) end
+-- t.requires_grad: whether autograd records ops on t (settable on leaves:
+-- t.requires_grad = true).
 function props.requires_grad(t) return C.cr_tensor_requires_grad(t) end
+-- t.is_leaf: true for a tensor no recorded op made (parameters, inputs).
 function props.is_leaf(t) return C.cr_tensor_is_leaf(t) end
+-- t.grad: the gradient backward() accumulated into a leaf that requires grad, nil before
+-- the first backward (settable: t.grad = g, or nil to clear it).
 function props.grad(t)
   local g = C.cr_tensor_grad(t)
   if g == nil then return nil end
   return own(g)
 end
+-- t.grad_fn: the name of the recorded op that made t ('mm backward', ...), nil on leaves.
 function props.grad_fn(t)
   local s = ffi.string(C.cr_tensor_grad_fn_name(t))
   return s ~= '' and s or nil
 end
+-- t.version: counts the in-place writes to t's storage (a saved tensor changed in place
+-- makes backward fail with a message naming the op).
 function props.version(t) return tonumber(C.cr_tensor_version(t)) end
 
 function setters.grad(t, g)
@@ -188,6 +200,7 @@ function Tensor.stride(t, d)
   for i = 0, C.cr_tensor_ndim(t) - 1 do s[i + 1] = tonumber(C.cr_tensor_stride(t, i)) end
   return s
 end
+-- t.is_cuda: whether t lives on a GPU.
 function props.is_cuda(t) return C.cr_tensor_device(t) == C.CR_DEV_CUDA end
 function Tensor.is_contiguous(t) check_live(t, 'is_contiguous'); return C.cr_tensor_is_contiguous(t) end
 -- conv2d's f32 output on the oneDNN path is channels-last ([N, C, H, W] stored as NHWC)

@@ -22,6 +22,9 @@ return function(cr, Tensor, W)
       return W.call(f, t, mask(name, t, dims), flag(keepdim))
     end
   end
+  -- t:sum(dims, keepdim), t:mean, t:amax, t:amin, t:logsumexp: over dims (nil: all of
+  -- them; a dim or a list of dims, 0-based, negative from the end), the reduced dims kept
+  -- as size 1 when keepdim is true. Half inputs sum in f32 under cr.autocast.
   Tensor.sum = reducer('sum')
   Tensor.mean = reducer('mean')
   Tensor.amax = reducer('amax')

@@ -1,8 +1,9 @@
 -- crescent.repl.help — `? expr` in the REPL (also help(x)): the documentation a value's
 -- source carries. For a Lua function, the comment block right above its definition (the
 -- modules document each function there, e.g. `-- cr.conv2d(x, w, bias, {...})`); for a
--- module or class table, the purpose comment at the top of the file that defines it and
--- its fields; for a tensor, what it is and its methods.
+-- module table, the purpose comment at the top of the file that defines it and its
+-- fields; for a class (cr.nn.Conv2d), the comment above the line that makes it; for a
+-- tensor, what it is and its methods; for a tensor's property (x.grad), its getter's.
 --
 --   help.text(value, name) -> string
 local M = {}
@@ -60,6 +61,23 @@ local function short_path(path)
   return path
 end
 
+-- For a function made by a factory (Tensor.sum = reducer('sum')), the line that assigns
+-- it under its last name: `Tensor.<key> =`, `cr.<key> =` or `M.<key> =`; then the comment
+-- above the run of such assignments it stands in.
+local function assignment_doc(lines, key)
+  if not key then return {}, nil end
+  local pat = '^%s*[%w_]+%.' .. key:gsub('%p', '%%%0') .. '%s*='
+  for i, l in ipairs(lines) do
+    if l:match(pat) then
+      local j = i
+      while j > 1 and lines[j - 1]:match('^%s*[%w_%.]+%s*=%s*[%w_%.]+%b()%s*$') do j = j - 1 end
+      local doc = comment_above(lines, j)
+      if #doc > 0 then return doc, i end
+    end
+  end
+  return {}, nil
+end
+
 local function function_help(f, name)
   local path, line = source_of(f)
   if not path then return name .. ': a built-in (C) function; no documentation here' end
@@ -68,9 +86,32 @@ local function function_help(f, name)
   if not lines then return name .. ': defined at ' .. where end
   local doc = comment_above(lines, line)
   if #doc == 0 then
+    local at
+    doc, at = assignment_doc(lines, name:match('[%.:]([%a_][%w_]*)$'))
+    if at then where = short_path(path) .. ':' .. at end
+  end
+  if #doc == 0 then
     return name .. ': no documentation comment above its definition (' .. where .. ')\n  ' .. (lines[line] or '')
   end
   return table.concat(doc, '\n') .. '\n  [' .. where .. ']'
+end
+
+-- A class made by Module:extend('Name') (cr.nn.Conv2d): the comment above that line,
+-- where the constructor is documented, else the one above its init.
+local function class_help(t)
+  local path, line = source_of(t.init)
+  local lines = path and file_lines(path)
+  if not lines then return nil end
+  local cls = tostring(rawget(t, '__name') or ''):gsub('%p', '%%%0')
+  for i, l in ipairs(lines) do
+    if cls ~= '' and l:match(':extend%([\'"]' .. cls .. '[\'"]%)') then
+      local doc = comment_above(lines, i)
+      if #doc > 0 then return table.concat(doc, '\n') .. '\n  [' .. short_path(path) .. ':' .. i .. ']' end
+    end
+  end
+  local doc = comment_above(lines, line)
+  if #doc > 0 then return table.concat(doc, '\n') .. '\n  [' .. short_path(path) .. ':' .. line .. ']' end
+  return nil
 end
 
 local function sorted_fields(t)
@@ -119,9 +160,17 @@ local function defining_file(t)
 end
 
 local function table_help(t, name)
+  if type(rawget(t, 'init')) == 'function' and rawget(t, '__name') then
+    local h = class_help(t)
+    if h then return h end
+  end
   local parts = {}
   local mt = getmetatable(t)
-  local path = defining_file(t) or (type(mt) == 'table' and defining_file(mt)) or nil
+  local path
+  for modname, loaded in pairs(package.loaded) do   -- a module: the file `require` read
+    if rawequal(loaded, t) and type(modname) == 'string' then path = package.searchpath(modname, package.path) end
+  end
+  path = path or defining_file(t) or (type(mt) == 'table' and defining_file(mt)) or nil
   local lines = path and file_lines(path)
   if lines then
     local h = header(lines)
@@ -149,6 +198,14 @@ local function tensor_help(x, name)
   return string.format('%s: a tensor of shape [%s], %s on %s%s\nproperties:\n%s\nmethods (`? x.name` for one):\n%s',
     name, shape, x.dtype, x.device, x.requires_grad and ', requires_grad' or '', wrap(props, 88, '  '),
     wrap(methods, 88, '  '))
+end
+
+-- `? x.grad` (x a tensor): the property, documented above its getter in tensor.lua.
+function M.property_text(key, name)
+  local cr = package.loaded.crescent
+  local get = cr and cr.Tensor._props[key]
+  if not get then return nil end
+  return function_help(get, name)
 end
 
 -- What `? name` shows for value v.

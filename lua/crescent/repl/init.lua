@@ -144,9 +144,15 @@ function Session:eval(src)
     if f then ok, v = pcall(setfenv(f, self.env)) end
     if not ok then
       self:write('? needs an expression, e.g. ? cr.conv2d or ? x:sum; got ' .. query)
-    else
-      self:write(help.text(v, query))
+      return true
     end
+    -- x.grad, x.shape: a tensor's property, whatever its value now
+    local obj_src, key = query:match('^(.-)%.([%a_][%w_]*)$')
+    local g = obj_src and loadstring('return ' .. obj_src, '=help')
+    local okp, obj = false, nil
+    if g then okp, obj = pcall(setfenv(g, self.env)) end
+    local prop = okp and cr.is_tensor(obj) and help.property_text(key, query)
+    self:write(prop or help.text(v, query))
     return true
   end
   local quiet = src:match(';%s*$') ~= nil

@@ -1,6 +1,8 @@
--- examples/tour.lua — the tensor and autograd tour from the README, runnable:
---   luajit examples/tour.lua        (or `make run`)
-package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
+-- examples/tour.lua — the tensor and autograd tour from the README, runnable from any
+-- folder:
+--   luajit examples/tour.lua
+local root = (debug.getinfo(1, 'S').source:match('^@(.*)/examples/[^/]*$') or '.')
+package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 local cr = require 'crescent'
 
 cr.manual_seed(0)

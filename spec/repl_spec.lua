@@ -233,3 +233,19 @@ describe('? help', function()
     assert.truthy(ask(s, '? nosuch'):find('nosuch is nil', 1, true))
   end)
 end)
+
+describe('REPL errors', function()
+  it("show the error and the user's frames, not crescent's own", function()
+    local lines = {}
+    local out = { write = function(self, ...) for _, x in ipairs { ... } do lines[#lines + 1] = x end return self end }
+    local s = require('crescent.repl').session { out = out }
+    s:eval('x = cr.zeros(2, 3);')
+    s:eval('function f() local y = x:mm(x); return y end')
+    lines = {}
+    s:eval('f()')
+    local text = table.concat(lines)
+    assert.truthy(text:find('mm: shapes [2, 3] and [2, 3] cannot be multiplied', 1, true), text)
+    assert.truthy(text:find("stdin:1: in function 'f'", 1, true), text)
+    assert.is_nil(text:find('lua/crescent/', 1, true), text)
+  end)
+end)

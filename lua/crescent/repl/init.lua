@@ -104,12 +104,24 @@ local function assigned(src)
 end
 
 -- The traceback of an error in the user's code, without the REPL's own frames.
+-- The error and the frames of the user's code: crescent's own frames (lua/crescent/,
+-- installed or not), error() itself and the REPL's are left out, so a traceback starts
+-- where the user's code called in. CRESCENT_TRACEBACK=full keeps every frame.
+local FULL_TRACEBACK = os.getenv('CRESCENT_TRACEBACK') == 'full'
+local function internal_frame(line)
+  return line:find('lua/crescent/', 1, true) or line:find('5.1/crescent/', 1, true)
+    or line:find("[C]: in function 'error'", 1, true) or line:find("[C]: in function 'assert'", 1, true)
+end
 local function traceback(e)
   local tb = debug.traceback(tostring(e), 2)
   local keep = {}
   for line in tb:gmatch('[^\n]+') do
     if line:find('crescent/repl/init.lua', 1, true) or line:find("in function 'xpcall'", 1, true) then break end
-    if not line:match('^%s*%[builtin#') and not line:match('%(tail call%)') then keep[#keep + 1] = line end
+    local frame = line:match('^%s') ~= nil
+    if not line:match('^%s*%[builtin#') and not line:match('%(tail call%)')
+       and (FULL_TRACEBACK or not (frame and internal_frame(line))) then
+      keep[#keep + 1] = line
+    end
   end
   if keep[#keep] == 'stack traceback:' then keep[#keep] = nil end
   return table.concat(keep, '\n')

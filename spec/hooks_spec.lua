@@ -148,6 +148,25 @@ describe('the console writer', function()
     assert.equal(3, crs)
     assert.equal('\n', out.text:sub(-1))
   end)
+
+  it('ends the live line before another hook prints, and cuts it to the terminal width', function()
+    local t = linear_task { batches = batches(3, 2) }
+    local out = sink()
+    local live_line = require 'crescent.hooks.live_line'
+    t:add_hook(cr.hooks.console { tty = true, out = out, refresh = 0 })
+    -- a hook that prints mid-epoch, before the console's own after_phase (as the kNN does)
+    t:add_hook { priority = 60, after_step = function(_, task)
+      if task.phase_iteration == 2 then live_line.write(out, 'knn epoch 1/1: top1 50.00%\n') end
+    end }
+    cr.train(t)
+    assert.truthy(out.text:find('\nknn epoch 1/1', 1, true), out.text)     -- on a line of its own
+    assert.is_nil(out.text:find('s knn epoch', 1, true), out.text)
+    local narrow = sink()
+    live_line.show(narrow, string.rep('x', 100), 60)
+    live_line.show(narrow, 'short', 60)
+    live_line.finish(narrow)
+    assert.are.equal('\r' .. string.rep('x', 59) .. '\rshort' .. string.rep(' ', 54) .. '\n', narrow.text)
+  end)
 end)
 
 describe('the NaN/Inf guard', function()

@@ -22,11 +22,15 @@
 -- with best_mode = 'min'); the newest `keep` and the best are kept, older ones removed.
 local util = require 'crescent.util'
 local ckpt = require 'crescent.engine.checkpoint'
+local live_line = require 'crescent.hooks.live_line'
 
 local Checkpoint = {}
 Checkpoint.__index = Checkpoint
 
-local function say(msg) io.stdout:write(msg, '\n') io.stdout:flush() end
+local function say(msg)
+  live_line.write(io.stdout, msg, '\n')
+  io.stdout:flush()
+end
 
 -- Before the first step, what the first save would find out an epoch later: a folder
 -- that cannot be written, a link name taken by a folder.

@@ -1,9 +1,11 @@
 -- crescent.hooks.console — progress on stdout. On a terminal one live line, rewritten
--- with \r: epoch, iteration, loss, lr, img/s, data time, ETA. Elsewhere (a log file, a
+-- with \r (crescent.hooks.live_line: cut to the terminal's width, ended before any other
+-- hook's output): epoch, iteration, loss, lr, img/s, data time, ETA. Elsewhere (a log file, a
 -- pipe) the same fields as plain lines every `every` iterations. After each test phase a
 -- line with the eval metrics found in the storage (test/top1, test/top5, test/loss).
 local ffi = require 'ffi'
 local loop = require 'crescent.engine.loop'
+local live_line = require 'crescent.hooks.live_line'
 
 pcall(ffi.cdef, 'int isatty(int fd);')
 local function stdout_is_tty()
@@ -52,24 +54,14 @@ function Console:after_step(task)
     local last = task.phase_iteration == task.iterations_per_epoch
     if not last and self.t_last and t - self.t_last < self.refresh then return end
     self.t_last = t
-    local s = self:line(task)
-    local pad = math.max(0, (self.width or 0) - #s)
-    self.width = #s
-    self.out:write('\r', s, string.rep(' ', pad))
-    self.out:flush()
-    self.dirty = true
+    live_line.show(self.out, self:line(task))
   elseif task.iteration % self.every == 0 or task.phase_iteration == task.iterations_per_epoch then
     self.out:write(self:line(task), '\n')
     self.out:flush()
   end
 end
 
-function Console:end_line()
-  if self.dirty then
-    self.out:write('\n')
-    self.dirty, self.width = false, 0
-  end
-end
+function Console:end_line() live_line.finish(self.out) end
 
 function Console:after_phase(task)
   self:end_line()

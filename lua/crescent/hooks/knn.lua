@@ -13,6 +13,7 @@
 local cr = require 'crescent'
 local now = require('crescent.engine.loop').now
 local features = require 'crescent.ssl.features'
+local live_line = require 'crescent.hooks.live_line'
 
 local Knn = {}
 Knn.__index = Knn
@@ -34,7 +35,7 @@ function Knn:measure(task, label)
   end
   local top1, top5 = cr.ssl.knn_classify(ftr, ytr, fte, yte, { k = self.k, temperature = self.temperature })
   local secs = now() - t0
-  self.out:write(string.format('knn %s: top1 %.2f%%  top5 %.2f%%  (k %d, T %g, %d train / %d %s, %.1fs)\n',
+  live_line.write(self.out, string.format('knn %s: top1 %.2f%%  top5 %.2f%%  (k %d, T %g, %d train / %d %s, %.1fs)\n',
     label, top1, top5, self.k, self.temperature, #self.train_set, #self.test_set, self.test_name, secs))
   self.out:flush()
   return top1, top5
@@ -83,7 +84,7 @@ function Knn:after_train(task)
   local m = task.metrics
   if self.measured_at == task.iteration and m.knn_top1 then
     -- resumed from the checkpoint written after this measure: the run had ended
-    self.out:write(string.format('knn final: top1 %.2f%%  top5 %.2f%%  (measured when the run ended, at ' ..
+    live_line.write(self.out, string.format('knn final: top1 %.2f%%  top5 %.2f%%  (measured when the run ended, at ' ..
       'iteration %d)\n', m.knn_top1, m.knn_top5 or 0 / 0, task.iteration))
     self.out:flush()
     return

@@ -1,0 +1,50 @@
+-- crescent.hooks.live_line — the one live progress line a terminal shows (the console
+-- hook's, rewritten with \r), and the rule that keeps other output off it: a hook that
+-- prints while the line is up ends it first (write), so no text is glued onto it. The
+-- line is cut to the terminal's width, read at every refresh (a resized window is
+-- followed), so it never wraps and leaves half lines behind.
+--   live_line.show(out, text)   -- (re)draw the live line (cols: the width, else the terminal's)
+--   live_line.finish(out)       -- end it with a newline (no-op when none is up)
+--   live_line.write(out, ...)   -- ordinary output: the live line ends first
+local ffi = require 'ffi'
+
+pcall(ffi.cdef, [[
+struct crescent_winsize { unsigned short ws_row, ws_col, ws_xpixel, ws_ypixel; };
+int ioctl(int fd, unsigned long request, ...);
+]])
+local TIOCGWINSZ = 0x5413   -- Linux
+local winsize_ct = ffi.typeof('struct crescent_winsize')
+
+local M = {}
+local shown = setmetatable({}, { __mode = 'k' })   -- out -> width of the line on screen
+
+-- The terminal's columns (stdout's), or nil when it does not say.
+function M.columns()
+  local ws = winsize_ct()
+  local ok, r = pcall(ffi.C.ioctl, 1, TIOCGWINSZ, ws)
+  if ok and r == 0 and ws.ws_col > 0 then return ws.ws_col end
+  return tonumber(os.getenv('COLUMNS'))
+end
+
+function M.show(out, text, cols)
+  cols = cols or M.columns()
+  if cols and #text > cols - 1 then text = text:sub(1, cols - 1) end
+  local pad = math.max(0, (shown[out] or 0) - #text)
+  out:write('\r', text, string.rep(' ', pad))
+  out:flush()
+  shown[out] = #text
+end
+
+function M.finish(out)
+  if shown[out] then
+    out:write('\n')
+    shown[out] = nil
+  end
+end
+
+function M.write(out, ...)
+  M.finish(out)
+  out:write(...)
+end
+
+return M

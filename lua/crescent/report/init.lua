@@ -1,0 +1,226 @@
+-- crescent.report — one static HTML page about training runs (`bin/crescent report`): the
+-- curves of every run overlaid (loss, lr, img/s, data time, kNN and test top-1, by
+-- iteration) as inline SVG, a checkbox per run that hides it (CSS only: the page needs
+-- no JavaScript, no server and no network), a table of each run's final figures
+-- (results.json) and one of the config keys on which the runs differ (config.lua). A run
+-- folder is one with a metrics.jsonl (what the recipes write under runs/<run.name>/).
+--   local report = require 'crescent.report'
+--   local runs = report.find({'runs'})            -- the run folders under those paths, loaded
+--   local html = report.html(runs)               -- the page
+--   report.write('report.html', {'runs'})        -- both, written; returns the number of runs
+local cjson = require 'cjson'
+local util = require 'crescent.util'
+local svg_chart = require 'crescent.report.svg_chart'
+
+local M = {}
+local esc = svg_chart.escape
+
+-- The curves the page draws: storage key, chart title.
+M.CURVES = {
+  { 'loss', 'train loss' }, { 'lr', 'learning rate' }, { 'img_per_s', 'images / s' },
+  { 'data_time', 'data wait per step (s)' }, { 'knn/top1', 'kNN top-1 (%)' }, { 'test/top1', 'test top-1 (%)' },
+  { 'test/loss', 'test loss' },
+}
+-- results.json fields shown first, in this order; the others follow by name.
+local FIRST = { 'recipe', 'epochs', 'knn_top1', 'knn_top5', 'test_top1', 'train_loss', 'train_seconds', 'img_per_s',
+                'evaluated_on' }
+
+local function read(path)
+  local f = io.open(path, 'r')
+  if not f then return nil end
+  local s = f:read('*a')
+  f:close()
+  return s
+end
+
+local function is_dir(path) return (pcall(util.list_dir, path)) end
+
+-- One run folder, loaded: {name, dir, metrics = {records}, results = table | nil, config = table | nil}.
+function M.load_run(dir)
+  local run = { dir = dir, name = dir:gsub('/+$', ''):match('[^/]+$') or dir, metrics = {} }
+  for line in (read(dir .. '/metrics.jsonl') or ''):gmatch('[^\n]+') do
+    local ok, rec = pcall(cjson.decode, line)
+    if ok and type(rec) == 'table' then run.metrics[#run.metrics + 1] = rec end
+  end
+  local results = read(dir .. '/results.json')
+  if results then
+    local ok, r = pcall(cjson.decode, results)
+    if ok and type(r) == 'table' then run.results = r end
+  end
+  local f = loadfile(dir .. '/config.lua')
+  if f then
+    local ok, cfg = pcall(setfenv(f, {}))
+    if ok and type(cfg) == 'table' then run.config = cfg end
+  end
+  return run
+end
+
+-- The run folders at or under each path (a run folder: it has metrics.jsonl), sorted by
+-- name, loaded. A path that is neither is an error naming it.
+function M.find(paths)
+  local dirs = {}
+  for _, p in ipairs(paths) do
+    p = p:gsub('/+$', '')
+    if util.file_exists(p .. '/metrics.jsonl') then
+      dirs[#dirs + 1] = p
+    elseif is_dir(p) then
+      local found = false
+      for _, e in ipairs(util.list_dir(p)) do
+        if e.dir and util.file_exists(p .. '/' .. e.name .. '/metrics.jsonl') then
+          dirs[#dirs + 1] = p .. '/' .. e.name
+          found = true
+        end
+      end
+      if not found then error(string.format("report: '%s' holds no run folders (none has a metrics.jsonl)", p), 0) end
+    else
+      error(string.format("report: '%s' is not a folder; give run folders or a folder of them (runs/)", p), 0)
+    end
+  end
+  table.sort(dirs)
+  local runs = {}
+  for i, d in ipairs(dirs) do runs[i] = M.load_run(d) end
+  return runs
+end
+
+-- The config as dotted keys -> printable values (lists as one value).
+local function flatten(t, prefix, out)
+  out = out or {}
+  for k, v in pairs(t or {}) do
+    local key = prefix .. tostring(k)
+    if type(v) == 'table' and not (#v > 0 or next(v) == nil) then flatten(v, key .. '.', out)
+    else out[key] = type(v) == 'table' and util.json(v) or tostring(v) end
+  end
+  return out
+end
+
+-- The keys whose values are not the same in every run: sorted list of {key, {value per run}}.
+function M.config_differences(runs)
+  local flat, keys = {}, {}
+  for i, r in ipairs(runs) do
+    flat[i] = flatten(r.config, '')
+    for k in pairs(flat[i]) do keys[k] = true end
+  end
+  local out = {}
+  for _, k in ipairs(util.sorted_keys(keys)) do
+    if k ~= 'run.name' and k ~= 'run.dir' then
+      local values, differ = {}, false
+      for i = 1, #runs do
+        values[i] = flat[i][k] or '—'
+        if values[i] ~= values[1] then differ = true end
+      end
+      if differ then out[#out + 1] = { k, values } end
+    end
+  end
+  return out
+end
+
+local function fmt(v)
+  if type(v) == 'number' then
+    if v == math.floor(v) and math.abs(v) < 1e12 then return tostring(v) end
+    return string.format('%.4g', v)
+  end
+  return tostring(v)
+end
+
+local function results_table(runs)
+  local keys, seen = {}, {}
+  for _, k in ipairs(FIRST) do
+    for _, r in ipairs(runs) do
+      if r.results and r.results[k] ~= nil and not seen[k] then keys[#keys + 1], seen[k] = k, true end
+    end
+  end
+  local rest = {}
+  for _, r in ipairs(runs) do
+    for k in pairs(r.results or {}) do if not seen[k] and k ~= 'checkpoint' then rest[k] = true end end
+  end
+  for _, k in ipairs(util.sorted_keys(rest)) do keys[#keys + 1] = k end
+  local rows = { '<table><tr><th>run</th>' }
+  for _, k in ipairs(keys) do rows[#rows + 1] = '<th>' .. esc(k) .. '</th>' end
+  rows[#rows + 1] = '</tr>'
+  for i, r in ipairs(runs) do
+    rows[#rows + 1] = string.format('<tr class="run-%d"><td><span class="swatch" style="background:%s"></span>%s</td>',
+      i, svg_chart.COLOURS[(i - 1) % #svg_chart.COLOURS + 1], esc(r.name))
+    for _, k in ipairs(keys) do
+      local v = r.results and r.results[k]
+      rows[#rows + 1] = '<td>' .. (v == nil and '—' or esc(fmt(v))) .. '</td>'
+    end
+    rows[#rows + 1] = '</tr>'
+  end
+  rows[#rows + 1] = '</table>'
+  if #keys == 0 then return '<p>No run has a results.json yet (it is written when a run ends).</p>' end
+  return table.concat(rows)
+end
+
+local function config_table(runs)
+  local diffs = M.config_differences(runs)
+  if #runs < 2 then return '<p>One run: nothing to compare.</p>' end
+  if #diffs == 0 then return '<p>The runs share every config value (run.name aside).</p>' end
+  local rows = { '<table><tr><th>key</th>' }
+  for i, r in ipairs(runs) do rows[#rows + 1] = string.format('<th class="run-%d">%s</th>', i, esc(r.name)) end
+  rows[#rows + 1] = '</tr>'
+  for _, d in ipairs(diffs) do
+    rows[#rows + 1] = '<tr><td>' .. esc(d[1]) .. '</td>'
+    for i, v in ipairs(d[2]) do rows[#rows + 1] = string.format('<td class="run-%d">%s</td>', i, esc(v)) end
+    rows[#rows + 1] = '</tr>'
+  end
+  rows[#rows + 1] = '</table>'
+  return table.concat(rows)
+end
+
+local CSS = [[
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
+.runs label { margin-right: 14px; white-space: nowrap; }
+.swatch { display: inline-block; width: 10px; height: 10px; margin-right: 5px; border-radius: 2px; }
+.charts { display: flex; flex-wrap: wrap; gap: 8px; }
+table { border-collapse: collapse; margin-top: 6px; } td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
+th { background: #f5f5f5; font-weight: 600; }
+]]
+
+-- The page for loaded runs.
+function M.html(runs, title)
+  title = title or 'crescent runs'
+  local parts = { '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>' .. esc(title) .. '</title>',
+                  '<style>' .. CSS }
+  for i = 1, #runs do
+    parts[#parts + 1] = string.format('#run-%d:not(:checked) ~ .page .run-%d { display: none; }', i, i)
+  end
+  parts[#parts + 1] = '</style></head><body>'
+  for i = 1, #runs do parts[#parts + 1] = string.format('<input type="checkbox" id="run-%d" checked hidden>', i) end
+  parts[#parts + 1] = '<div class="page"><h1>' .. esc(title) .. '</h1><p class="runs">'
+  for i, r in ipairs(runs) do
+    parts[#parts + 1] = string.format('<label for="run-%d" title="%s"><span class="swatch" style="background:%s">' ..
+      '</span>%s</label>', i, esc(r.dir), svg_chart.COLOURS[(i - 1) % #svg_chart.COLOURS + 1], esc(r.name))
+  end
+  parts[#parts + 1] = '<br><small>Click a run to hide or show it.</small></p><h2>Curves</h2><div class="charts">'
+  for _, c in ipairs(M.CURVES) do
+    local series, any = {}, false
+    for i, r in ipairs(runs) do
+      local pts = {}
+      for _, rec in ipairs(r.metrics) do
+        local v = rec[c[1]]
+        if type(v) == 'number' and type(rec.iteration) == 'number' then pts[#pts + 1] = { rec.iteration, v } end
+      end
+      any = any or #pts > 0
+      series[#series + 1] = { name = r.name, class = 'run-' .. i, points = pts }
+    end
+    if any then parts[#parts + 1] = svg_chart.line { title = c[2], x_label = 'iteration', series = series } end
+  end
+  parts[#parts + 1] = '</div><h2>Final figures</h2>' .. results_table(runs)
+  parts[#parts + 1] = '<h2>Config differences</h2>' .. config_table(runs)
+  parts[#parts + 1] = '</div></body></html>\n'
+  return table.concat(parts, '\n')
+end
+
+-- Finds the runs under paths, writes their page to out_path; returns the number of runs.
+function M.write(out_path, paths)
+  local runs = M.find(paths)
+  local html = M.html(runs)
+  local f, err = io.open(out_path, 'w')
+  if not f then error('report: cannot write ' .. tostring(err), 0) end
+  f:write(html)
+  f:close()
+  return #runs
+end
+
+return M

@@ -1,0 +1,84 @@
+-- report_spec — `bin/crescent report` (crescent.report): the page of two small runs holds
+-- both runs' curves as well-formed SVG (a polyline per run and curve, log y where values
+-- span more than 50x), their final figures, the config keys on which they differ, the CSS
+-- that hides a run whose checkbox is cleared, and no script; bad paths are clear errors.
+local report = require 'crescent.report'
+local svg_chart = require 'crescent.report.svg_chart'
+
+local tmp = H.tmpdir('report')
+teardown(tmp.remove)
+
+local function write(path, text)
+  local f = assert(io.open(path, 'w'))
+  f:write(text)
+  f:close()
+end
+
+-- A run folder as the recipes leave it: metrics.jsonl, results.json, config.lua.
+local function fake_run(name, lr, losses, top1)
+  local dir = tmp.path('runs/' .. name)
+  os.execute('mkdir -p ' .. dir)
+  local lines = {}
+  for i, l in ipairs(losses) do
+    lines[#lines + 1] = string.format('{"iteration":%d,"epoch":0,"phase":"train","loss":%g,"lr":%g,"img_per_s":%d}',
+      i * 10, l, lr, 100 + i)
+  end
+  lines[#lines + 1] = string.format('{"iteration":%d,"epoch":0,"phase":"train","knn/top1":%g}', #losses * 10, top1)
+  write(dir .. '/metrics.jsonl', table.concat(lines, '\n') .. '\n')
+  write(dir .. '/results.json', string.format('{"epochs":1,"knn_top1":%g,"recipe":"swav","train_seconds":12.5}', top1))
+  write(dir .. '/config.lua', string.format("return { optim = { lr = %g, momentum = 0.9 }, run = { name = '%s' }, " ..
+    "crops = { num = {2, 6} } }", lr, name))
+  return dir
+end
+
+describe('crescent report', function()
+  fake_run('alpha', 0.1, { 5.0, 4.0, 3.5 }, 71.25)
+  fake_run('beta', 0.2, { 900, 4.5, 3.0 }, 68.5)
+
+  it('draws both runs, their figures and their config differences on one page without scripts', function()
+    local runs = report.find({ tmp.path('runs') })
+    assert.are.same({ 'alpha', 'beta' }, { runs[1].name, runs[2].name })
+    local html = report.html(runs)
+    assert.truthy(html:find('<!DOCTYPE html>', 1, true))
+    assert.is_nil(html:lower():find('<script', 1, true))
+    local _, polylines = html:gsub('<polyline', '')
+    assert.are.equal(6, polylines)     -- loss, lr, img/s for each run; kNN is one point each
+    assert.truthy(html:find('class="run-2"', 1, true))
+    assert.truthy(html:find('#run-2:not(:checked) ~ .page .run-2 { display: none; }', 1, true))
+    assert.truthy(html:find('(log y)', 1, true), 'the loss spans 3 to 900')
+    assert.truthy(html:find('<td>71.25</td>', 1, true) and html:find('<td>68.5</td>', 1, true))
+    assert.truthy(html:find('<td>optim.lr</td><td class="run-1">0.1</td><td class="run-2">0.2</td>', 1, true), html)
+    assert.is_nil(html:find('<td>optim.momentum</td>', 1, true))   -- the same in both: not listed
+    assert.is_nil(html:find('<td>run.name</td>', 1, true))
+  end)
+
+  it('writes well-formed SVG', function()
+    local path = tmp.path('page.html')
+    assert.are.equal(2, report.write(path, { tmp.path('runs') }))
+    local out, code = H.shell(string.format([[python3 -c "
+import re, sys, xml.etree.ElementTree as ET
+h = open('%s').read()
+svgs = re.findall(r'<svg.*?</svg>', h, re.S)
+for s in svgs: ET.fromstring(s)
+print('svgs', len(svgs))"]], path))
+    assert.are.equal(0, code, out)
+    assert.truthy(out:find('svgs 4', 1, true), out)
+  end)
+
+  it('runs from bin/crescent, and names a path that holds no runs', function()
+    local out, code = H.shell(string.format('bin/crescent report %s -o %s', tmp.path('runs/alpha'), tmp.path('one.html')))
+    assert.are.equal(0, code, out)
+    assert.truthy(out:find('report: 1 run -> ', 1, true), out)
+    out, code = H.shell('bin/crescent report ' .. tmp.path('nowhere'))
+    assert.are.equal(1, code, out)
+    assert.truthy(out:find('is not a folder', 1, true), out)
+    os.execute('mkdir -p ' .. tmp.path('empty'))
+    out = H.shell('bin/crescent report ' .. tmp.path('empty'))
+    assert.truthy(out:find('holds no run folders', 1, true), out)
+  end)
+
+  it('picks round ticks', function()
+    assert.are.same({ 0, 0.5, 1 }, svg_chart.ticks(0, 1, 2))
+    assert.are.same({ 20, 40, 60, 80 }, svg_chart.ticks(12, 87, 4))
+  end)
+end)

@@ -296,6 +296,21 @@ describe('the tensorboard and jsonl hooks', function()
     end
   end)
 
+  it("write the task's config once, as text for TensorBoard's text plugin", function()
+    local dir = new_dir()
+    local t = linear_task {}
+    t.config = { optim = { lr = 0.125 }, run = { name = 'tb_text' } }
+    local tb = t:add_hook(cr.hooks.tensorboard { dir = dir, every = 2 })
+    cr.train(t)
+    local f = assert(io.open(tb.path, 'rb'))
+    local bytes = f:read('*a')
+    f:close()
+    local _, n = bytes:gsub('config', '')
+    assert.are.equal(1, n)
+    assert.truthy(bytes:find('text', 1, true))
+    assert.truthy(bytes:find('lr = 0.125', 1, true), 'the dumped config')
+  end)
+
   it('append to metrics.jsonl across runs, and write NaN as null', function()
     local dir = new_dir()
     local path = dir .. '/metrics.jsonl'
@@ -350,7 +365,7 @@ end)
 
 describe("TensorBoard's own reader", function()
   local python = os.getenv('CRESCENT_PYTHON') or 'python3'
-  it('reads our file', function()
+  it('reads our file: scalars, and text for the text plugin', function()
     if os.execute(python .. ' -c "import tensorboard" >/dev/null 2>&1') ~= 0 then
       pending('Python tensorboard absent (pip install tensorboard; CRESCENT_PYTHON picks the python)')
       return
@@ -358,6 +373,7 @@ describe("TensorBoard's own reader", function()
     local w = Writer.open(new_dir())
     w:add_scalar('loss', 0.5, 7)
     w:add_scalar('test/top1', 91.25, 8)
+    w:add_text('config', '    optim = {lr = 0.1} -- ü', 0)
     w:close()
     local script = tmp .. '/read_events.py'
     local f = assert(io.open(script, 'w'))
@@ -367,8 +383,13 @@ describe("TensorBoard's own reader", function()
       'got = []',
       'for e in event_file_loader.LegacyEventFileLoader(sys.argv[1]).Load():',
       '    if e.file_version: got.append(("version", e.file_version))',
-      '    for v in e.summary.value: got.append((v.tag, e.step, v.simple_value))',
-      'assert got == [("version", "brain.Event:2"), ("loss", 7, 0.5), ("test/top1", 8, 91.25)], got',
+      '    for v in e.summary.value:',
+      '        if v.metadata.plugin_data.plugin_name == "text":',
+      '            got.append((v.tag, e.step, v.tensor.dtype, v.tensor.string_val[0].decode()))',
+      '        else: got.append((v.tag, e.step, v.simple_value))',
+      'want = [("version", "brain.Event:2"), ("loss", 7, 0.5), ("test/top1", 8, 91.25),',
+      '        ("config", 0, 7, "    optim = {lr = 0.1} -- \\u00fc")]',
+      'assert got == want, got',
       'print("read", len(got))',
     }, '\n'))
     f:close()

@@ -89,6 +89,9 @@ const char *cr_tb_path(const cr_tb_writer *w);
  * unix seconds; <= 0 means now. Tags are non-empty UTF-8 of at most 1024 bytes. */
 cr_status cr_tb_add_scalar(cr_tb_writer *w, const char *tag, double value, int64_t step,
                            double wall_time);
+/* Buffers one text event for TensorBoard's text plugin (Markdown; at most 32 KiB of
+ * UTF-8), e.g. the run's config at step 0. */
+cr_status cr_tb_add_text(cr_tb_writer *w, const char *tag, const char *text, int64_t step, double wall_time);
 /* Writes the buffered records to the file. */
 cr_status cr_tb_flush(cr_tb_writer *w);
 /* Flushes, closes and frees the writer (NULL is fine); the writer is gone even when the

@@ -1,6 +1,6 @@
 /* tfevents.c — TensorBoard event files (the format is in crescent_io.h): TFRecord framing
  * with masked CRC-32C, and Event / Summary protobufs written by hand (varints and field
- * tags), one scalar per record. Records collect in a buffer that goes to the file when it
+ * tags), one scalar or one text (the text plugin's string tensor) per record. Records collect in a buffer that goes to the file when it
  * fills, on cr_tb_flush and on cr_tb_close; every write error names the file. */
 #include <errno.h>
 #include <fcntl.h>
@@ -10,7 +10,7 @@
 
 #include "io_impl.h"
 
-enum { TB_BUF_CAP = 1 << 16, TB_TAG_MAX = 1024, TB_NAME_TRIES = 100 };
+enum { TB_BUF_CAP = 1 << 16, TB_TAG_MAX = 1024, TB_TEXT_MAX = 1 << 15, TB_NAME_TRIES = 100 };
 
 struct cr_tb_writer {
     int fd;
@@ -231,6 +231,56 @@ cr_status cr_tb_add_scalar(cr_tb_writer *w, const char *tag, double value, int64
     put_key(&o, 2, 5);
     put_le(&o, vbits, 4);
     return put_record(w, ev, o.n, "add_scalar");
+}
+
+/* The text plugin's event: Value {1 tag, 9 metadata {1 plugin_data {1 plugin_name
+ * "text"}}, 8 tensor {1 dtype DT_STRING (7), 8 string_val}}; a scalar string tensor, as
+ * tf.summary.text writes it. */
+cr_status cr_tb_add_text(cr_tb_writer *w, const char *tag, const char *text, int64_t step, double wall_time) {
+    if (!w) return cr_fail(CR_ERR_ARG, "tensorboard add_text: the writer is closed");
+    if (!tag || !*tag) return cr_fail(CR_ERR_ARG, "tensorboard add_text: the tag is empty; pass a name such as 'config'");
+    if (!text) return cr_fail(CR_ERR_ARG, "tensorboard add_text: the text is NULL");
+    size_t tn = strlen(tag), xn = strlen(text);
+    if (tn > TB_TAG_MAX)
+        return cr_fail(CR_ERR_ARG, "tensorboard add_text: tag '%.60s...' is %zu bytes long; the limit is %d", tag, tn,
+                       TB_TAG_MAX);
+    if (xn > TB_TEXT_MAX)
+        return cr_fail(CR_ERR_ARG, "tensorboard add_text: the text of '%.200s' is %zu bytes long; the limit is %d",
+                       tag, xn, TB_TEXT_MAX);
+    if (!cr_utf8_valid(tag, tn) || !cr_utf8_valid(text, xn))
+        return cr_fail(CR_ERR_ARG, "tensorboard add_text: the tag or text of '%.200s' is not valid UTF-8", tag);
+    if (wall_time <= 0) wall_time = now_seconds();
+    static const char plugin[] = "text";
+    size_t pd_len = 1 + varint_size(4) + 4;                   /* PluginData */
+    size_t md_len = 1 + varint_size(pd_len) + pd_len;         /* SummaryMetadata */
+    size_t tensor_len = 2 + 1 + varint_size(xn) + xn;         /* TensorProto */
+    size_t value_len = 1 + varint_size(tn) + tn + 1 + varint_size(md_len) + md_len + 1 + varint_size(tensor_len) +
+                       tensor_len;
+    size_t summary_len = 1 + varint_size(value_len) + value_len;
+    unsigned char *ev = malloc(64 + summary_len);
+    if (!ev) return cr_fail(CR_ERR_OOM, "tensorboard add_text: out of memory for %zu bytes", summary_len);
+    pb_out o = {ev, 0};
+    put_double(&o, 1, wall_time);
+    put_key(&o, 2, 0);
+    put_varint(&o, (uint64_t)step);
+    put_key(&o, 5, 2);
+    put_varint(&o, summary_len);
+    put_key(&o, 1, 2);
+    put_varint(&o, value_len);
+    put_bytes(&o, 1, tag, tn);
+    put_key(&o, 9, 2); /* metadata */
+    put_varint(&o, md_len);
+    put_key(&o, 1, 2); /* plugin_data */
+    put_varint(&o, pd_len);
+    put_bytes(&o, 1, plugin, 4);
+    put_key(&o, 8, 2); /* tensor */
+    put_varint(&o, tensor_len);
+    put_key(&o, 1, 0);
+    put_varint(&o, 7); /* DT_STRING */
+    put_bytes(&o, 8, text, xn);
+    cr_status st = put_record(w, ev, o.n, "add_text");
+    free(ev);
+    return st;
 }
 
 cr_status cr_tb_flush(cr_tb_writer *w) {

@@ -3,12 +3,13 @@
 -- `every` iterations and at the last step of each epoch) the storage's scalars that are
 -- new since the last write (loss, lr, img_per_s, data_time, time, ...; smoothed where
 -- their writer asked for it); after each phase and at the end of training the new
--- unsmoothed ones (test/top1, knn/top1, ...). Flushed after every phase, closed at the end
--- of training or on an error.
+-- unsmoothed ones (test/top1, knn/top1, ...). At the start, the task's config as text
+-- (TensorBoard's Text tab, tag 'config'), so runs compare there too. Flushed after every
+-- phase, closed at the end of training or on an error.
 --
 --   task:add_hook(cr.hooks.tensorboard{dir = 'runs/exp1', every = 20})
 --   local w = cr.hooks.tensorboard.Writer.open('runs/exp1')   -- direct writes
---   w:add_scalar('loss', 0.5, 100); w:flush(); w:close()
+--   w:add_scalar('loss', 0.5, 100); w:add_text('notes', '**markdown**', 0); w:flush(); w:close()
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
@@ -43,6 +44,20 @@ function Writer:add_scalar(tag, value, step, wall_time)
     error("tensorboard: the step of '" .. tag .. "' must be an integer, got " .. tostring(step), util.user_level())
   end
   util.check(C.cr_tb_add_scalar(self.ptr, tag, value, step, wall_time or 0))
+end
+
+-- w:add_text(tag, markdown, step, wall_time): for TensorBoard's text plugin (<= 32 KiB).
+function Writer:add_text(tag, text, step, wall_time)
+  if not self.ptr then error('tensorboard: add_text on a closed writer', util.user_level()) end
+  if type(tag) ~= 'string' or type(text) ~= 'string' then
+    error('tensorboard: add_text takes a tag and a text (strings), got ' .. type(tag) .. ', ' .. type(text),
+      util.user_level())
+  end
+  step = step or 0
+  if type(step) ~= 'number' or step ~= math.floor(step) then
+    error("tensorboard: the step of '" .. tag .. "' must be an integer, got " .. tostring(step), util.user_level())
+  end
+  util.check(C.cr_tb_add_text(self.ptr, tag, text, step, wall_time or 0))
 end
 
 function Writer:flush()
@@ -87,10 +102,16 @@ end
 local Hook = {}
 Hook.__index = Hook
 
-function Hook:before_train(_)
+function Hook:before_train(task)
   if not self.writer then
     self.writer = Writer.open(self.dir)
     self.path = self.writer.path   -- the event file, kept after closing
+    local cfg = task.config
+    if type(cfg) == 'table' and next(cfg) ~= nil then
+      local ok, text = pcall(require('crescent.config').dump, cfg)
+      -- four spaces: Markdown's code block, so the text plugin shows the Lua as written
+      if ok and #text < 30000 then self.writer:add_text('config', '    ' .. text:gsub('\n', '\n    '), task.iteration) end
+    end
   end
   self.seen = {}
 end

@@ -169,6 +169,28 @@ describe('the console writer', function()
   end)
 end)
 
+describe('the timer', function()
+  it("counts the time an epoch's end took (kNN, test, checkpoints) into the ETA, once per epoch left", function()
+    local t = linear_task { epochs = 3, batches = batches(2, 2) }
+    local loop = require 'crescent.engine.loop'
+    t:add_hook(cr.hooks.timer())
+    -- an after_phase that takes 0.3 s at every train epoch's end, as a kNN monitor would
+    t:add_hook { priority = 60, after_phase = function(_, task)
+      if task.phase_name == 'train' then
+        local t0 = loop.now()
+        while loop.now() - t0 < 0.3 do end
+      end
+    end }
+    local etas = {}
+    t:add_hook { after_step = function(_, task) etas[#etas + 1] = { task.epoch, task.eta_seconds } end }
+    cr.train(t)
+    assert.is_true(etas[1][2] < 0.3)            -- epoch 1: no epoch end measured yet
+    assert.are.equal(1, etas[3][1])
+    assert.is_true(etas[3][2] >= 0.55, tostring(etas[3][2]))   -- epoch 2: two epoch ends to come
+    assert.is_true(etas[6][2] >= 0.28 and etas[6][2] < 0.55, tostring(etas[6][2]))   -- the last one's
+  end)
+end)
+
 describe('the NaN/Inf guard', function()
   it('stops on a bad loss and names the step range since the last good check', function()
     local t = linear_task {

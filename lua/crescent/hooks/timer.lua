@@ -1,5 +1,8 @@
 -- crescent.hooks.timer — iteration time, data time, images/s and the ETA, put into the
--- event storage for writers (smoothed: the median of the last `window` iterations).
+-- event storage for writers (smoothed: the median of the last `window` iterations). The
+-- ETA counts the steps left at the median step time plus, for each epoch end still to
+-- come, the time the last one took between its last train step and the next epoch's
+-- first (the kNN monitor, the test phase, checkpoints).
 -- Also totals of this cr.train call (a resumed run counts from where it resumed):
 -- task.metrics.seconds, train_seconds, train_samples and train_img_per_s (train phases only).
 local loop = require 'crescent.engine.loop'
@@ -15,7 +18,13 @@ function Timer:before_train(task)
 end
 
 function Timer:before_phase(task)
-  if task.phase_name == 'train' then self.t_last = now() end
+  if task.phase_name ~= 'train' then return end
+  self.t_last = now()
+  if self.t_train_end then self.epoch_end_seconds = self.t_last - self.t_train_end end
+end
+
+function Timer:after_phase(task)
+  if task.phase_name == 'train' then self.t_train_end = now() end
 end
 
 function Timer:after_step(task)
@@ -29,7 +38,8 @@ function Timer:after_step(task)
   s:put_scalar('data_time', task.timing.data)
   s:put_scalar('img_per_s', task:batch_size(task.batch) / dt)
   local med = s:history('time'):median(self.window)
-  task.eta_seconds = math.max(0, task.max_iterations - task.iteration) * med
+  task.eta_seconds = math.max(0, task.max_iterations - task.iteration) * med +
+                     (self.epoch_end_seconds or 0) * math.max(0, task.epochs - task.epoch)
 end
 
 function Timer:after_train(task)

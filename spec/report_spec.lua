@@ -2,8 +2,12 @@
 -- both runs' curves as well-formed SVG (a polyline per run and curve, log y where values
 -- span more than 50x), their final figures, the config keys on which they differ, the CSS
 -- that hides a run whose checkbox is cleared, and no script; bad paths are clear errors.
+-- A run with a checkpoint gets its trunk's nearest neighbours and kNN confusion matrix
+-- (images as BMP data URIs, checked byte for byte).
 local report = require 'crescent.report'
 local svg_chart = require 'crescent.report.svg_chart'
+local neighbours = require 'crescent.report.neighbours'
+local cr = H.cr
 
 local tmp = H.tmpdir('report')
 teardown(tmp.remove)
@@ -75,6 +79,54 @@ print('svgs', len(svgs))"]], path))
     os.execute('mkdir -p ' .. tmp.path('empty'))
     out = H.shell('bin/crescent report ' .. tmp.path('empty'))
     assert.truthy(out:find('holds no run folders', 1, true), out)
+  end)
+
+  it("shows what a checkpoint's trunk sees: nearest training images and the kNN confusion matrix", function()
+    local ok = pcall(cr.data.fashion_mnist, { split = 'test', limit = 1 })
+    if not ok then pending('Fashion-MNIST is absent') return end
+    local dir = fake_run('gamma', 0.3, { 2.0, 1.5 }, 60)
+    write(dir .. '/config.lua', "return { data = { name = 'fashion_mnist', limit = 120 }, " ..
+      "model = { arch = 'resnet18', width = 4, stem = 'cifar' }, knn = { k = 10, temperature = 0.1 } }")
+    os.execute('mkdir -p ' .. dir .. '/checkpoints')
+    cr.manual_seed(0)
+    local trunk = cr.nn.models.resnet18 { stem = 'cifar', width = 4, in_channels = 1, num_classes = 0 }
+    local tensors = {}
+    for _, nt in ipairs(trunk:named_state()) do tensors['trunk.' .. nt[1]] = nt[2] end
+    cr.save(dir .. '/checkpoints/latest.safetensors', tensors)
+    local nb = assert(neighbours.compute(report.load_run(dir), { queries = 3, k = 4 }))
+    assert.are.equal(120, nb.train)
+    assert.are.equal(3, #nb.queries)
+    assert.are.equal(4, #nb.queries[1].neighbours)
+    local total = 0
+    for _, row in ipairs(nb.confusion) do for _, v in ipairs(row) do total = total + v end end
+    assert.are.equal(nb.test, total)
+    assert.are.equal(10, #nb.classes)
+    local html = report.html(report.find({ tmp.path('runs') }), { queries = 3, k = 4 })
+    assert.truthy(html:find('What the trunks see', 1, true))
+    assert.truthy(html:find('No neighbours: no checkpoints/latest.safetensors', 1, true))   -- alpha, beta
+    assert.truthy(html:find('<img src="data:image/bmp;base64,', 1, true))
+    assert.truthy(html:find('class="confusion"', 1, true))
+  end)
+
+  it('encodes images as BMP data URIs', function()
+    assert.are.equal('TWFu', neighbours.base64('Man'))
+    assert.are.equal('TWE=', neighbours.base64('Ma'))
+    assert.are.equal('TQ==', neighbours.base64('M'))
+    local uri = neighbours.bmp_uri({ { 7, 9 } }, 1, 2, false)
+    local b64 = uri:match('^data:image/bmp;base64,(.+)$')
+    local map = {}
+    for i = 1, 64 do map[('ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'):sub(i, i)] = i - 1 end
+    local bytes = {}
+    for i = 1, #b64, 4 do
+      local n = 0
+      for k = 0, 3 do n = n * 64 + (map[b64:sub(i + k, i + k)] or 0) end
+      bytes[#bytes + 1] = string.char(math.floor(n / 65536) % 256, math.floor(n / 256) % 256, n % 256)
+    end
+    local bmp = table.concat(bytes)
+    assert.are.equal('BM', bmp:sub(1, 2))
+    local offset = bmp:byte(11) + bmp:byte(12) * 256
+    assert.are.equal(14 + 40 + 1024, offset)                  -- headers and a 256-grey palette
+    assert.are.same({ 7, 9, 0, 0 }, { bmp:byte(offset + 1, offset + 4) })   -- one row, padded to 4 bytes
   end)
 
   it('picks round ticks', function()

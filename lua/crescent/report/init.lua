@@ -2,15 +2,18 @@
 -- curves of every run overlaid (loss, lr, img/s, data time, kNN and test top-1, by
 -- iteration) as inline SVG, a checkbox per run that hides it (CSS only: the page needs
 -- no JavaScript, no server and no network), a table of each run's final figures
--- (results.json) and one of the config keys on which the runs differ (config.lua). A run
+-- (results.json), one of the config keys on which the runs differ (config.lua), and for
+-- each run with a checkpoint, what its trunk sees (crescent.report.neighbours): the
+-- nearest training images of a few test images and the kNN confusion matrix. A run
 -- folder is one with a metrics.jsonl (what the recipes write under runs/<run.name>/).
 --   local report = require 'crescent.report'
 --   local runs = report.find({'runs'})            -- the run folders under those paths, loaded
---   local html = report.html(runs)               -- the page
---   report.write('report.html', {'runs'})        -- both, written; returns the number of runs
+--   local html = report.html(runs, {neighbours = true})   -- the page
+--   report.write('report.html', {'runs'}, opts)  -- both, written; returns the number of runs
 local cjson = require 'cjson'
 local util = require 'crescent.util'
 local svg_chart = require 'crescent.report.svg_chart'
+local neighbours = require 'crescent.report.neighbours'
 
 local M = {}
 local esc = svg_chart.escape
@@ -167,6 +170,42 @@ local function config_table(runs)
   return table.concat(rows)
 end
 
+-- One run's neighbours and confusion matrix (or why there are none).
+local function neighbours_section(run, i, opts)
+  local nb, why = neighbours.compute(run, opts)
+  local head = string.format('<div class="run-%d"><h3>%s</h3>', i, esc(run.name))
+  if not nb then return head .. '<p>No neighbours: ' .. esc(why) .. '.</p></div>' end
+  local parts = { head, string.format('<p>kNN top-1 %.2f%% on the first %d test images against the first %d training ' ..
+    'images (the run\'s k and temperature). Each row: a test image, then its nearest training images (cosine); a red ' ..
+    'frame marks another class.</p><table class="grid">', nb.accuracy, nb.test, nb.train) }
+  for _, q in ipairs(nb.queries) do
+    parts[#parts + 1] = string.format('<tr><td><img src="%s" alt="query" title="%s"></td>', q.image,
+      esc(nb.classes[q.label + 1]))
+    for _, nbr in ipairs(q.neighbours) do
+      parts[#parts + 1] = string.format('<td><img src="%s" class="%s" alt="neighbour" title="%s, %.3f"></td>',
+        nbr.image, nbr.label == q.label and 'same' or 'other', esc(nb.classes[nbr.label + 1]), nbr.similarity)
+    end
+    parts[#parts + 1] = '</tr>'
+  end
+  parts[#parts + 1] = '</table><p>kNN confusion matrix (rows: the true class, columns: the predicted one):</p>' ..
+    '<table class="confusion"><tr><th></th>'
+  for _, c in ipairs(nb.classes) do parts[#parts + 1] = '<th>' .. esc(c) .. '</th>' end
+  parts[#parts + 1] = '</tr>'
+  for a, row in ipairs(nb.confusion) do
+    local total = 0
+    for _, v in ipairs(row) do total = total + v end
+    parts[#parts + 1] = '<tr><th>' .. esc(nb.classes[a]) .. '</th>'
+    for b, v in ipairs(row) do
+      local share = total > 0 and v / total or 0
+      local colour = a == b and '0,114,178' or '213,94,0'
+      parts[#parts + 1] = string.format('<td style="background:rgba(%s,%.2f)">%d</td>', colour, share * 0.9, v)
+    end
+    parts[#parts + 1] = '</tr>'
+  end
+  parts[#parts + 1] = '</table></div>'
+  return table.concat(parts)
+end
+
 local CSS = [[
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; }
 h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
@@ -175,11 +214,16 @@ h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
 .charts { display: flex; flex-wrap: wrap; gap: 8px; }
 table { border-collapse: collapse; margin-top: 6px; } td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
 th { background: #f5f5f5; font-weight: 600; }
+.grid td { padding: 2px; border: none; } .grid img { width: 42px; height: 42px; image-rendering: pixelated; }
+.grid img.same { outline: 2px solid #009E73; } .grid img.other { outline: 2px solid #D55E00; }
+.confusion td { text-align: right; min-width: 28px; }
 ]]
 
--- The page for loaded runs.
-function M.html(runs, title)
-  title = title or 'crescent runs'
+-- The page for loaded runs. opts.neighbours (default true): the neighbours section, with
+-- opts.train, opts.test, opts.queries, opts.k passed on (crescent.report.neighbours).
+function M.html(runs, opts)
+  opts = opts or {}
+  local title = opts.title or 'crescent runs'
   local parts = { '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>' .. esc(title) .. '</title>',
                   '<style>' .. CSS }
   for i = 1, #runs do
@@ -208,14 +252,18 @@ function M.html(runs, title)
   end
   parts[#parts + 1] = '</div><h2>Final figures</h2>' .. results_table(runs)
   parts[#parts + 1] = '<h2>Config differences</h2>' .. config_table(runs)
+  if opts.neighbours ~= false then
+    parts[#parts + 1] = '<h2>What the trunks see</h2>'
+    for i, r in ipairs(runs) do parts[#parts + 1] = neighbours_section(r, i, opts) end
+  end
   parts[#parts + 1] = '</div></body></html>\n'
   return table.concat(parts, '\n')
 end
 
 -- Finds the runs under paths, writes their page to out_path; returns the number of runs.
-function M.write(out_path, paths)
+function M.write(out_path, paths, opts)
   local runs = M.find(paths)
-  local html = M.html(runs)
+  local html = M.html(runs, opts)
   local f, err = io.open(out_path, 'w')
   if not f then error('report: cannot write ' .. tostring(err), 0) end
   f:write(html)

@@ -2,7 +2,8 @@
 -- standard monitor of self-supervised features:
 --   knn.classify(train_features [N, D], train_labels [N], test_features [M, D],
 --                test_labels [M], {k = 200, temperature = 0.1, num_classes = nil,
---                normalize = true, chunk = nil}) -> top1, top5 (in %)
+--                normalize = true, chunk = nil, predictions = false}) -> top1, top5 (in %)
+--                [, the top-1 class of every test row, i64 [M], with predictions = true]
 -- For each test row: cosine similarities to every train row (features L2-normalised here
 -- unless normalize = false), the k most similar, each voting exp(sim / T) for its label;
 -- classes are ranked by their summed votes (ties: lower class id first, a stable sort).
@@ -60,8 +61,8 @@ function M.classify(train, train_labels, test, test_labels, opts)
     fail(string.format('knn: train labels must lie in [0, %d)', C))
   end
   local chunk = opts.chunk or math.max(1, math.floor(2 ^ 23 / N))
-  if Mt == 0 then return 0, 0 end
-  local top1, top5 = 0, 0
+  if Mt == 0 then return 0, 0, opts.predictions and cr.empty({ 0 }, { dtype = 'i64' }) or nil end
+  local top1, top5, preds = 0, 0, {}
   cr.no_grad(function()
     local tr, te = train, test
     if opts.normalize ~= false then
@@ -78,11 +79,13 @@ function M.classify(train, train_labels, test, test_labels, opts)
       local w = (vals / T):exp()
       local votes = cr.zeros({ b, C }, { dtype = w.dtype, device = w.device }):scatter_add(1, nbr, w)
       local _, pred = votes:topk(nt, 1)                            -- [b, nt]
+      if opts.predictions then preds[#preds + 1] = pred:narrow(1, 0, 1):reshape({ b }) end
       local hit = pred:eq(yte:narrow(0, s, b):view(b, 1))
       top1 = top1 + hit:narrow(1, 0, 1):sum():item()
       top5 = top5 + hit:sum():item()
     end
   end)
+  if opts.predictions then return 100 * top1 / Mt, 100 * top5 / Mt, cr.cat(preds, 0) end
   return 100 * top1 / Mt, 100 * top5 / Mt
 end
 

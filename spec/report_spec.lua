@@ -3,7 +3,7 @@
 -- span more than 50x), their final figures, the config keys on which they differ, the CSS
 -- that hides a run whose checkbox is cleared, and no script; bad paths are clear errors.
 -- A run with a checkpoint gets its trunk's nearest neighbours and kNN confusion matrix
--- (images as BMP data URIs, checked byte for byte).
+-- (images as BMP data URIs, checked byte for byte). Headless Chromium renders the page.
 local report = require 'crescent.report'
 local svg_chart = require 'crescent.report.svg_chart'
 local neighbours = require 'crescent.report.neighbours'
@@ -129,8 +129,29 @@ print('svgs', len(svgs))"]], path))
     assert.are.same({ 7, 9, 0, 0 }, { bmp:byte(offset + 1, offset + 4) })   -- one row, padded to 4 bytes
   end)
 
+  it('renders in headless Chromium: a screenshot that is not blank, and no console errors', function()
+    if os.execute('command -v chromium >/dev/null 2>&1') ~= 0 then
+      pending('chromium is absent (make deps installs it)')
+      return
+    end
+    local page, shot = tmp.path('shot.html'), tmp.path('shot.png')
+    report.write(page, { tmp.path('runs/alpha'), tmp.path('runs/beta') }, { neighbours = false })
+    local out, code = H.shell(string.format('timeout 60 chromium --headless --no-sandbox --disable-gpu ' ..
+      '--hide-scrollbars --enable-logging=stderr --v=0 --window-size=1000,1200 --screenshot=%s file://%s 2>&1', shot,
+      page))
+    assert.are.equal(0, code, out)
+    assert.is_nil(out:find('CONSOLE', 1, true), out)   -- what the page logs to the console (it has no script)
+    local f = assert(io.open(shot, 'rb'))
+    local png = f:read('*a')
+    f:close()
+    assert.are.equal('\137PNG', png:sub(1, 4))
+    -- a blank 1000 x 1200 page compresses to a few KB; charts, tables and text do not
+    assert.is_true(#png > 30000, 'screenshot of ' .. #png .. ' bytes')
+  end)
+
   it('picks round ticks', function()
     assert.are.same({ 0, 0.5, 1 }, svg_chart.ticks(0, 1, 2))
     assert.are.same({ 20, 40, 60, 80 }, svg_chart.ticks(12, 87, 4))
+    assert.are.same({ 1169, 1170, 1171 }, svg_chart.ticks(1169, 1171, 5, true))   -- iterations: whole numbers
   end)
 end)

@@ -248,7 +248,9 @@ function M.html(runs, opts)
       any = any or #pts > 0
       series[#series + 1] = { name = r.name, class = 'run-' .. i, points = pts }
     end
-    if any then parts[#parts + 1] = svg_chart.line { title = c[2], x_label = 'iteration', series = series } end
+    if any then
+      parts[#parts + 1] = svg_chart.line { title = c[2], x_label = 'iteration', integer_x = true, series = series }
+    end
   end
   parts[#parts + 1] = '</div><h2>Final figures</h2>' .. results_table(runs)
   parts[#parts + 1] = '<h2>Config differences</h2>' .. config_table(runs)

@@ -3,8 +3,8 @@
 -- CSS class (run-<i>, so the report's run checkboxes can hide a run), and a title. The y
 -- axis turns logarithmic when every value is positive and they span more than 50x (a loss
 -- of 900 next to one of 2). Styles are attributes, so the SVG also stands alone.
---   svg_chart.line{title = 'loss', x_label = 'iteration', series = {{name =, class =,
---                  colour =, points = {{x, y}, ...}}, ...}, width = 560, height = 220} -> svg text
+--   svg_chart.line{title = 'loss', x_label = 'iteration', integer_x = true, series = {{name =,
+--                  class =, colour =, points = {{x, y}, ...}}, ...}, width = 560, height = 220} -> svg text
 local M = {}
 
 -- Colours that stay apart for the first runs (Okabe-Ito, colour-blind safe).
@@ -15,8 +15,9 @@ local function esc(s)
 end
 M.escape = esc
 
--- About n round tick values covering [lo, hi] (steps of 1, 2 or 5 times a power of ten).
-function M.ticks(lo, hi, n)
+-- About n round tick values covering [lo, hi] (steps of 1, 2 or 5 times a power of ten;
+-- whole numbers only when `integers`, as iterations are).
+function M.ticks(lo, hi, n, integers)
   if hi <= lo then return { lo } end
   local raw = (hi - lo) / math.max(1, n)
   local mag = 10 ^ math.floor(math.log10(raw))
@@ -24,6 +25,7 @@ function M.ticks(lo, hi, n)
   for _, m in ipairs { 1, 2, 5, 10 } do
     if raw <= m * mag then step = m * mag break end
   end
+  if integers then step = math.max(1, step) end
   local out, v = {}, math.ceil(lo / step - 1e-9) * step
   while v <= hi + step * 1e-9 do
     out[#out + 1] = math.abs(v) < step * 1e-9 and 0 or v
@@ -86,7 +88,7 @@ function M.line(o)
     parts[#parts + 1] = string.format('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/>' ..
       '<text x="%d" y="%.1f" %s text-anchor="end">%s</text>', left, left + pw, y, y, left - 4, y + 4, TEXT, label(v))
   end
-  for _, t in ipairs(M.ticks(xlo, xhi, 5)) do
+  for _, t in ipairs(M.ticks(xlo, xhi, 5, o.integer_x)) do
     parts[#parts + 1] = string.format('<text x="%.1f" y="%d" %s text-anchor="middle">%s</text>', px(t), top + ph + 14,
       TEXT, label(t))
   end

@@ -123,6 +123,7 @@ cr.engine.run.main(function()
   local results = { recipe = 'supervised', epochs = task.epoch, evaluated_on = eval_name, test_top1 = round(m.test_top1, 2),
     train_loss = round(train_loss, 4), seconds = round(m.seconds, 1), img_per_s = round(m.train_img_per_s, 1),
     preempted = task.signal }
+  print('the run on one page: bin/crescent report ' .. dir)
   print(require('crescent.util').json(results))
   cr.engine.run.write_results(cfg, dir, results)                  -- and results.json
 end)

@@ -340,6 +340,7 @@ function R.finish(task)
                 img_per_s = m.train_img_per_s, checkpoint = path, preempted = task.signal }
   local shown = {}
   for k, v in pairs(out) do shown[k] = type(v) == 'number' and tonumber(string.format('%.4f', v)) or v end
+  print('the run on one page: bin/crescent report ' .. R.run_dir(task))
   print(util.json(shown))
   cr.engine.run.write_results(task.config, R.run_dir(task), shown)
   return out

@@ -149,6 +149,16 @@ describe('the console writer', function()
     assert.equal('\n', out.text:sub(-1))
   end)
 
+  it('moves the live line through a test phase too', function()
+    local t = linear_task { batches = batches(2, 2), test_every = 1, test_loader = list_loader(batches(3, 2)) }
+    local out = sink()
+    t:add_hook(cr.hooks.eval { topk = { 1 } })
+    t:add_hook(cr.hooks.console { tty = true, out = out, refresh = 0 })
+    cr.train(t)
+    assert.truthy(out.text:find('\repoch 1/1  test batch 3/3', 1, true), out.text)
+    assert.truthy(out.text:find('epoch 1/1 test  top1', 1, true), out.text)   -- the result on a line of its own
+  end)
+
   it('ends the live line before another hook prints, and cuts it to the terminal width', function()
     local t = linear_task { batches = batches(3, 2) }
     local out = sink()

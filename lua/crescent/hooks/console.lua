@@ -1,6 +1,7 @@
 -- crescent.hooks.console — progress on stdout. On a terminal one live line, rewritten
 -- with \r (crescent.hooks.live_line: cut to the terminal's width, ended before any other
--- hook's output): epoch, iteration, loss, lr, img/s, data time, ETA. Elsewhere (a log file, a
+-- hook's output): epoch, iteration, loss, lr, img/s, data time, ETA, and during a test
+-- phase the batches done. Elsewhere (a log file, a
 -- pipe) the same fields as plain lines every `every` iterations. After each test phase a
 -- line with the eval metrics found in the storage (test/top1, test/top5, test/loss).
 local ffi = require 'ffi'
@@ -47,7 +48,19 @@ function Console:line(task)
   return table.concat(parts, '  ')
 end
 
+-- On a terminal the test phase moves the live line too: its batch count so far.
+function Console:test_step(task)
+  local t = loop.now()
+  if self.t_last and t - self.t_last < self.refresh then return end
+  self.t_last = t
+  local loader, total = task.test_loader, nil
+  if type(loader) == 'table' and type(loader.num_batches) == 'function' then total = loader:num_batches() end
+  live_line.show(self.out, string.format('epoch %d/%d  test batch %d%s', task.epoch + 1, task.epochs,
+    task.phase_iteration, total and ('/' .. total) or ''))
+end
+
 function Console:after_step(task)
+  if task.phase_name == 'test' and self.tty then return self:test_step(task) end
   if task.phase_name ~= 'train' then return end
   if self.tty then
     local t = loop.now()

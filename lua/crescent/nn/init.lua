@@ -78,11 +78,12 @@ function nn._check_input(m, x)
   end
 end
 
-for _, file in ipairs { 'container', 'layers', 'norm', 'mlp' } do
+for _, file in ipairs { 'container', 'layers', 'norm', 'mlp', 'transformer' } do
   require('crescent.nn.' .. file)(cr, nn)
 end
 
 nn.models = {}
 require('crescent.nn.models.resnet')(cr, nn)
+require('crescent.nn.models.vit')(cr, nn)
 
 return nn

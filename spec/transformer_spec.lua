@@ -85,6 +85,36 @@ describe('nn.TransformerBlock', function()
   end)
 end)
 
+describe('position embeddings for another image size', function()
+  it("resample as PyTorch's bicubic interpolate does (values from torch 2.15)", function()
+    -- F.interpolate(x [1, 1, 2, 4], size = (3, 6), mode = 'bicubic', align_corners = False)
+    local x = cr.tensor({ { 1, 2, 3, 4 }, { 0, -1, 5, 2 } }):double()
+    local y = nn._bicubic_matrix(2, 3, 'f64'):mm(x):mm(nn._bicubic_matrix(4, 6, 'f64'):t()):totable()
+    local want = { { 0.98492998, 1.62055147, 2.42013121, 2.64859080, 3.55306053, 4.29055834 },
+                   { 0.50000012, 0.171875, 1.01967573, 3.58449078, 3.828125, 2.91319513 },
+                   { 0.01507061, -1.27680075, -0.38077870, 4.52039146, 4.10319042, 1.53583300 } }
+    for i = 1, 3 do for j = 1, 6 do assert.is_true(math.abs(y[i][j] - want[i][j]) < 1e-5, i .. ',' .. j) end end   -- torch's f32
+    -- downsampling 4 x 4 to 2 x 2
+    local z = cr.arange(16):double():view({ 4, 4 })
+    local d = nn._bicubic_matrix(4, 2, 'f64'):mm(z):mm(nn._bicubic_matrix(4, 2, 'f64'):t()):totable()
+    assert.are.same({ { 2.03125, 4.21875 }, { 10.78125, 12.96875 } }, d)
+    -- the same size is the identity
+    assert.are.same(cr.eye(5):totable(), nn._bicubic_matrix(5, 5):totable())
+  end)
+
+  it('let a ViT trained at 28 px take 12 px crops, with gradients for pos_embed', function()
+    cr.manual_seed(2)
+    local m = nn.models.vit_tiny { img_size = 28, patch = 4, in_channels = 1, num_classes = 0 }
+    local f = m(cr.randn(3, 1, 12, 12))     -- a 3 x 3 grid from the trained 7 x 7
+    assert.are.same({ 3, 192 }, f.shape)
+    f:sum():backward()
+    assert.is_true(m.pos_embed.grad:abs():sum():item() > 0)
+    local pos = m:pos_embed_for(7, 7)
+    assert.is_true(pos == m.pos_embed)      -- the trained grid needs no resampling
+    assert.are.same({ 1, 10, 192 }, m:pos_embed_for(3, 3).shape)
+  end)
+end)
+
 describe('nn.DropPath and nn.LayerNorm', function()
   it('drops whole samples in training, scaled by 1 / (1 - p), and is the identity in eval', function()
     cr.manual_seed(1)
@@ -140,7 +170,7 @@ describe('nn.models.vit_*', function()
     f:pow(2):sum():backward()
     assert.is_true(m.pos_embed.grad:abs():sum():item() > 0)
     assert.is_true(m.blocks:get(11).drop_path.p > 0.099)   -- the last block's rate
-    H.assert_error(function() m(cr.randn(2, 1, 32, 32)) end, 'expected images [B, C, 28, 28]', 'not built yet')
+    H.assert_error(function() m(cr.randn(2, 1, 30, 28)) end, 'H and W multiples of the patch size 4')
     H.assert_error(function() nn.models.vit_tiny { img_size = 30, patch = 4 } end, 'img_size 30 is not a multiple of patch 4')
   end)
 end)

@@ -9,13 +9,43 @@
 -- num_classes (1000; 0: the features), drop_path (the last block's rate; linear from 0).
 --   local m = cr.nn.models.vit_tiny{img_size = 28, patch = 4, in_channels = 1, num_classes = 0}
 --   local f = m(x)                    -- [B, 192]
--- Images of another size than img_size are refused for now (position-embedding
--- interpolation is issue 25's next step).
+-- Images of another size (DINO's 96 px local crops beside 224 px global ones) get the
+-- position embeddings of their patch grid resampled bicubically from the trained grid
+-- (PyTorch's F.interpolate(mode = 'bicubic', align_corners = False), border clamped, as
+-- timm's resample_abs_pos_embed), made of two matrix products so gradients reach
+-- pos_embed; the class token's embedding is kept as it is.
 return function(cr, nn)
   local Module = nn.Module
   local int, options = nn._int, nn._options
 
   local SIZES = { vit_tiny = { 192, 12, 3 }, vit_small = { 384, 12, 6 }, vit_base = { 768, 12, 12 } }
+
+  -- Keys' cubic convolution (A = -0.75, PyTorch's) for a distance t in [0, 2).
+  local function cubic(t)
+    local A = -0.75
+    t = math.abs(t)
+    if t <= 1 then return ((A + 2) * t - (A + 3)) * t * t + 1 end
+    if t < 2 then return ((A * t - 5 * A) * t + 8 * A) * t - 4 * A end
+    return 0
+  end
+  -- The [n_out, n_in] matrix of a 1-D bicubic resize (align_corners = False; source
+  -- indices clamped to the border).
+  function nn._bicubic_matrix(n_in, n_out, dtype)
+    local rows = {}
+    for i = 0, n_out - 1 do
+      local row = {}
+      for j = 1, n_in do row[j] = 0 end
+      local src = (i + 0.5) * n_in / n_out - 0.5
+      local x0 = math.floor(src)
+      local t = src - x0
+      for k = -1, 2 do
+        local j = math.min(math.max(x0 + k, 0), n_in - 1)
+        row[j + 1] = row[j + 1] + cubic(k - t)
+      end
+      rows[i + 1] = row
+    end
+    return cr.tensor(rows, { dtype = dtype or 'f32' })
+  end
 
   local VisionTransformer = Module:extend('VisionTransformer')
   function VisionTransformer:init(dim, depth, heads, opts)
@@ -47,18 +77,33 @@ return function(cr, nn)
     self:apply(function(m) if m.__name == 'Linear' then nn._vit_init_linear_(m) end end)
   end
 
-  -- The tokens after the blocks and the final norm, [B, 1 + grid^2, dim].
+  -- The position embeddings for a gh x gw patch grid: the trained ones, or resampled.
+  function VisionTransformer:pos_embed_for(gh, gw)
+    local g = self.grid
+    if gh == g and gw == g then return self.pos_embed end
+    local D = self.dim
+    local cls = self.pos_embed:narrow(1, 0, 1)                             -- [1, 1, D]
+    local grid = self.pos_embed:narrow(1, 1, g * g):reshape({ g, g * D })  -- rows of the grid
+    local ah, aw = nn._bicubic_matrix(g, gh, grid.dtype), nn._bicubic_matrix(g, gw, grid.dtype)
+    local rows = ah:mm(grid):reshape({ gh, g, D })                         -- [gh, g, D]
+    local both = aw:mm(rows:transpose(0, 1):reshape({ g, gh * D }))       -- [gw, gh D]
+    local patches = both:reshape({ gw, gh, D }):transpose(0, 1):reshape({ 1, gh * gw, D })
+    return cr.cat({ cls, patches }, 1)
+  end
+
+  -- The tokens after the blocks and the final norm, [B, 1 + patches, dim].
   function VisionTransformer:tokens(x)
     nn._check_input(self, x)
-    if x.ndim ~= 4 or x.shape[3] ~= self.img_size or x.shape[4] ~= self.img_size then
-      nn._error(string.format('VisionTransformer: expected images [B, C, %d, %d], got [%s]; other sizes need the ' ..
-        'position embeddings interpolated, which is not built yet', self.img_size, self.img_size,
-        table.concat(x.shape, ', ')))
+    local p = self.patch
+    if x.ndim ~= 4 or x.shape[3] % p ~= 0 or x.shape[4] % p ~= 0 then
+      nn._error(string.format('VisionTransformer: expected images [B, C, H, W] with H and W multiples of the patch ' ..
+        'size %d, got [%s]', p, table.concat(x.shape, ', ')))
     end
     local B = x.shape[1]
-    local p = self.patch_embed.proj(x)                                     -- [B, dim, g, g]
-    local t = p:reshape({ B, self.dim, -1 }):transpose(1, 2)               -- [B, g^2, dim]
-    t = cr.cat({ self.cls_token:expand({ B, 1, self.dim }), t }, 1) + self.pos_embed
+    local pe = self.patch_embed.proj(x)                                    -- [B, dim, gh, gw]
+    local t = pe:reshape({ B, self.dim, -1 }):transpose(1, 2)              -- [B, gh gw, dim]
+    local pos = self:pos_embed_for(x.shape[3] / p, x.shape[4] / p)
+    t = cr.cat({ self.cls_token:expand({ B, 1, self.dim }), t }, 1) + pos
     for i = 0, self.blocks:len() - 1 do t = self.blocks:get(i)(t) end
     return self.norm(t)
   end

@@ -5,6 +5,7 @@
 --
 --   luajit recipes/supervised.lua
 --   luajit recipes/supervised.lua train.epochs=2 optim.lr=0.2 data.batch_size=128 model.width=32
+--   luajit recipes/supervised.lua model.arch=vit_tiny model.patch=4 optim.name=adamw optim.lr=1e-3
 --   luajit recipes/supervised.lua data.name=image_folder data.root=data/demo data.size=48 data.workers=2
 --   luajit recipes/supervised.lua --config myrun.lua        (a file returning a table of overrides)
 --
@@ -27,7 +28,7 @@ local nn = cr.nn
 local defaults = cr.config.merge(cr.config.common(), {
   train = { epochs = 4, test_every = 1, log_every = 100 },
   data = cr.config.merge(cr.data.sources.defaults, { batch_size = 128, augment = false }),
-  model = { arch = 'resnet18', width = 16, stem = 'auto' },
+  model = { arch = 'resnet18', width = 16, stem = 'auto', patch = 4 },
   -- name (sgd, lars, adamw), accum_steps, clip_norm, scaling, ...: crescent/optim/from_config.lua
   optim = cr.optim.from_config.defaults { lr = 0.1, nesterov = true, weight_decay = 5e-4, no_decay_bias_norm = true,
                                           warmup_epochs = 0.3 },
@@ -38,6 +39,9 @@ local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.r
   ['train.test_every'] = { type = 'integer', min = 0, doc = 'a test phase after every N epochs and the last (0: never)' },
   ['train.log_every'] = { type = 'integer', min = 1, doc = 'a progress line, metrics and diagnostics every N steps' },
   ['data.augment'] = { type = 'boolean', doc = 'random crop (padding 4) and horizontal flip of the training images' },
+  ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50', 'vit_tiny', 'vit_small', 'vit_base' },
+                     doc = 'the network: a ResNet, or a Vision Transformer (model.patch; width and stem are ResNets\')' },
+  ['model.patch'] = { type = 'integer', min = 1, doc = "a ViT's patch size (the image side must be a multiple)" },
 }) })
 
 cr.engine.run.main(function()
@@ -63,8 +67,14 @@ cr.engine.run.main(function()
   -- any device), then moved to the run's device before the optimizer takes its parameters
   local nchan, height = cr.data.sources.image_shape(train_set)
   local stem = cfg.model.stem == 'auto' and (height > 64 and 'imagenet' or 'cifar') or cfg.model.stem
-  local model = nn.models[cfg.model.arch] { stem = stem, width = cfg.model.width, in_channels = nchan,
-                                            num_classes = train_set.num_classes }
+  local model
+  if cfg.model.arch:match('^vit_') then
+    model = nn.models[cfg.model.arch] { img_size = height, patch = cfg.model.patch, in_channels = nchan,
+                                        num_classes = train_set.num_classes }
+  else
+    model = nn.models[cfg.model.arch] { stem = stem, width = cfg.model.width, in_channels = nchan,
+                                        num_classes = train_set.num_classes }
+  end
   model:to(device)
   local freeze = cr.engine.run.freeze(cfg, model)   -- model.freeze=<pattern>: fixed, in eval mode
   local ddp = cr.dist.setup.model(cfg, model)   -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP

@@ -496,6 +496,23 @@ describe('recipes/supervised.lua', function()
     os.execute("rm -rf '" .. runs .. ".d' '" .. runs .. "'")
   end)
 
+  it('trains a Vision Transformer (model.arch=vit_tiny, model.patch) and refuses a patch that does not fit', function()
+    local ok = pcall(cr.data.fashion_mnist, { split = 'test', limit = 1 })
+    if not ok then pending('Fashion-MNIST is absent') return end
+    local runs = os.tmpname()
+    local out, code = H.shell('luajit recipes/supervised.lua model.arch=vit_tiny model.patch=7 optim.name=adamw ' ..
+      'optim.lr=1e-3 train.epochs=1 data.limit=128 data.batch_size=32 checkpoint.save=false run.dir=' .. runs .. '.d')
+    assert.are.equal(0, code, out)
+    assert.truthy(out:find('supervised: vit_tiny', 1, true), out)
+    assert.truthy(out:find('"test_top1":', 1, true), out)
+    out, code = H.shell('luajit recipes/supervised.lua model.arch=vit_tiny model.patch=5 train.epochs=1 data.limit=64 ' ..
+      'data.batch_size=32 ' ..
+      'checkpoint.save=false run.dir=' .. runs .. '.d')
+    assert.are.equal(1, code, out)
+    assert.truthy(out:find('img_size 28 is not a multiple of patch 5', 1, true), out)
+    os.execute("rm -rf '" .. runs .. ".d' '" .. runs .. "'")
+  end)
+
   it('trains on a streamed image folder, list or shards, and asks for a test split', function()
     local dir = os.tmpname()
     os.execute("rm -f '" .. dir .. "'")

@@ -1,9 +1,9 @@
 -- crescent.hooks.console — progress on stdout. On a terminal one live line, rewritten
 -- with \r (crescent.hooks.live_line: cut to the terminal's width, ended before any other
 -- hook's output): epoch, iteration, loss, lr, img/s, data time, ETA, and during a test
--- phase the batches done. Elsewhere (a log file, a
--- pipe) the same fields as plain lines every `every` iterations. After each test phase a
--- line with the eval metrics found in the storage (test/top1, test/top5, test/loss).
+-- phase the batches done. Elsewhere (a log file, a pipe) the same fields as plain lines
+-- every `every` iterations. After each test phase a line with the eval metrics found in
+-- the storage (test/top1, test/top5, test/loss).
 local ffi = require 'ffi'
 local loop = require 'crescent.engine.loop'
 local live_line = require 'crescent.hooks.live_line'

@@ -108,6 +108,7 @@ function M.compute(run, opts)
   if not test_set or not train_set.images or not test_set.images then
     return nil, 'its data set is streamed from files (the report shows in-memory data sets only)'
   end
+  if not train_set.labels or not test_set.labels then return nil, 'its data set has no labels' end
   local tr, n = subset(train_set, opts.train or 10000)
   local te, m = subset(test_set, opts.test or 1000)
   local okt, forward, trunk = pcall(recipe.frozen_trunk, frozen, train_set, 'cpu')   -- prints its load report

@@ -171,6 +171,14 @@ function H.shell(cmd)
 end
 
 -- A file's whole content.
+-- A writer that collects what is written to it in .text (io.stdout's write and flush).
+function H.sink()
+  local s = { text = '' }
+  function s.write(self, ...) for _, x in ipairs { ... } do self.text = self.text .. tostring(x) end return self end
+  function s.flush() end
+  return s
+end
+
 function H.read_file(path)
   local f = assert(io.open(path, 'rb'))
   local s = f:read('*a')

@@ -32,13 +32,7 @@ local function params_of(task)
   for _, np in ipairs(task.model:named_parameters()) do out[np[1]] = np[2]:clone() end
   return out
 end
--- a sink that collects what a writer writes
-local function sink()
-  local s = { text = '' }
-  function s.write(self, ...) for _, x in ipairs { ... } do self.text = self.text .. tostring(x) end end
-  function s.flush() end
-  return s
-end
+local sink = H.sink
 -- pcall(f, ...) with io.stderr going to a sink: ok, the error, and what was written there
 local function quietly(f, ...)
   local stderr, log = io.stderr, sink()

@@ -188,32 +188,30 @@ end)
 
 describe('who()', function()
   it("lists every variable the user made, task included, and none of the session's own names", function()
-    local lines = {}
-    local out = { write = function(self, ...) for _, s in ipairs { ... } do lines[#lines + 1] = s end return self end }
+    local out = H.sink()
     local s = require('crescent.repl').session { out = out }
     s:eval('task = 42')
     s:eval('w = cr.zeros(2, 3)')
-    lines = {}
+    out.text = ''
     s:who()
-    local text = table.concat(lines)
+    local text = out.text
     assert.truthy(text:find('task%s+42'), text)
     assert.truthy(text:find('w%s+tensor %[2, 3%]'), text)
     for _, own in ipairs { 'cr', 'print', 'help', 'who', 'exit' } do
       assert.is_nil(text:find('%f[%w_]' .. own .. '%s'), own .. ' listed: ' .. text)
     end
     s:eval('print = 1')   -- the user's own value shows
-    lines = {}
+    out.text = ''
     s:who()
-    assert.truthy(table.concat(lines):find('print%s+1'), table.concat(lines))
+    assert.truthy(out.text:find('print%s+1'), out.text)
   end)
 end)
 
 describe('? help', function()
   local function ask(s, q)
-    local lines = {}
-    s.out = { write = function(self, ...) for _, x in ipairs { ... } do lines[#lines + 1] = x end return self end }
+    s.out = H.sink()
     s:eval(q)
-    return table.concat(lines)
+    return s.out.text
   end
 
   it('documents methods made by a factory, classes by their constructor, modules and tensor properties', function()
@@ -236,14 +234,13 @@ end)
 
 describe('REPL errors', function()
   it("show the error and the user's frames, not crescent's own", function()
-    local lines = {}
-    local out = { write = function(self, ...) for _, x in ipairs { ... } do lines[#lines + 1] = x end return self end }
+    local out = H.sink()
     local s = require('crescent.repl').session { out = out }
     s:eval('x = cr.zeros(2, 3);')
     s:eval('function f() local y = x:mm(x); return y end')
-    lines = {}
+    out.text = ''
     s:eval('f()')
-    local text = table.concat(lines)
+    local text = out.text
     assert.truthy(text:find('mm: shapes [2, 3] and [2, 3] cannot be multiplied', 1, true), text)
     assert.truthy(text:find('stdin:1: in function', 1, true), text)
     assert.is_nil(text:find('lua/crescent/', 1, true), text)

@@ -12,12 +12,6 @@ local cr = H.cr
 local tmp = H.tmpdir('report')
 teardown(tmp.remove)
 
-local function write(path, text)
-  local f = assert(io.open(path, 'w'))
-  f:write(text)
-  f:close()
-end
-
 -- A run folder as the recipes leave it: metrics.jsonl, results.json, config.lua.
 local function fake_run(name, lr, losses, top1)
   local dir = tmp.path('runs/' .. name)
@@ -28,9 +22,10 @@ local function fake_run(name, lr, losses, top1)
       i * 10, l, lr, 100 + i)
   end
   lines[#lines + 1] = string.format('{"iteration":%d,"epoch":0,"phase":"train","knn/top1":%g}', #losses * 10, top1)
-  write(dir .. '/metrics.jsonl', table.concat(lines, '\n') .. '\n')
-  write(dir .. '/results.json', string.format('{"epochs":1,"knn_top1":%g,"recipe":"swav","train_seconds":12.5}', top1))
-  write(dir .. '/config.lua', string.format("return { optim = { lr = %g, momentum = 0.9 }, run = { name = '%s' }, " ..
+  local run = 'runs/' .. name .. '/'
+  tmp.write(run .. 'metrics.jsonl', table.concat(lines, '\n') .. '\n')
+  tmp.write(run .. 'results.json', string.format('{"epochs":1,"knn_top1":%g,"recipe":"swav","train_seconds":12.5}', top1))
+  tmp.write(run .. 'config.lua', string.format("return { optim = { lr = %g, momentum = 0.9 }, run = { name = '%s' }, " ..
     "crops = { num = {2, 6} } }", lr, name))
   return dir
 end
@@ -85,7 +80,7 @@ print('svgs', len(svgs))"]], path))
     local ok = pcall(cr.data.fashion_mnist, { split = 'test', limit = 1 })
     if not ok then pending('Fashion-MNIST is absent') return end
     local dir = fake_run('gamma', 0.3, { 2.0, 1.5 }, 60)
-    write(dir .. '/config.lua', "return { data = { name = 'fashion_mnist', limit = 120 }, " ..
+    tmp.write('runs/gamma/config.lua', "return { data = { name = 'fashion_mnist', limit = 120 }, " ..
       "model = { arch = 'resnet18', width = 4, stem = 'cifar' }, knn = { k = 10, temperature = 0.1 } }")
     os.execute('mkdir -p ' .. dir .. '/checkpoints')
     cr.manual_seed(0)

@@ -28,24 +28,16 @@ M.CURVES = {
 local FIRST = { 'recipe', 'epochs', 'knn_top1', 'knn_top5', 'test_top1', 'train_loss', 'train_seconds', 'img_per_s',
                 'evaluated_on' }
 
-local function read(path)
-  local f = io.open(path, 'r')
-  if not f then return nil end
-  local s = f:read('*a')
-  f:close()
-  return s
-end
-
 local function is_dir(path) return (pcall(util.list_dir, path)) end
 
 -- One run folder, loaded: {name, dir, metrics = {records}, results = table | nil, config = table | nil}.
 function M.load_run(dir)
   local run = { dir = dir, name = dir:gsub('/+$', ''):match('[^/]+$') or dir, metrics = {} }
-  for line in (read(dir .. '/metrics.jsonl') or ''):gmatch('[^\n]+') do
+  for line in (util.read_file(dir .. '/metrics.jsonl') or ''):gmatch('[^\n]+') do
     local ok, rec = pcall(cjson.decode, line)
     if ok and type(rec) == 'table' then run.metrics[#run.metrics + 1] = rec end
   end
-  local results = read(dir .. '/results.json')
+  local results = util.read_file(dir .. '/results.json')
   if results then
     local ok, r = pcall(cjson.decode, results)
     if ok and type(r) == 'table' then run.results = r end

@@ -85,11 +85,6 @@ local function image_uri(ds, i)
   return M.bmp_uri(rows, H, W, true)
 end
 
-local function subset(ds, n)
-  n = math.min(n, #ds)
-  return ds:head(n), n
-end
-
 function M.compute(run, opts)
   opts = opts or {}
   local ckpt = run.dir .. '/checkpoints/latest.safetensors'
@@ -109,8 +104,8 @@ function M.compute(run, opts)
     return nil, 'its data set is streamed from files (the report shows in-memory data sets only)'
   end
   if not train_set.labels or not test_set.labels then return nil, 'its data set has no labels' end
-  local tr, n = subset(train_set, opts.train or 10000)
-  local te, m = subset(test_set, opts.test or 1000)
+  local tr, te = train_set:head(opts.train or 10000), test_set:head(opts.test or 1000)
+  local n, m = #tr, #te
   local okt, forward, trunk = pcall(recipe.frozen_trunk, frozen, train_set, 'cpu')   -- prints its load report
   if not okt then return nil, 'its checkpoint does not load: ' .. tostring(forward) end
   local ftr = cr.ssl.extract_features(trunk, tr, { forward = forward })

@@ -8,6 +8,11 @@
 --
 --   luajit bench/parity_components.lua                 # moco, swav and simclr, 3 steps each
 --   luajit bench/parity_components.lua moco steps=5
+--   luajit bench/parity_components.lua byol steps=60 limit=15360 warmup=0.5
+--   luajit bench/parity_components.lua byol losses epochs=2 limit=0 warmup=1
+-- limit: images (so iterations per epoch); warmup: epochs of lr warm-up (default 0, so the
+-- lr moves). `losses`: the loss of every step of a whole run only, both sides in f32 on
+-- the same batches, as 50-step means: whether they stay together over a run's horizon.
 --
 -- crescent runs its own recipe task for `steps` iterations by hand (task:step), with the
 -- settings of bench/parity_settings.lua on 1024 images (warm-up off, so the lr moves),
@@ -28,14 +33,18 @@ local cr = require 'crescent'
 local cjson = require 'cjson'
 local settings = dofile(root .. '/bench/parity_settings.lua')
 
-local methods, steps = {}, 3
+local methods, steps, limit, warmup, epochs, losses_only = {}, 3, 1024, 0, 1, false
 for _, a in ipairs(arg) do
-  local n = a:match('^steps=(%d+)$')
-  if n then steps = tonumber(n)
+  local key, n = a:match('^(%a+)=([%d.]+)$')
+  if key == 'steps' then steps = tonumber(n)
+  elseif key == 'limit' then limit = tonumber(n)
+  elseif key == 'warmup' then warmup = tonumber(n)
+  elseif key == 'epochs' then epochs = tonumber(n)
+  elseif a == 'losses' then losses_only = true
   elseif settings.PARITY[a] then methods[#methods + 1] = a
   else
     io.stderr:write("parity_components: unknown argument '", a, "'\nusage: luajit bench/parity_components.lua ",
-      '[moco] [swav] [simclr] [steps=N]\n')
+      '[moco] [swav] [simclr] [byol] [barlow_twins] [steps=N] [limit=IMAGES] [warmup=EPOCHS] [epochs=N] [losses]\n')
     os.exit(2)
   end
 end
@@ -57,8 +66,8 @@ end
 local function run_crescent(method, dir)
   os.execute('rm -rf ' .. dir .. ' && mkdir -p ' .. dir)
   local overrides = settings.overrides(method, {
-    train = { epochs = 1, seed = 0, log_every = 1000 }, data = { limit = 1024 },
-    optim = { warmup_epochs = 0 }, run = { dir = dir .. '/runs', name = 'run' }, knn = { every = 0 },
+    train = { epochs = epochs, seed = 0, log_every = 1000 }, data = { limit = limit },
+    optim = { warmup_epochs = warmup }, run = { dir = dir .. '/runs', name = 'run' }, knn = { every = 0 },
   })
   local cfg = cr.config.load(root .. '/recipes/' .. method .. '.lua', overrides)
   local f = assert(io.open(dir .. '/config.json', 'w'))
@@ -80,15 +89,18 @@ local function run_crescent(method, dir)
     end,
     after_backward = function(_, t)
       losses[#losses + 1] = t.loss_value
+      if losses_only then return end
       for _, np in ipairs(model:named_parameters()) do
         if np[2].grad then grads[string.format('step%d.%s', t.iteration, np[1])] = np[2].grad:clone() end
       end
     end,
     after_step = function(_, t)
+      if losses_only then return end
       for _, np in ipairs(model:named_parameters()) do
         after[string.format('step%d.%s', t.iteration - 1, np[1])] = np[2]:detach():clone()
       end
     end }
+  if losses_only then steps = task.train_loader:num_batches() * epochs end
   local ok, err = pcall(task.step, task, steps)
   cr.randperm = randperm
   if not ok then error(err, 0) end
@@ -210,10 +222,33 @@ local function run_twin(method, dir, config, args, log)
   end
 end
 
+-- losses: the loss of every step of a whole run (epochs over `limit` images), crescent
+-- against the twin in f32 on the same batches, as means over windows of 50 steps: whether
+-- the two stay together over a run's horizon, beyond the steps compared tensor by tensor.
+local function compare_losses(method, dir, c)
+  run_twin(method, dir, 'config.json', string.format('--compare %s --dtype float32 --losses-only', dir), 'float32')
+  local theirs = cr.load(dir .. '/twin_float32.safetensors').losses:totable()
+  local worst = 0
+  for w = 0, math.floor((#c.losses - 1) / 50) do
+    local a, b, n = 0, 0, 0
+    for i = w * 50 + 1, math.min(#c.losses, w * 50 + 50) do a, b, n = a + c.losses[i], b + theirs[i], n + 1 end
+    a, b = a / n, b / n
+    worst = math.max(worst, math.abs(a - b) / math.abs(b))
+    print(string.format('  %-6s steps %4d-%-4d mean loss  crescent %.4f  pytorch f32 %.4f  (%+.2f%%)', method, w * 50,
+      w * 50 + n - 1, a, b, 100 * (a - b) / b))
+  end
+  rows[#rows + 1] = { method = method, what = 'loss over the run, worst 50-step window', crescent = worst, ok = true }
+end
+
 for _, method in ipairs(methods) do
   local dir = root .. '/build/parity/components/' .. method
-  print(string.format('== %s: %d steps on identical weights and batches', method, steps))
+  print(string.format('== %s: %s on identical weights and batches', method,
+    losses_only and 'every step of the run' or (steps .. ' steps')))
   local c = run_crescent(method, dir)
+  if losses_only then
+    compare_losses(method, dir, c)
+    goto next_method
+  end
   local knn_top1 = method == 'moco' and knn_features(dir) or nil
   local twin = {}
   for _, dtype in ipairs { 'float64', 'float32' } do
@@ -307,5 +342,6 @@ for _, method in ipairs(methods) do
     row('knn', string.format('top-1 on shared features (%.2f%%)', knn_top1), math.abs(knn_top1 - ref.knn_top1:item()),
       math.abs(f32.knn_top1:item() - ref.knn_top1:item()))
   end
+  ::next_method::
 end
 print(cjson.encode({ bench = 'parity_components', steps = steps, slack = SLACK, rows = rows, ok = not failed }))

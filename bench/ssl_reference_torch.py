@@ -622,7 +622,8 @@ def bench_step(method, cfg, batch, steps, windows, warmup, modes):
 TWIN_PREFIX = {'moco': [('trunk.', 'query.trunk.'), ('head.', 'query.head.'), ('key_trunk.', 'key.trunk.'),
                         ('key_head.', 'key.head.')],
                'swav': [('trunk.', 'encoder.trunk.'), ('head.', 'encoder.head.'), ('prototypes.', 'prototypes.')],
-               'simclr': [('trunk.', 'encoder.trunk.'), ('head.', 'encoder.head.')]}
+               'simclr': [('trunk.', 'encoder.trunk.'), ('head.', 'encoder.head.')],
+               'byol': [('', '')], 'barlow_twins': [('', '')]}
 
 
 def twin_name(method, name):
@@ -632,9 +633,10 @@ def twin_name(method, name):
     raise KeyError('no twin name for crescent tensor ' + name)
 
 
-def compare(method, cfg, d, dtype):
+def compare(method, cfg, d, dtype, losses_only=False):
     """Loads crescent's initial weights and batches from d, steps the same way in `dtype`
-    with the key shuffle as the identity, writes d/twin_<dtype>.safetensors (in f32)."""
+    with the key shuffle as the identity, writes d/twin_<dtype>.safetensors (in f32); with
+    losses_only, just the loss of every step."""
     from safetensors.torch import load_file, save_file
     init, inputs = load_file(os.path.join(d, 'init.safetensors')), load_file(os.path.join(d, 'inputs.safetensors'))
     dt = {'float32': torch.float32, 'float64': torch.float64}[dtype]
@@ -663,8 +665,7 @@ def compare(method, cfg, d, dtype):
     order = torch.tensor([j * n + i for i in range(n) for j in range(S)])
     back = torch.argsort(order)
     o = cfg['optim']
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.SGD(params, lr=o['lr'], momentum=o['momentum'], weight_decay=o['weight_decay'])
+    opt = optimizer(model, o)
     total, warmup = iterations(cfg, min(cfg['data']['limit'] or 60000, 60000) // B)
     out, losses, step = {}, [], 0
     model.train()
@@ -677,6 +678,8 @@ def compare(method, cfg, d, dtype):
             g['lr'] = lr_at(step, total, warmup, o)
         if method == 'swav':
             model.normalize_prototypes()
+        if method == 'byol':   # crescent moves the target at the start of step k, with tau(k)
+            model.update_target(step, total)
         ptr = getattr(model, 'ptr', 0)
         loss = model(views)
         opt.zero_grad(set_to_none=True)
@@ -684,16 +687,23 @@ def compare(method, cfg, d, dtype):
         if method == 'swav' and step < model.freeze_iters:
             model.prototypes.weight.grad = None
         for tn, p in model.named_parameters():
-            if p.grad is not None:
+            if p.grad is not None and not losses_only:
                 out[f'grad.step{step}.{names[tn]}'] = p.grad.clone()
         opt.step()
         for tn, p in model.named_parameters():
-            out[f'after.step{step}.{names[tn]}'] = p.detach().clone()
+            if not losses_only:
+                out[f'after.step{step}.{names[tn]}'] = p.detach().clone()
         if method == 'moco':   # the keys just enqueued, back in crescent's order
             with torch.no_grad():
                 model.queue[:, ptr:ptr + B] = model.queue[:, ptr:ptr + B][:, back]
         losses.append(loss.item())
+        del inputs[f'step{step}.view0']
         step += 1
+        if losses_only and step % 50 == 0:
+            print(f'step {step} loss {np.mean(losses[-50:]):.4f}', file=sys.stderr, flush=True)
+    if losses_only:
+        save_file({'losses': torch.tensor(losses, dtype=torch.float64)}, os.path.join(d, f'twin_{dtype}.safetensors'))
+        return
     for tn, t in list(model.named_parameters()) + list(model.named_buffers()):
         out['final.' + names[tn]] = (t.t() if tn == 'queue' else t).detach().clone().contiguous()
     for tn, t in own_init.items():   # the spread of the twin's own initial weights
@@ -791,6 +801,7 @@ def main():
     ap.add_argument('--config', required=True, help='JSON of the resolved crescent recipe config')
     ap.add_argument('--workers', type=int, default=None, help='DataLoader workers (default: data.workers)')
     ap.add_argument('--compare', metavar='DIR', help='step on the weights and batches crescent wrote to DIR')
+    ap.add_argument('--losses-only', action='store_true', help='--compare: keep only the loss of every step')
     ap.add_argument('--dtype', default='float32', choices=['float32', 'float64'], help='--compare: the twin\'s dtype')
     ap.add_argument('--augment', metavar='DIR', help='compare the crop draws and views crescent wrote to DIR')
     ap.add_argument('--lr-schedule', metavar='FILE', help='write the lr of every iteration (JSON) and stop')
@@ -805,7 +816,7 @@ def main():
         cfg = json.load(f)
     torch.set_num_threads(cfg['train']['threads'] or os.cpu_count())
     if a.compare:
-        compare(a.method, cfg, a.compare, a.dtype)
+        compare(a.method, cfg, a.compare, a.dtype, a.losses_only)
         return
     if a.augment:
         compare_augment(cfg, a.augment)

@@ -2,7 +2,10 @@
 -- run gives both figures on the same machine and thread count):
 --   * per-op overhead of add on 1-element tensors, without and with grad recording;
 --   * 1024x1024 f32 matmul throughput;
---   * conv2d forward+backward on three ResNet-shaped layers.
+--   * conv2d forward+backward on three ResNet-shaped layers;
+--   * fused scaled dot-product attention forward+backward at ViT shapes (ViT-tiny on 28 px
+--     images with 4 px patches, ViT-small at 224 px), against torch's
+--     scaled_dot_product_attention.
 -- Figures are medians of several repeats. One JSON line per measurement
 -- {"bench", "crescent", "torch", "unit", "ratio"} (ratio > 1: crescent is better), then
 -- a summary line {"bench": "ops", ...} holding them all.
@@ -20,6 +23,11 @@ local CONV_LAYERS = { -- name, input shape, out channels, kernel, padding (as in
   { 'conv_64x56x56_3x3', { 8, 64, 56, 56 }, 64, 3, 1 },
   { 'conv_128x28x28_3x3', { 8, 128, 28, 28 }, 128, 3, 1 },
   { 'conv_256x14x14_1x1_to_1024', { 8, 256, 14, 14 }, 1024, 1, 0 },
+}
+
+local ATTENTION_SHAPES = { -- name, B, heads, tokens, head dim (as in ops_torch.py)
+  { 'attention_b64_h3_t50_d64', 64, 3, 50, 64 },
+  { 'attention_b8_h6_t197_d64', 8, 6, 197, 64 },
 }
 
 local function filled(shape)
@@ -54,6 +62,19 @@ local function bench_conv(shape, cout, k, pad)
     x.grad = nil
     w.grad = nil
     cr.conv2d(x, w, nil, opts):backward(gy)
+  end
+  return median_time(step, 11) * 1e3
+end
+
+local function bench_attention(B, Hh, T, D)
+  local q, k, v = filled({ B, Hh, T, D }), filled({ B, Hh, T, D }), filled({ B, Hh, T, D })
+  q:requires_grad_(true)
+  k:requires_grad_(true)
+  v:requires_grad_(true)
+  local gy = filled({ B, Hh, T, D })
+  local function step()
+    q.grad, k.grad, v.grad = nil, nil, nil
+    cr.scaled_dot_product_attention(q, k, v):backward(gy)
   end
   return median_time(step, 11) * 1e3
 end
@@ -95,6 +116,7 @@ local function main()
   else
     print('conv2d: skipped, cr.conv2d is not available in this build yet')
   end
+  for _, a in ipairs(ATTENTION_SHAPES) do report(a[1], bench_attention(a[2], a[3], a[4], a[5]), 'ms/iter', false) end
   local logsum, n = 0, 0
   for _, r in pairs(summary.ratios) do
     if r ~= cjson.null then logsum, n = logsum + math.log(r), n + 1 end

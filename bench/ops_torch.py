@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """ops_torch.py — the PyTorch twin of bench/ops.lua: the same op benchmarks (per-op
 overhead of add on 1-element tensors, 1024x1024 f32 matmul, conv2d forward+backward on
-ResNet-shaped layers), the same repeats, medians and thread count (env CRESCENT_THREADS,
+ResNet-shaped layers, scaled_dot_product_attention forward+backward at ViT shapes), the same repeats, medians and thread count (env CRESCENT_THREADS,
 default the machine's core count). Prints one JSON line per measurement,
 {"bench": name, "value": x, "unit": u}, then a summary line {"bench": "ops_torch", ...}.
 bench/ops.lua runs this script itself; it also runs alone."""
@@ -67,6 +67,8 @@ def main():
     emit("matmul_1024_f32", bench_matmul(), "GFLOP/s")
     for name, shape, cout, k, pad in CONV_LAYERS:
         emit(name, bench_conv(shape, cout, k, pad), "ms/iter")
+    for name, b, h, t, d in ATTENTION_SHAPES:
+        emit(name, bench_attention(b, h, t, d), "ms/iter")
     summary = {"bench": "ops_torch", "threads": threads, "torch": torch.__version__}
     summary.update(results)
     print(json.dumps(summary), flush=True)

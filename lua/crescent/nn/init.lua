@@ -78,7 +78,7 @@ function nn._check_input(m, x)
   end
 end
 
-for _, file in ipairs { 'container', 'layers', 'norm', 'mlp', 'transformer' } do
+for _, file in ipairs { 'container', 'layers', 'norm', 'mlp', 'transformer', 'multihead_attention' } do
   require('crescent.nn.' .. file)(cr, nn)
 end
 

@@ -1,13 +1,13 @@
 -- crescent.nn.transformer — the Vision Transformer's building blocks, with timm's parameter
 -- names so that a timm or DINO state dict loads by name: LayerNorm, DropPath (stochastic
 -- depth), Attention (qkv, proj), Mlp (fc1, GELU, fc2) and Block (norm1, attn, norm2,
--- mlp, a residual with DropPath around each). Attention is composed of ops (linear, bmm,
--- softmax), the math path of PyTorch's scaled_dot_product_attention: it materialises the
--- [T, T] scores per head, which ViT-tiny/small on small images afford; a fused op that
--- does not is issue 25's next step and will replace the inside of Attention:forward.
+-- mlp, a residual with DropPath around each). Attention runs the fused
+-- cr.scaled_dot_product_attention (no [T, T] matrix per head beyond a tile), except when
+-- asked to keep its weights (keep_attn, DINO's attention maps), which the plain path
+-- (bmm, softmax, bmm) computes.
 --   nn.LayerNorm(dim, {eps = 1e-6})             over the last dim (timm's ViT eps)
 --   nn.DropPath(p)                               zeroes whole samples' residual branch
---   nn.Attention(dim, {num_heads = 3, qkv_bias = true})
+--   nn.Attention(dim, {num_heads = 3, qkv_bias = true, attn_drop = 0})
 --   nn.TransformerBlock(dim, {num_heads = 3, mlp_ratio = 4, qkv_bias = true, drop_path = 0})
 return function(cr, nn)
   local Module = nn.Module
@@ -51,13 +51,14 @@ return function(cr, nn)
   function DropPath:extra_repr() return string.format('p=%g', self.p) end
   nn.DropPath = DropPath
 
-  -- nn.Attention(dim, {num_heads = 8, qkv_bias = true}): multi-head self-attention over
-  -- tokens x [B, T, dim]: qkv = Linear(dim, 3 dim), softmax(q k^T / sqrt(head_dim)) v per
-  -- head, proj = Linear(dim, dim). The attention weights of the last forward are kept in
-  -- self.last_attn when self.keep_attn is true ([B, heads, T, T], for DINO's maps).
+  -- nn.Attention(dim, {num_heads = 8, qkv_bias = true, attn_drop = 0}): multi-head
+  -- self-attention over tokens x [B, T, dim]: qkv = Linear(dim, 3 dim), softmax(q k^T /
+  -- sqrt(head_dim)) v per head (attn_drop: dropout on the weights while training), proj =
+  -- Linear(dim, dim). The attention weights of the last forward are kept in self.last_attn
+  -- when self.keep_attn is true ([B, heads, T, T], for DINO's maps).
   local Attention = Module:extend('Attention')
   function Attention:init(dim, opts)
-    opts = options('Attention', opts, { num_heads = true, qkv_bias = true })
+    opts = options('Attention', opts, { num_heads = true, qkv_bias = true, attn_drop = true })
     self.dim = int('Attention', 'dim', dim, 1)
     self.num_heads = int('Attention', 'num_heads', opts.num_heads or 8, 1)
     if dim % self.num_heads ~= 0 then
@@ -65,6 +66,10 @@ return function(cr, nn)
     end
     self.head_dim = math.floor(dim / self.num_heads)
     self.scale = self.head_dim ^ -0.5
+    self.attn_drop = opts.attn_drop or 0
+    if type(self.attn_drop) ~= 'number' or not (self.attn_drop >= 0 and self.attn_drop < 1) then
+      nn._error('Attention: attn_drop must be a probability in [0, 1), got ' .. tostring(opts.attn_drop))
+    end
     self.qkv = nn.Linear(dim, 3 * dim, { bias = opts.qkv_bias ~= false })
     self.proj = nn.Linear(dim, dim)
   end
@@ -74,17 +79,24 @@ return function(cr, nn)
       nn._error(string.format('Attention: expected tokens [B, T, %d], got [%s]', self.dim, table.concat(x.shape, ', ')))
     end
     local B, T, H, Dh = x.shape[1], x.shape[2], self.num_heads, self.head_dim
-    -- [B, T, 3, H, Dh] -> [3, B, H, T, Dh], then q, k, v as [B H, T, Dh]
+    -- [B, T, 3, H, Dh] -> [3, B, H, T, Dh], then q, k, v as [B, H, T, Dh]
     local qkv = self.qkv(x):view({ B, T, 3, H, Dh }):permute({ 2, 0, 3, 1, 4 }):contiguous()
-    local q = qkv:select(0, 0):reshape({ B * H, T, Dh })
-    local k = qkv:select(0, 1):reshape({ B * H, T, Dh })
-    local v = qkv:select(0, 2):reshape({ B * H, T, Dh })
-    local attn = (q:bmm(k:transpose(1, 2)) * self.scale):softmax(2)   -- [B H, T, T]
-    if self.keep_attn then self.last_attn = attn:detach():view({ B, H, T, T }) end
-    local out = attn:bmm(v):view({ B, H, T, Dh }):permute({ 0, 2, 1, 3 }):reshape({ B, T, self.dim })
-    return self.proj(out)
+    local q, k, v = qkv:select(0, 0), qkv:select(0, 1), qkv:select(0, 2)
+    local p = self.training and self.attn_drop or 0
+    local out
+    if self.keep_attn then
+      local attn = (q:matmul(k:transpose(2, 3)) * self.scale):softmax(3)   -- [B, H, T, T]
+      self.last_attn = attn:detach()
+      out = attn:dropout(p, p > 0):matmul(v)
+    else
+      out = cr.scaled_dot_product_attention(q, k, v, { scale = self.scale, dropout = p })
+    end
+    return self.proj(out:permute({ 0, 2, 1, 3 }):reshape({ B, T, self.dim }))
   end
-  function Attention:extra_repr() return string.format('dim=%d, num_heads=%d', self.dim, self.num_heads) end
+  function Attention:extra_repr()
+    return string.format('dim=%d, num_heads=%d%s', self.dim, self.num_heads,
+      self.attn_drop > 0 and string.format(', attn_drop=%g', self.attn_drop) or '')
+  end
   nn.Attention = Attention
 
   -- nn.Mlp(dim, hidden): fc1, GELU, fc2 (timm's Mlp).

@@ -1,5 +1,6 @@
 -- crescent.ops.linalg — matrix products: cr.mm, cr.bmm, cr.addmm, cr.matmul, cr.linear
--- and the Tensor methods t:mm, t:bmm, t:addmm, t:matmul.
+-- and the Tensor methods t:mm, t:bmm, t:addmm, t:matmul; fused attention,
+-- cr.scaled_dot_product_attention.
 local C = require('crescent.ffi').C
 
 return function(cr, Tensor, W)
@@ -38,6 +39,33 @@ return function(cr, Tensor, W)
   function cr.linear(x, w, b)
     return call(C.cr_op_linear, arg(x, 'linear', 'input'), arg(w, 'linear', 'weight'),
                 arg(b, 'linear', 'bias'))
+  end
+
+  local SDPA_KEYS = { mask = true, causal = true, scale = true, dropout = true }
+
+  -- cr.scaled_dot_product_attention(q, k, v, {mask = m, causal = false, scale = 1/sqrt(d),
+  -- dropout = 0}): softmax(scale q k^T + mask) v, fused (csrc/ops/attention.c). q [B, H,
+  -- Tq, d] (or [N, Tq, d]), k [.., Tk, d], v [.., Tk, dv] -> [.., Tq, dv]. mask broadcasts
+  -- to [.., Tq, Tk]: bool (true attends, as PyTorch's) or float (added to the scores).
+  -- dropout is the probability of zeroing a weight: pass 0 outside training.
+  function cr.scaled_dot_product_attention(q, k, v, opts)
+    local what = 'scaled_dot_product_attention'
+    if opts ~= nil and type(opts) ~= 'table' then
+      error(what .. ': options must be a table, e.g. {causal = true, dropout = 0.1}', 2)
+    end
+    opts = opts or {}
+    for key in pairs(opts) do
+      if not SDPA_KEYS[key] then
+        error(string.format("%s: unknown option '%s' (known: mask, causal, scale, dropout)", what, tostring(key)), 2)
+      end
+    end
+    if opts.causal ~= nil and type(opts.causal) ~= 'boolean' then
+      error(what .. ': causal must be true or false, got ' .. tostring(opts.causal), 2)
+    end
+    local scale = opt_number(opts, 'scale', 0, what)
+    if opts.scale ~= nil and scale == 0 then error(what .. ': scale must not be 0 (leave it out for 1/sqrt(d))', 2) end
+    return call(C.cr_op_attention, arg(q, what, 'query'), arg(k, what, 'key'), arg(v, what, 'value'),
+                arg(opts.mask, what, 'mask'), opts.causal == true, scale, opt_number(opts, 'dropout', 0, what))
   end
 
   Tensor.mm = cr.mm

@@ -1,0 +1,291 @@
+/* attention.c — fused scaled dot-product attention, softmax(scale q k^T + mask) v, with an
+ * optional causal mask, a boolean or additive mask broadcast over batch and heads, and
+ * dropout on the attention weights. Flash-attention style on the CPU: the forward keeps an
+ * online softmax per query row over key tiles and saves only the output and each row's
+ * log-sum-exp; the backward (its own op, ATTENTION_BACKWARD) recomputes the scores tile
+ * by tile, in two passes that each own what they write (dK and dV per key block, then dQ
+ * per query block), so it needs no atomics and gives the same bits at any thread count.
+ * No [Tq, Tk] matrix exists beyond one tile per thread. Dropout draws from the Philox
+ * stream: element (n, i, j) of the weights keeps when uniform(word (n Tq + i) Tk + j) >= p,
+ * and the backward draws the same words again. f32 and f64 compute natively; f16/bf16
+ * inputs compute in f32 and the output returns in their dtype. The tile kernels are in
+ * attention_tile.h. */
+#include <math.h>
+#include <omp.h>
+
+#include "elementwise_impl.h"
+#include "rng.h"
+
+enum { ATT_BR = 32, ATT_BC = 64 }; /* query rows and keys per tile */
+enum { ATT_MASK_NONE = 0, ATT_MASK_BOOL = 1, ATT_MASK_ADD = 2 };
+
+/* What every kernel reads: the heads are n = b H + h of [B, H] (H = 1 for 3-d inputs). */
+typedef struct {
+    int64_t B, H, Tq, Tk, d, dv;
+    bool causal, dropout;
+    int mask_kind;
+    const char *mask;
+    int64_t ms[4]; /* the mask's strides along b, h, i, j, in elements (0: broadcast) */
+    int mask_es;
+    double scale, p;
+    uint64_t seed, counter;
+} att_geom;
+
+/* The call's parameters: i[0..5] B, H, Tq, Tk, d, dv; i[6] causal; i[7] mask kind; i[8..11]
+ * mask strides; i[12], i[13] the dropout reservation's seed and counter; f[0] scale; f[1]
+ * p; in[3] the mask (the expanded view) or NULL. */
+static att_geom geometry(const cr_call *c, const cr_tensor *mask) {
+    att_geom g;
+    memset(&g, 0, sizeof g);
+    g.B = c->i[0], g.H = c->i[1], g.Tq = c->i[2], g.Tk = c->i[3], g.d = c->i[4], g.dv = c->i[5];
+    g.causal = c->i[6] != 0;
+    g.mask_kind = (int)c->i[7];
+    for (int k = 0; k < 4; k++) g.ms[k] = c->i[8 + k];
+    g.seed = (uint64_t)c->i[12];
+    g.counter = (uint64_t)c->i[13];
+    g.scale = c->f[0];
+    g.p = c->f[1];
+    g.dropout = g.p > 0;
+    if (mask && g.mask_kind) {
+        g.mask = cr_tensor_ptr(mask);
+        g.mask_es = (int)cr_dtype_size(mask->dtype);
+    }
+    return g;
+}
+
+/* Scratch per thread, in elements: the larger of the forward's and the backward's needs. */
+static int64_t scratch_elems(const att_geom *g) {
+    const int64_t d = g->d, dv = g->dv, tile = (int64_t)ATT_BR * ATT_BC;
+    int64_t fwd = d * ATT_BC + tile + ATT_BR * dv + 2 * ATT_BR + ATT_BC;
+    int64_t bwd = (d + dv) * ATT_BC + 4 * tile + (ATT_BC > ATT_BR ? ATT_BC : ATT_BR) * (d + dv);
+    return fwd > bwd ? fwd : bwd;
+}
+
+static bool parallel_worth(const att_geom *g, int64_t items) {
+    return items > 1 && g->B * g->H * g->Tq * g->Tk * (g->d + g->dv) >= CR_PAR_GRAIN;
+}
+
+/* The tensors of a pass: the forward's inputs and outputs, the backward's besides. */
+typedef struct {
+    const void *q, *k, *v, *o, *lse, *go, *D;
+    void *out, *lse_out, *dq, *dk, *dv;
+} att_bufs;
+enum { ATT_PASS_FWD, ATT_PASS_KV, ATT_PASS_Q };
+
+#define ATT_T float
+#define ATT_SUF f32
+#define ATT_EXP expf
+#define ATT_LOG logf
+#include "attention_tile.h"
+#undef ATT_T
+#undef ATT_SUF
+#undef ATT_EXP
+#undef ATT_LOG
+#define ATT_T double
+#define ATT_SUF f64
+#define ATT_EXP exp
+#define ATT_LOG log
+#include "attention_tile.h"
+#undef ATT_T
+#undef ATT_SUF
+#undef ATT_EXP
+#undef ATT_LOG
+
+static bool run_pass(const att_geom *g, int pass, const att_bufs *b, bool f32) {
+    return f32 ? att_run_f32(g, pass, b) : att_run_f64(g, pass, b);
+}
+
+/* in: q [N, Tq, d], k [N, Tk, d], v [N, Tk, dv] (contiguous, one float dtype), mask?;
+ * out: o [N, Tq, dv], lse [N Tq]. */
+cr_status cr_cpu_attention(cr_call *c) {
+    att_geom g = geometry(c, c->in[3]);
+    att_bufs b = {.q = cr_tensor_ptr(c->in[0]), .k = cr_tensor_ptr(c->in[1]), .v = cr_tensor_ptr(c->in[2]),
+                  .out = cr_tensor_ptr(c->out[0]), .lse_out = cr_tensor_ptr(c->out[1])};
+    if (!run_pass(&g, ATT_PASS_FWD, &b, c->in[0]->dtype == CR_DT_F32))
+        return cr_fail(CR_ERR_OOM, "attention: out of memory for the threads' scratch tiles");
+    return CR_OK;
+}
+
+/* in: q, k, v, o, lse, dO (contiguous), mask?; out: dq?, dk?, dv?; the forward's i[], f[]. */
+cr_status cr_cpu_attention_backward(cr_call *c) {
+    att_geom g = geometry(c, c->in[6]);
+    const int64_t rows = g.B * g.H * g.Tq;
+    const bool f32 = c->in[0]->dtype == CR_DT_F32;
+    void *D = malloc((size_t)(rows > 0 ? rows : 1) * (f32 ? sizeof(float) : sizeof(double)));
+    if (!D) return cr_fail(CR_ERR_OOM, "attention backward: out of memory for %lld row terms", (long long)rows);
+    att_bufs b = {.q = cr_tensor_ptr(c->in[0]), .k = cr_tensor_ptr(c->in[1]), .v = cr_tensor_ptr(c->in[2]),
+                  .o = cr_tensor_ptr(c->in[3]), .lse = cr_tensor_ptr(c->in[4]), .go = cr_tensor_ptr(c->in[5]),
+                  .D = D, .dq = c->out[0] ? cr_tensor_ptr(c->out[0]) : NULL,
+                  .dk = c->out[1] ? cr_tensor_ptr(c->out[1]) : NULL, .dv = c->out[2] ? cr_tensor_ptr(c->out[2]) : NULL};
+    const bool par = rows * g.dv >= CR_PAR_GRAIN;
+    if (f32) att_row_dots_f32(b.go, b.o, D, rows, g.dv, par);
+    else att_row_dots_f64(b.go, b.o, D, rows, g.dv, par);
+    bool ok = (!b.dk && !b.dv) || run_pass(&g, ATT_PASS_KV, &b, f32);
+    ok = ok && (!b.dq || run_pass(&g, ATT_PASS_Q, &b, f32));
+    free(D);
+    if (!ok) return cr_fail(CR_ERR_OOM, "attention backward: out of memory for the threads' scratch tiles");
+    return CR_OK;
+}
+
+/* ---- entry and derivative ---------------------------------------------------------------- */
+
+/* q [..., Tq, d], k [..., Tk, d], v [..., Tk, dv] with the same 1 or 2 leading dims. */
+static cr_status check_qkv(const cr_tensor *q, const cr_tensor *k, const cr_tensor *v) {
+    char a[160], b[160], e[160];
+    cr_status st;
+    if ((st = cr_check_float("attention", q, "query")) || (st = cr_check_float("attention", k, "key")) ||
+        (st = cr_check_float("attention", v, "value")) || (st = cr_check_same_device("attention", q, k)) ||
+        (st = cr_check_same_device("attention", q, v)))
+        return st;
+    if (q->dtype != k->dtype || q->dtype != v->dtype)
+        return cr_fail(CR_ERR_ARG, "attention: query, key and value are %s, %s and %s; give the three "
+                       "the same dtype", cr_dtype_name(q->dtype), cr_dtype_name(k->dtype), cr_dtype_name(v->dtype));
+    bool ok = (q->ndim == 3 || q->ndim == 4) && k->ndim == q->ndim && v->ndim == q->ndim;
+    const int nd = q->ndim;
+    for (int i = 0; ok && i < nd - 2; i++) ok = k->shape[i] == q->shape[i] && v->shape[i] == q->shape[i];
+    ok = ok && k->shape[nd - 1] == q->shape[nd - 1] && v->shape[nd - 2] == k->shape[nd - 2];
+    if (!ok)
+        return cr_fail(CR_ERR_ARG, "attention: query %s, key %s and value %s do not fit; pass query [B, H, Tq, d], "
+                       "key [B, H, Tk, d] and value [B, H, Tk, dv] (or the same without H)",
+                       cr_shape_str(q, a, sizeof a), cr_shape_str(k, b, sizeof b), cr_shape_str(v, e, sizeof e));
+    return CR_OK;
+}
+
+/* The mask as a view of shape [..., Tq, Tk] (its broadcast dims stride 0), in the compute
+ * dtype when additive; its kind and strides go into the call. */
+static cr_status mask_view(cr_call *c, cr_tensor **view, cr_tensor *mask, const cr_tensor *q, int64_t Tk, cr_dtype dt) {
+    char a[160], b[160];
+    const int nd = q->ndim;
+    int64_t full[4];
+    for (int i = 0; i < nd - 1; i++) full[i] = q->shape[i];
+    full[nd - 1] = Tk;
+    bool ok = mask->ndim <= nd;
+    for (int i = 0; ok && i < mask->ndim; i++) {
+        int64_t m = mask->shape[mask->ndim - 1 - i], f = full[nd - 1 - i];
+        ok = m == f || m == 1;
+    }
+    if (!ok)
+        return cr_fail(CR_ERR_ARG, "attention: the mask %s does not broadcast to the weights' shape %s; pass a "
+                       "mask of [Tq, Tk], [B, 1, Tq, Tk], [B, 1, 1, Tk] or another shape that broadcasts",
+                       cr_shape_str(mask, a, sizeof a), cr_dims_str(nd, full, b, sizeof b));
+    if (mask->requires_grad)
+        return cr_fail(CR_ERR_ARG, "attention: the mask requires grad, but no gradient flows to it; pass "
+                       "mask:detach()");
+    cr_tensor *cast = NULL;
+    cr_status st;
+    if (mask->dtype == CR_DT_BOOL || mask->dtype == CR_DT_U8) {
+        c->i[7] = ATT_MASK_BOOL;
+        cr_tensor_retain(mask);
+        cast = mask;
+    } else if (cr_dtype_is_float(mask->dtype)) {
+        c->i[7] = ATT_MASK_ADD;
+        if ((st = cr_cast_if_needed(&cast, mask, dt))) return st;
+    } else {
+        return cr_fail(CR_ERR_ARG, "attention: the mask is %s; pass a bool mask (true: attend) or a float "
+                       "mask added to the scores", cr_dtype_name(mask->dtype));
+    }
+    st = cr_op_expand(view, cast, nd, full);
+    cr_tensor_free(cast);
+    if (st) return st;
+    const int64_t *s = (*view)->stride;
+    c->i[8] = s[0];
+    c->i[9] = nd == 4 ? s[1] : 0;
+    c->i[10] = s[nd - 2];
+    c->i[11] = s[nd - 1];
+    return CR_OK;
+}
+
+cr_status cr_op_attention(cr_tensor **out, cr_tensor *q, cr_tensor *k, cr_tensor *v, cr_tensor *mask, bool causal,
+                          double scale, double dropout_p) {
+    *out = NULL;
+    CR_CHECK_TENSOR("attention", q, "query");
+    CR_CHECK_TENSOR("attention", k, "key");
+    CR_CHECK_TENSOR("attention", v, "value");
+    if (mask) CR_CHECK_TENSOR("attention", mask, "mask");
+    cr_status st = check_qkv(q, k, v);
+    if (st) return st;
+    const int nd = q->ndim;
+    const int64_t Tq = q->shape[nd - 2], Tk = k->shape[nd - 2], d = q->shape[nd - 1], dv = v->shape[nd - 1];
+    if (scale == 0) scale = d > 0 ? 1.0 / sqrt((double)d) : 1.0;
+    if (!isfinite(scale))
+        return cr_fail(CR_ERR_ARG, "attention: scale = %g; pass a finite scale (0 for 1/sqrt(d))", scale);
+    if (!(dropout_p >= 0 && dropout_p < 1))
+        return cr_fail(CR_ERR_ARG, "attention: dropout p = %g is outside [0, 1); pass the probability of "
+                       "zeroing a weight", dropout_p);
+    const cr_dtype dt = q->dtype == CR_DT_F64 ? CR_DT_F64 : CR_DT_F32;
+    cr_tensor *cast[3] = {NULL, NULL, NULL}, *cont[3] = {NULL, NULL, NULL}, *mv = NULL;
+    cr_tensor *src[3] = {q, k, v};
+    cr_call c;
+    memset(&c, 0, sizeof c);
+    for (int t = 0; t < 3; t++)
+        if ((st = cr_cast_if_needed(&cast[t], src[t], dt)) || (st = cr_op_contiguous(&cont[t], cast[t]))) goto done;
+    if ((st = cr_call_init(&c, CR_OP_ATTENTION, 4, 2))) goto done;
+    if (mask && (st = mask_view(&c, &mv, mask, q, Tk, dt))) goto done;
+    const int64_t B = q->shape[0], H = nd == 4 ? q->shape[1] : 1;
+    c.in[0] = cont[0], c.in[1] = cont[1], c.in[2] = cont[2], c.in[3] = mv;
+    c.i[0] = B, c.i[1] = H, c.i[2] = Tq, c.i[3] = Tk, c.i[4] = d, c.i[5] = dv, c.i[6] = causal;
+    c.f[0] = scale;
+    c.f[1] = dropout_p;
+    int64_t oshape[4], rows = B * H * Tq;
+    memcpy(oshape, q->shape, sizeof(int64_t) * (size_t)nd);
+    oshape[nd - 1] = dv;
+    if ((st = cr_tensor_alloc(&c.out[0], nd, oshape, dt, cr_tensor_dev(q))) ||
+        (st = cr_tensor_alloc(&c.out[1], 1, &rows, dt, cr_tensor_dev(q))))
+        goto done;
+    cr_philox_stream rs = {0, 0};
+    if (dropout_p > 0) {
+        rs = cr_rng_reserve(rows * Tk);
+        c.i[12] = (int64_t)rs.seed;
+        c.i[13] = (int64_t)rs.counter;
+    }
+    if ((st = cr_call_finish(NULL, &c, 1u | 2u | 4u | (mv ? 8u : 0u), 1u | 2u)) && dropout_p > 0) cr_rng_give_back(rs);
+done:
+    for (int t = 0; t < 3; t++) {
+        cr_tensor_free(cast[t]);
+        cr_tensor_free(cont[t]);
+    }
+    cr_tensor_free(mv);
+    if (st) {
+        cr_call_drop_outs(&c);
+        return st;
+    }
+    cr_tensor_free(c.out[1]);
+    if (q->dtype != dt) {
+        st = cr_op_to(out, c.out[0], q->dtype);
+        cr_tensor_free(c.out[0]);
+        return st;
+    }
+    *out = c.out[0];
+    return CR_OK;
+}
+
+cr_status cr_grad_attention(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
+    bool need[3];
+    for (int k = 0; k < 3; k++) need[k] = n->edges[k].node != NULL;
+    if (!need[0] && !need[1] && !need[2]) return CR_OK;
+    cr_tensor *t[3], *mask = NULL, *o, *lse, *g = NULL;
+    cr_status st;
+    for (int k = 0; k < 3; k++)
+        if ((st = cr_saved_in(n, k, &t[k]))) return st;
+    if (n->call.i[7] && (st = cr_saved_in(n, 3, &mask))) return st;
+    if ((st = cr_saved_out(n, 0, &o)) || (st = cr_saved_out(n, 1, &lse))) return st;
+    if ((st = cr_op_contiguous(&g, gout[0]))) return st;
+    cr_call c;
+    if ((st = cr_call_init(&c, CR_OP_ATTENTION_BACKWARD, 7, 3))) goto done;
+    c.in[0] = t[0], c.in[1] = t[1], c.in[2] = t[2], c.in[3] = o, c.in[4] = lse, c.in[5] = g, c.in[6] = mask;
+    memcpy(c.i, n->call.i, sizeof c.i);
+    memcpy(c.f, n->call.f, sizeof c.f);
+    for (int k = 0; k < 3; k++)
+        if (need[k] && (st = cr_tensor_alloc(&c.out[k], t[k]->ndim, t[k]->shape, t[k]->dtype, cr_tensor_dev(t[k]))))
+            goto done;
+    if ((st = cr_dispatch(&c))) goto done;
+    for (int k = 0; k < 3; k++) {
+        gin[k] = c.out[k];
+        c.out[k] = NULL;
+    }
+done:
+    cr_call_drop_outs(&c);
+    cr_call_release_ins(&c);
+    cr_tensor_free(g);
+    return st;
+}

@@ -1,0 +1,294 @@
+/* attention_tile.h — the typed tile kernels of scaled dot-product attention, included
+ * twice by attention.c: ATT_T float (names ending _f32) and double (_f64). One work item
+ * is a block of ATT_BR query rows (forward, dQ) or of ATT_BC key rows (dK, dV) of one
+ * head; the scores of a row block against a key block are the only [rows, keys] matrix
+ * held, a tile in the thread's scratch. Inner loops run along contiguous rows (a score
+ * row against a transposed key tile, an output row plus a scaled value row), so they
+ * vectorise without reassociating sums. */
+
+#define ATT_CAT2(a, b) a##_##b
+#define ATT_CAT(a, b) ATT_CAT2(a, b)
+#define ATT(name) ATT_CAT(name, ATT_SUF)
+
+/* keep[c] = 1 / (1 - p) where key j0 + c of row i of head n survives dropout, else 0:
+ * element (n, i, j) keeps when uniform(word (n Tq + i) Tk + j of the call's reservation)
+ * >= p, the dropout op's rule (rng.h). */
+static void ATT(att_keep)(const att_geom *g, int64_t n, int64_t i, int64_t j0, int nc, ATT_T *keep) {
+    const ATT_T inv = (ATT_T)(1.0 / (1.0 - g->p));
+    const float pf = (float)g->p;
+    const int64_t base = (n * g->Tq + i) * g->Tk + j0;
+    int64_t blk = -1;
+    uint32_t w[4];
+    for (int c = 0; c < nc; c++) {
+        const int64_t idx = base + c;
+        if (idx >> 2 != blk) {
+            blk = idx >> 2;
+            cr_philox_block(g->seed, g->counter + (uint64_t)blk, w);
+        }
+        keep[c] = cr_uniform_f32(w[idx & 3]) >= pf ? inv : 0;
+    }
+}
+
+/* Scores of rows i0..i0+nr-1 of head n against keys j0..j0+nc-1: S[r][c] = scale *
+ * q_i . k_j, plus an additive mask, -inf where a boolean mask says no or the causal mask
+ * hides key j > i. kt: the key tile transposed, [d][ATT_BC]. */
+static void ATT(att_scores)(const att_geom *g, int64_t n, const ATT_T *q, const ATT_T *kt, int64_t i0,
+                            int nr, int64_t j0, int nc, ATT_T *S) {
+    const int64_t d = g->d;
+    const ATT_T scale = (ATT_T)g->scale, ninf = (ATT_T)-INFINITY;
+    const char *mrow = NULL;
+    if (g->mask_kind) mrow = g->mask + (g->ms[0] * (n / g->H) + g->ms[1] * (n % g->H)) * (int64_t)g->mask_es;
+    for (int r = 0; r < nr; r++) {
+        ATT_T *s = S + (int64_t)r * ATT_BC;
+        const ATT_T *qi = q + (i0 + r) * d;
+        for (int c = 0; c < nc; c++) s[c] = 0;
+        for (int64_t e = 0; e < d; e++) {
+            const ATT_T a = qi[e], *kr = kt + e * ATT_BC;
+            for (int c = 0; c < nc; c++) s[c] += a * kr[c];
+        }
+        for (int c = 0; c < nc; c++) s[c] *= scale;
+        const int64_t i = i0 + r;
+        if (g->causal)
+            for (int c = 0; c < nc; c++)
+                if (j0 + c > i) s[c] = ninf;
+        if (g->mask_kind == ATT_MASK_BOOL) {
+            const uint8_t *m = (const uint8_t *)mrow + g->ms[2] * i + g->ms[3] * j0;
+            for (int c = 0; c < nc; c++)
+                if (!m[g->ms[3] * c]) s[c] = ninf;
+        } else if (g->mask_kind == ATT_MASK_ADD) {
+            const ATT_T *m = (const ATT_T *)mrow + g->ms[2] * i + g->ms[3] * j0;
+            for (int c = 0; c < nc; c++) s[c] += m[g->ms[3] * c];
+        }
+    }
+}
+
+/* dst[e][c] = src[(j0 + c) * w + e]: a key or value tile, transposed. */
+static void ATT(att_transpose)(const ATT_T *src, int64_t w, int64_t j0, int nc, ATT_T *dst) {
+    for (int c = 0; c < nc; c++) {
+        const ATT_T *row = src + (j0 + c) * w;
+        for (int64_t e = 0; e < w; e++) dst[e * ATT_BC + c] = row[e];
+    }
+}
+
+/* P[r][c] = exp(S[r][c] - lse_i) (0 where the row is fully masked), and with dropout
+ * Z = P * keep / (1 - p) into Z (Z == P without dropout). */
+static void ATT(att_probs)(const att_geom *g, int64_t n, const ATT_T *lse, int64_t i0, int nr, int64_t j0, int nc,
+                           ATT_T *S, ATT_T *Z, ATT_T *keep) {
+    for (int r = 0; r < nr; r++) {
+        ATT_T *s = S + (int64_t)r * ATT_BC;
+        const ATT_T l = lse[i0 + r];
+        if (l == (ATT_T)-INFINITY) {
+            for (int c = 0; c < nc; c++) s[c] = 0;
+        } else {
+            for (int c = 0; c < nc; c++) s[c] = ATT_EXP(s[c] - l);
+        }
+        if (Z != S) {
+            ATT_T *z = Z + (int64_t)r * ATT_BC, *kp = keep + (int64_t)r * ATT_BC;
+            ATT(att_keep)(g, n, i0 + r, j0, nc, kp);
+            for (int c = 0; c < nc; c++) z[c] = s[c] * kp[c];
+        }
+    }
+}
+
+/* Forward of rows i0..i0+nr-1 of head n: online softmax over key tiles (running max m,
+ * running sum l), O = sum_j softmax_ij [keep_ij / (1-p)] v_j, lse = m + log l. A row with
+ * every key masked gets O = 0 and lse = -inf. */
+static void ATT(att_forward_item)(const att_geom *g, const ATT_T *Q, const ATT_T *K, const ATT_T *V, ATT_T *O,
+                                  ATT_T *LSE, int64_t n, int64_t i0, int nr, ATT_T *work) {
+    const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
+    const ATT_T *q = Q + n * Tq * d, *k = K + n * Tk * d, *v = V + n * Tk * dv;
+    ATT_T *kt = work, *S = kt + d * ATT_BC, *acc = S + ATT_BR * ATT_BC, *m = acc + ATT_BR * dv, *l = m + ATT_BR,
+          *keep = l + ATT_BR;
+    const ATT_T ninf = (ATT_T)-INFINITY;
+    for (int r = 0; r < nr; r++) m[r] = ninf, l[r] = 0;
+    for (int64_t e = 0; e < nr * dv; e++) acc[e] = 0;
+    const int64_t jend = g->causal ? (i0 + nr < Tk ? i0 + nr : Tk) : Tk;
+    for (int64_t j0 = 0; j0 < jend; j0 += ATT_BC) {
+        const int nc = (int)(jend - j0 < ATT_BC ? jend - j0 : ATT_BC);
+        ATT(att_transpose)(k, d, j0, nc, kt);
+        ATT(att_scores)(g, n, q, kt, i0, nr, j0, nc, S);
+        for (int r = 0; r < nr; r++) {
+            ATT_T *s = S + (int64_t)r * ATT_BC, mx = ninf;
+            for (int c = 0; c < nc; c++) mx = s[c] > mx ? s[c] : mx;
+            const ATT_T mnew = mx > m[r] ? mx : m[r];
+            if (mnew == ninf) continue; /* every key so far masked */
+            const ATT_T corr = ATT_EXP(m[r] - mnew);
+            ATT_T sum = 0;
+            for (int c = 0; c < nc; c++) {
+                s[c] = ATT_EXP(s[c] - mnew);
+                sum += s[c];
+            }
+            l[r] = l[r] * corr + sum;
+            m[r] = mnew;
+            if (g->dropout) {
+                ATT(att_keep)(g, n, i0 + r, j0, nc, keep);
+                for (int c = 0; c < nc; c++) s[c] *= keep[c];
+            }
+            ATT_T *a = acc + (int64_t)r * dv;
+            if (corr != 1)
+                for (int64_t e = 0; e < dv; e++) a[e] *= corr;
+            for (int c = 0; c < nc; c++) {
+                const ATT_T p = s[c];
+                if (p == 0) continue;
+                const ATT_T *vr = v + (j0 + c) * dv;
+                for (int64_t e = 0; e < dv; e++) a[e] += p * vr[e];
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        ATT_T *o = O + (n * Tq + i0 + r) * dv;
+        const ATT_T *a = acc + (int64_t)r * dv;
+        const ATT_T inv = l[r] > 0 ? 1 / l[r] : 0;
+        for (int64_t e = 0; e < dv; e++) o[e] = a[e] * inv;
+        LSE[n * Tq + i0 + r] = l[r] > 0 ? m[r] + ATT_LOG(l[r]) : ninf;
+    }
+}
+
+/* dS = P * (dP - D_i) with dP = dO v^T (times keep / (1-p) with dropout), on a tile
+ * whose probabilities are in P (and Z with dropout); vt is the value tile transposed. */
+static void ATT(att_dscores)(const att_geom *g, const ATT_T *dO, const ATT_T *D, const ATT_T *vt, int64_t i0, int nr,
+                             int nc, ATT_T *P, const ATT_T *keep, ATT_T *dP) {
+    const int64_t dv = g->dv;
+    for (int r = 0; r < nr; r++) {
+        ATT_T *dp = dP + (int64_t)r * ATT_BC;
+        const ATT_T *go = dO + (i0 + r) * dv;
+        for (int c = 0; c < nc; c++) dp[c] = 0;
+        for (int64_t e = 0; e < dv; e++) {
+            const ATT_T a = go[e], *vr = vt + e * ATT_BC;
+            for (int c = 0; c < nc; c++) dp[c] += a * vr[c];
+        }
+        if (g->dropout) {
+            const ATT_T *kp = keep + (int64_t)r * ATT_BC;
+            for (int c = 0; c < nc; c++) dp[c] *= kp[c];
+        }
+        const ATT_T Di = D[i0 + r], *p = P + (int64_t)r * ATT_BC;
+        for (int c = 0; c < nc; c++) dp[c] = p[c] * (dp[c] - Di);
+    }
+}
+
+/* dK and dV of keys j0..j0+nc-1 of head n, over every query row that sees them:
+ * dV_j = sum_i Z_ij dO_i, dK_j = scale * sum_i dS_ij q_i. */
+static void ATT(att_backward_kv_item)(const att_geom *g, const ATT_T *Q, const ATT_T *K, const ATT_T *V,
+                                      const ATT_T *dO, const ATT_T *LSE, const ATT_T *D, ATT_T *dK, ATT_T *dV,
+                                      int64_t n, int64_t j0, int nc, ATT_T *work) {
+    const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
+    const ATT_T *q = Q + n * Tq * d, *k = K + n * Tk * d, *v = V + n * Tk * dv;
+    const ATT_T *go = dO + n * Tq * dv, *lse = LSE + n * Tq, *Dn = D + n * Tq;
+    ATT_T *kt = work, *vt = kt + d * ATT_BC, *S = vt + dv * ATT_BC, *Z = S + ATT_BR * ATT_BC,
+          *keep = Z + ATT_BR * ATT_BC, *dP = keep + ATT_BR * ATT_BC, *gk = dP + ATT_BR * ATT_BC,
+          *gv = gk + ATT_BC * d;
+    if (!g->dropout) Z = S;
+    const ATT_T scale = (ATT_T)g->scale;
+    for (int64_t e = 0; e < nc * d; e++) gk[e] = 0;
+    for (int64_t e = 0; e < nc * dv; e++) gv[e] = 0;
+    ATT(att_transpose)(k, d, j0, nc, kt);
+    ATT(att_transpose)(v, dv, j0, nc, vt);
+    for (int64_t i0 = g->causal ? j0 : 0; i0 < Tq; i0 += ATT_BR) {
+        const int nr = (int)(Tq - i0 < ATT_BR ? Tq - i0 : ATT_BR);
+        ATT(att_scores)(g, n, q, kt, i0, nr, j0, nc, S);
+        ATT(att_probs)(g, n, lse, i0, nr, j0, nc, S, Z, keep);
+        for (int r = 0; r < nr; r++) {
+            const ATT_T *z = Z + (int64_t)r * ATT_BC, *gr = go + (i0 + r) * dv;
+            for (int c = 0; c < nc; c++) {
+                const ATT_T w = z[c];
+                if (w == 0) continue;
+                ATT_T *out = gv + (int64_t)c * dv;
+                for (int64_t e = 0; e < dv; e++) out[e] += w * gr[e];
+            }
+        }
+        ATT(att_dscores)(g, go, Dn, vt, i0, nr, nc, S, keep, dP);
+        for (int r = 0; r < nr; r++) {
+            const ATT_T *ds = dP + (int64_t)r * ATT_BC, *qi = q + (i0 + r) * d;
+            for (int c = 0; c < nc; c++) {
+                const ATT_T w = ds[c] * scale;
+                if (w == 0) continue;
+                ATT_T *out = gk + (int64_t)c * d;
+                for (int64_t e = 0; e < d; e++) out[e] += w * qi[e];
+            }
+        }
+    }
+    if (dK) memcpy(dK + (n * Tk + j0) * d, gk, (size_t)(nc * d) * sizeof(ATT_T));
+    if (dV) memcpy(dV + (n * Tk + j0) * dv, gv, (size_t)(nc * dv) * sizeof(ATT_T));
+}
+
+/* dQ of rows i0..i0+nr-1 of head n: dQ_i = scale * sum_j dS_ij k_j. */
+static void ATT(att_backward_q_item)(const att_geom *g, const ATT_T *Q, const ATT_T *K, const ATT_T *V,
+                                     const ATT_T *dO, const ATT_T *LSE, const ATT_T *D, ATT_T *dQ, int64_t n,
+                                     int64_t i0, int nr, ATT_T *work) {
+    const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
+    const ATT_T *q = Q + n * Tq * d, *k = K + n * Tk * d, *v = V + n * Tk * dv;
+    const ATT_T *go = dO + n * Tq * dv, *lse = LSE + n * Tq, *Dn = D + n * Tq;
+    ATT_T *kt = work, *vt = kt + d * ATT_BC, *S = vt + dv * ATT_BC, *Z = S + ATT_BR * ATT_BC,
+          *keep = Z + ATT_BR * ATT_BC, *dP = keep + ATT_BR * ATT_BC, *gq = dP + ATT_BR * ATT_BC;
+    if (!g->dropout) Z = S;
+    const ATT_T scale = (ATT_T)g->scale;
+    for (int64_t e = 0; e < nr * d; e++) gq[e] = 0;
+    const int64_t jend = g->causal ? (i0 + nr < Tk ? i0 + nr : Tk) : Tk;
+    for (int64_t j0 = 0; j0 < jend; j0 += ATT_BC) {
+        const int nc = (int)(jend - j0 < ATT_BC ? jend - j0 : ATT_BC);
+        ATT(att_transpose)(k, d, j0, nc, kt);
+        ATT(att_transpose)(v, dv, j0, nc, vt);
+        ATT(att_scores)(g, n, q, kt, i0, nr, j0, nc, S);
+        ATT(att_probs)(g, n, lse, i0, nr, j0, nc, S, Z, keep);
+        ATT(att_dscores)(g, go, Dn, vt, i0, nr, nc, S, keep, dP);
+        for (int r = 0; r < nr; r++) {
+            const ATT_T *ds = dP + (int64_t)r * ATT_BC;
+            ATT_T *out = gq + (int64_t)r * d;
+            for (int c = 0; c < nc; c++) {
+                const ATT_T w = ds[c] * scale;
+                if (w == 0) continue;
+                const ATT_T *kr = k + (j0 + c) * d;
+                for (int64_t e = 0; e < d; e++) out[e] += w * kr[e];
+            }
+        }
+    }
+    memcpy(dQ + (n * Tq + i0) * d, gq, (size_t)(nr * d) * sizeof(ATT_T));
+}
+
+/* D_i = dO_i . O_i for every row of every head (the softmax backward's row term). */
+static void ATT(att_row_dots)(const ATT_T *dO, const ATT_T *O, ATT_T *D, int64_t rows, int64_t dv, bool par) {
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t i = 0; i < rows; i++) {
+        ATT_T s = 0;
+        const ATT_T *a = dO + i * dv, *b = O + i * dv;
+        for (int64_t e = 0; e < dv; e++) s += a[e] * b[e];
+        D[i] = s;
+    }
+}
+
+/* One pass over every work item of every head (ATT_PASS_FWD and ATT_PASS_Q: query row
+ * blocks; ATT_PASS_KV: key blocks), with a scratch buffer per thread; false when one
+ * could not be allocated. */
+static bool ATT(att_run)(const att_geom *g, int pass, const att_bufs *b) {
+    const int64_t N = g->B * g->H, nqb = (g->Tq + ATT_BR - 1) / ATT_BR, nkb = (g->Tk + ATT_BC - 1) / ATT_BC;
+    const int64_t per = pass == ATT_PASS_KV ? nkb : nqb, items = N * per;
+    const size_t bytes = (size_t)scratch_elems(g) * sizeof(ATT_T);
+    int oom = 0;
+#pragma omp parallel if (parallel_worth(g, items))
+    {
+        ATT_T *work = malloc(bytes);
+        if (!work) {
+#pragma omp atomic write
+            oom = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; it++) {
+            if (!work) continue;
+            const int64_t n = it / per, start = it % per * (pass == ATT_PASS_KV ? ATT_BC : ATT_BR);
+            if (pass == ATT_PASS_KV) {
+                const int nc = (int)(g->Tk - start < ATT_BC ? g->Tk - start : ATT_BC);
+                ATT(att_backward_kv_item)(g, b->q, b->k, b->v, b->go, b->lse, b->D, b->dk, b->dv, n, start, nc, work);
+                continue;
+            }
+            const int nr = (int)(g->Tq - start < ATT_BR ? g->Tq - start : ATT_BR);
+            if (pass == ATT_PASS_FWD) ATT(att_forward_item)(g, b->q, b->k, b->v, b->out, b->lse_out, n, start, nr, work);
+            else ATT(att_backward_q_item)(g, b->q, b->k, b->v, b->go, b->lse, b->D, b->dq, n, start, nr, work);
+        }
+        free(work);
+    }
+    return !oom;
+}
+
+#undef ATT
+#undef ATT_CAT
+#undef ATT_CAT2

@@ -14,9 +14,12 @@
 #include <omp.h>
 
 #include "elementwise_impl.h"
+#include "reduce_impl.h" /* cr_expf_fast */
 #include "rng.h"
 
-enum { ATT_BR = 32, ATT_BC = 64 }; /* query rows and keys per tile */
+enum { ATT_BR = 64, ATT_BC = 64 }; /* query rows and keys per tile */
+enum { ATT_MR = 4, ATT_NR = 16 };  /* the tile product's block of C held in registers */
+enum { ATT_PAD_K = 256 };          /* the longest sum whose last rows of A are padded */
 enum { ATT_MASK_NONE = 0, ATT_MASK_BOOL = 1, ATT_MASK_ADD = 2 };
 
 /* What every kernel reads: the heads are n = b H + h of [B, H] (H = 1 for 3-d inputs). */
@@ -53,14 +56,6 @@ static att_geom geometry(const cr_call *c, const cr_tensor *mask) {
     return g;
 }
 
-/* Scratch per thread, in elements: the larger of the forward's and the backward's needs. */
-static int64_t scratch_elems(const att_geom *g) {
-    const int64_t d = g->d, dv = g->dv, tile = (int64_t)ATT_BR * ATT_BC;
-    int64_t fwd = d * ATT_BC + tile + ATT_BR * dv + 2 * ATT_BR + ATT_BC;
-    int64_t bwd = (d + dv) * ATT_BC + 4 * tile + (ATT_BC > ATT_BR ? ATT_BC : ATT_BR) * (d + dv);
-    return fwd > bwd ? fwd : bwd;
-}
-
 static bool parallel_worth(const att_geom *g, int64_t items) {
     return items > 1 && g->B * g->H * g->Tq * g->Tk * (g->d + g->dv) >= CR_PAR_GRAIN;
 }
@@ -72,11 +67,54 @@ typedef struct {
 } att_bufs;
 enum { ATT_PASS_FWD, ATT_PASS_KV, ATT_PASS_Q };
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+/* acc = A[4, K] B[K, 16] for f32 (A's rows of stride lda, B's of ldb), eight 8-wide
+ * accumulators in registers, fused multiply-adds along k: the tile product's inner block
+ * where the compiler's own vectorisation of the generic loop keeps acc in memory. */
+static inline void att_block_f32(int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                                 float acc[ATT_MR][ATT_NR]) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    const float *a0 = A, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
+    for (int64_t k = 0; k < K; k++) {
+        const __m256 b0 = _mm256_loadu_ps(B + k * ldb), b1 = _mm256_loadu_ps(B + k * ldb + 8);
+        __m256 a = _mm256_broadcast_ss(a0 + k);
+        c00 = _mm256_fmadd_ps(a, b0, c00);
+        c01 = _mm256_fmadd_ps(a, b1, c01);
+        a = _mm256_broadcast_ss(a1 + k);
+        c10 = _mm256_fmadd_ps(a, b0, c10);
+        c11 = _mm256_fmadd_ps(a, b1, c11);
+        a = _mm256_broadcast_ss(a2 + k);
+        c20 = _mm256_fmadd_ps(a, b0, c20);
+        c21 = _mm256_fmadd_ps(a, b1, c21);
+        a = _mm256_broadcast_ss(a3 + k);
+        c30 = _mm256_fmadd_ps(a, b0, c30);
+        c31 = _mm256_fmadd_ps(a, b1, c31);
+    }
+    _mm256_storeu_ps(acc[0], c00);
+    _mm256_storeu_ps(acc[0] + 8, c01);
+    _mm256_storeu_ps(acc[1], c10);
+    _mm256_storeu_ps(acc[1] + 8, c11);
+    _mm256_storeu_ps(acc[2], c20);
+    _mm256_storeu_ps(acc[2] + 8, c21);
+    _mm256_storeu_ps(acc[3], c30);
+    _mm256_storeu_ps(acc[3] + 8, c31);
+}
+#define ATT_BLOCK_F32 att_block_f32
+#endif
+
+/* f32 exp through cr_expf_fast, so the loops vectorise; exactly 0 at -inf (masked). */
+static inline float att_expf(float x) { return x == -INFINITY ? 0.0f : cr_expf_fast(x); }
+
 #define ATT_T float
 #define ATT_SUF f32
-#define ATT_EXP expf
+#define ATT_EXP att_expf
 #define ATT_LOG logf
+#ifdef ATT_BLOCK_F32
+#define ATT_BLOCK ATT_BLOCK_F32
+#endif
 #include "attention_tile.h"
+#undef ATT_BLOCK
 #undef ATT_T
 #undef ATT_SUF
 #undef ATT_EXP

@@ -2,13 +2,72 @@
  * twice by attention.c: ATT_T float (names ending _f32) and double (_f64). One work item
  * is a block of ATT_BR query rows (forward, dQ) or of ATT_BC key rows (dK, dV) of one
  * head; the scores of a row block against a key block are the only [rows, keys] matrix
- * held, a tile in the thread's scratch. Inner loops run along contiguous rows (a score
- * row against a transposed key tile, an output row plus a scaled value row), so they
- * vectorise without reassociating sums. */
+ * held, a tile in the thread's scratch. Every product of tiles goes through one
+ * register-blocked kernel, C = alpha A B + beta C with A and B row-major (operands that
+ * would be transposed are transposed into scratch first): each element's sum runs over k
+ * in order, so the result does not depend on threads. ATT_BLOCK, where defined, computes
+ * a full ATT_MR x ATT_NR block (attention.c's AVX2 kernel for f32). */
 
 #define ATT_CAT2(a, b) a##_##b
 #define ATT_CAT(a, b) ATT_CAT2(a, b)
 #define ATT(name) ATT_CAT(name, ATT_SUF)
+
+/* C[M, N] = alpha * A[M, K] B[K, N] + beta * C (beta 0: C is not read). Blocks of ATT_MR
+ * rows by ATT_NR columns of C accumulate in local arrays (in registers with ATT_BLOCK);
+ * each element's sum runs over k in order. The last rows of A, when fewer than ATT_MR,
+ * are copied into a zero-padded block; b_padded says that B's rows may be read up to a
+ * whole ATT_NR past N (a scratch tile of ATT_BC columns), so the last columns take the
+ * block kernel too. */
+static void ATT(att_gemm)(int64_t M, int64_t N, int64_t K, ATT_T alpha, const ATT_T *A, int64_t lda, const ATT_T *B,
+                          int64_t ldb, bool b_padded, ATT_T beta, ATT_T *C, int64_t ldc) {
+    ATT_T apad[ATT_MR * ATT_PAD_K];
+    for (int64_t i0 = 0; i0 < M; i0 += ATT_MR) {
+        const int mr = (int)(M - i0 < ATT_MR ? M - i0 : ATT_MR);
+        const ATT_T *Ab = A + i0 * lda;
+        int64_t la = lda;
+        bool rows_full = mr == ATT_MR;
+        if (!rows_full && K <= ATT_PAD_K) {
+            for (int r = 0; r < ATT_MR; r++)
+                for (int64_t k = 0; k < K; k++) apad[r * K + k] = r < mr ? Ab[r * lda + k] : 0;
+            Ab = apad;
+            la = K;
+            rows_full = true;
+        }
+        for (int64_t j0 = 0; j0 < N; j0 += ATT_NR) {
+            const int nr = (int)(N - j0 < ATT_NR ? N - j0 : ATT_NR);
+            ATT_T acc[ATT_MR][ATT_NR];
+#ifdef ATT_BLOCK
+            if (rows_full && (nr == ATT_NR || b_padded)) {
+                ATT_BLOCK(K, Ab, la, B + j0, ldb, acc);
+            } else
+#endif
+            {
+                for (int r = 0; r < ATT_MR; r++)
+                    for (int c = 0; c < ATT_NR; c++) acc[r][c] = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    const ATT_T *b = B + k * ldb + j0;
+                    for (int r = 0; r < mr; r++) {
+                        const ATT_T a = Ab[r * la + k];
+                        for (int c = 0; c < nr; c++) acc[r][c] += a * b[c];
+                    }
+                }
+            }
+            for (int r = 0; r < mr; r++) {
+                ATT_T *crow = C + (i0 + r) * ldc + j0;
+                if (beta == 0)
+                    for (int c = 0; c < nr; c++) crow[c] = alpha * acc[r][c];
+                else
+                    for (int c = 0; c < nr; c++) crow[c] = alpha * acc[r][c] + beta * crow[c];
+            }
+        }
+    }
+}
+
+/* dst[c][r] = src[r][c] for an nr x nc block of rows of stride lds, into rows of stride ldd. */
+static void ATT(att_transpose)(const ATT_T *src, int64_t lds, int64_t nr, int64_t nc, ATT_T *dst, int64_t ldd) {
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t c = 0; c < nc; c++) dst[c * ldd + r] = src[r * lds + c];
+}
 
 /* keep[c] = 1 / (1 - p) where key j0 + c of row i of head n survives dropout, else 0:
  * element (n, i, j) keeps when uniform(word (n Tq + i) Tk + j of the call's reservation)
@@ -29,24 +88,17 @@ static void ATT(att_keep)(const att_geom *g, int64_t n, int64_t i, int64_t j0, i
     }
 }
 
-/* Scores of rows i0..i0+nr-1 of head n against keys j0..j0+nc-1: S[r][c] = scale *
- * q_i . k_j, plus an additive mask, -inf where a boolean mask says no or the causal mask
- * hides key j > i. kt: the key tile transposed, [d][ATT_BC]. */
-static void ATT(att_scores)(const att_geom *g, int64_t n, const ATT_T *q, const ATT_T *kt, int64_t i0,
-                            int nr, int64_t j0, int nc, ATT_T *S) {
-    const int64_t d = g->d;
-    const ATT_T scale = (ATT_T)g->scale, ninf = (ATT_T)-INFINITY;
+/* Scores of rows i0..i0+nr-1 of head n against keys j0..j0+nc-1 into S (rows of stride
+ * ATT_BC): scale * q_i . k_j, plus an additive mask, -inf where a boolean mask says no or
+ * the causal mask hides key j > i. kt: the key tile transposed, [d][ATT_BC]. */
+static void ATT(att_scores)(const att_geom *g, int64_t n, const ATT_T *q, const ATT_T *kt, int64_t i0, int nr,
+                            int64_t j0, int nc, ATT_T *S) {
+    const ATT_T ninf = (ATT_T)-INFINITY;
+    ATT(att_gemm)(nr, nc, g->d, (ATT_T)g->scale, q + i0 * g->d, g->d, kt, ATT_BC, true, 0, S, ATT_BC);
     const char *mrow = NULL;
     if (g->mask_kind) mrow = g->mask + (g->ms[0] * (n / g->H) + g->ms[1] * (n % g->H)) * (int64_t)g->mask_es;
     for (int r = 0; r < nr; r++) {
         ATT_T *s = S + (int64_t)r * ATT_BC;
-        const ATT_T *qi = q + (i0 + r) * d;
-        for (int c = 0; c < nc; c++) s[c] = 0;
-        for (int64_t e = 0; e < d; e++) {
-            const ATT_T a = qi[e], *kr = kt + e * ATT_BC;
-            for (int c = 0; c < nc; c++) s[c] += a * kr[c];
-        }
-        for (int c = 0; c < nc; c++) s[c] *= scale;
         const int64_t i = i0 + r;
         if (g->causal)
             for (int c = 0; c < nc; c++)
@@ -62,16 +114,8 @@ static void ATT(att_scores)(const att_geom *g, int64_t n, const ATT_T *q, const 
     }
 }
 
-/* dst[e][c] = src[(j0 + c) * w + e]: a key or value tile, transposed. */
-static void ATT(att_transpose)(const ATT_T *src, int64_t w, int64_t j0, int nc, ATT_T *dst) {
-    for (int c = 0; c < nc; c++) {
-        const ATT_T *row = src + (j0 + c) * w;
-        for (int64_t e = 0; e < w; e++) dst[e * ATT_BC + c] = row[e];
-    }
-}
-
-/* P[r][c] = exp(S[r][c] - lse_i) (0 where the row is fully masked), and with dropout
- * Z = P * keep / (1 - p) into Z (Z == P without dropout). */
+/* P[r][c] = exp(S[r][c] - lse_i) in place (0 where the row is fully masked), and with
+ * dropout Z = P * keep into Z and the factors into keep (Z == S without dropout). */
 static void ATT(att_probs)(const att_geom *g, int64_t n, const ATT_T *lse, int64_t i0, int nr, int64_t j0, int nc,
                            ATT_T *S, ATT_T *Z, ATT_T *keep) {
     for (int r = 0; r < nr; r++) {
@@ -90,6 +134,9 @@ static void ATT(att_probs)(const att_geom *g, int64_t n, const ATT_T *lse, int64
     }
 }
 
+/* The forward's scratch (elements): kt [d][BC], S [BR][BC], acc [BR][dv], m, l [BR], keep [BC]. */
+#define ATT_FWD_SCRATCH(d, dv) ((d) * ATT_BC + ATT_BR * ATT_BC + ATT_BR * (dv) + 2 * ATT_BR + ATT_BC)
+
 /* Forward of rows i0..i0+nr-1 of head n: online softmax over key tiles (running max m,
  * running sum l), O = sum_j softmax_ij [keep_ij / (1-p)] v_j, lse = m + log l. A row with
  * every key masked gets O = 0 and lse = -inf. */
@@ -105,13 +152,17 @@ static void ATT(att_forward_item)(const att_geom *g, const ATT_T *Q, const ATT_T
     const int64_t jend = g->causal ? (i0 + nr < Tk ? i0 + nr : Tk) : Tk;
     for (int64_t j0 = 0; j0 < jend; j0 += ATT_BC) {
         const int nc = (int)(jend - j0 < ATT_BC ? jend - j0 : ATT_BC);
-        ATT(att_transpose)(k, d, j0, nc, kt);
+        ATT(att_transpose)(k + j0 * d, d, nc, d, kt, ATT_BC);
         ATT(att_scores)(g, n, q, kt, i0, nr, j0, nc, S);
         for (int r = 0; r < nr; r++) {
             ATT_T *s = S + (int64_t)r * ATT_BC, mx = ninf;
             for (int c = 0; c < nc; c++) mx = s[c] > mx ? s[c] : mx;
             const ATT_T mnew = mx > m[r] ? mx : m[r];
-            if (mnew == ninf) continue; /* every key so far masked */
+            ATT_T *a = acc + (int64_t)r * dv;
+            if (mnew == ninf) { /* every key so far masked: nothing to add */
+                for (int c = 0; c < nc; c++) s[c] = 0;
+                continue;
+            }
             const ATT_T corr = ATT_EXP(m[r] - mnew);
             ATT_T sum = 0;
             for (int c = 0; c < nc; c++) {
@@ -124,16 +175,10 @@ static void ATT(att_forward_item)(const att_geom *g, const ATT_T *Q, const ATT_T
                 ATT(att_keep)(g, n, i0 + r, j0, nc, keep);
                 for (int c = 0; c < nc; c++) s[c] *= keep[c];
             }
-            ATT_T *a = acc + (int64_t)r * dv;
             if (corr != 1)
                 for (int64_t e = 0; e < dv; e++) a[e] *= corr;
-            for (int c = 0; c < nc; c++) {
-                const ATT_T p = s[c];
-                if (p == 0) continue;
-                const ATT_T *vr = v + (j0 + c) * dv;
-                for (int64_t e = 0; e < dv; e++) a[e] += p * vr[e];
-            }
         }
+        ATT(att_gemm)(nr, dv, nc, 1, S, ATT_BC, v + j0 * dv, dv, false, 1, acc, dv);
     }
     for (int r = 0; r < nr; r++) {
         ATT_T *o = O + (n * Tq + i0 + r) * dv;
@@ -144,19 +189,13 @@ static void ATT(att_forward_item)(const att_geom *g, const ATT_T *Q, const ATT_T
     }
 }
 
-/* dS = P * (dP - D_i) with dP = dO v^T (times keep / (1-p) with dropout), on a tile
- * whose probabilities are in P (and Z with dropout); vt is the value tile transposed. */
+/* dS = P * (dP - D_i) in place of dP, with dP = dO v^T (times keep / (1-p) with dropout),
+ * on a tile whose probabilities are in P; vt is the value tile transposed [dv][BC]. */
 static void ATT(att_dscores)(const att_geom *g, const ATT_T *dO, const ATT_T *D, const ATT_T *vt, int64_t i0, int nr,
-                             int nc, ATT_T *P, const ATT_T *keep, ATT_T *dP) {
-    const int64_t dv = g->dv;
+                             int nc, const ATT_T *P, const ATT_T *keep, ATT_T *dP) {
+    ATT(att_gemm)(nr, nc, g->dv, 1, dO + i0 * g->dv, g->dv, vt, ATT_BC, true, 0, dP, ATT_BC);
     for (int r = 0; r < nr; r++) {
         ATT_T *dp = dP + (int64_t)r * ATT_BC;
-        const ATT_T *go = dO + (i0 + r) * dv;
-        for (int c = 0; c < nc; c++) dp[c] = 0;
-        for (int64_t e = 0; e < dv; e++) {
-            const ATT_T a = go[e], *vr = vt + e * ATT_BC;
-            for (int c = 0; c < nc; c++) dp[c] += a * vr[c];
-        }
         if (g->dropout) {
             const ATT_T *kp = keep + (int64_t)r * ATT_BC;
             for (int c = 0; c < nc; c++) dp[c] *= kp[c];
@@ -165,6 +204,12 @@ static void ATT(att_dscores)(const att_geom *g, const ATT_T *dO, const ATT_T *D,
         for (int c = 0; c < nc; c++) dp[c] = p[c] * (dp[c] - Di);
     }
 }
+
+/* The backward's scratch (elements): kt [d][BC], vt [dv][BC], S, Z, keep, dP [BR][BC],
+ * T [BC][BR] (a tile transposed), then the accumulators: gk [BC][d] and gv [BC][dv] (dK,
+ * dV) or gq [BR][d] (dQ). */
+#define ATT_BWD_SCRATCH(d, dv) (((d) + (dv)) * ATT_BC + 5 * ATT_BR * ATT_BC + \
+                                (ATT_BC > ATT_BR ? ATT_BC : ATT_BR) * ((d) + (dv)))
 
 /* dK and dV of keys j0..j0+nc-1 of head n, over every query row that sees them:
  * dV_j = sum_i Z_ij dO_i, dK_j = scale * sum_i dS_ij q_i. */
@@ -175,37 +220,23 @@ static void ATT(att_backward_kv_item)(const att_geom *g, const ATT_T *Q, const A
     const ATT_T *q = Q + n * Tq * d, *k = K + n * Tk * d, *v = V + n * Tk * dv;
     const ATT_T *go = dO + n * Tq * dv, *lse = LSE + n * Tq, *Dn = D + n * Tq;
     ATT_T *kt = work, *vt = kt + d * ATT_BC, *S = vt + dv * ATT_BC, *Z = S + ATT_BR * ATT_BC,
-          *keep = Z + ATT_BR * ATT_BC, *dP = keep + ATT_BR * ATT_BC, *gk = dP + ATT_BR * ATT_BC,
-          *gv = gk + ATT_BC * d;
+          *keep = Z + ATT_BR * ATT_BC, *dP = keep + ATT_BR * ATT_BC, *T = dP + ATT_BR * ATT_BC,
+          *gk = T + ATT_BR * ATT_BC, *gv = gk + ATT_BC * d;
     if (!g->dropout) Z = S;
     const ATT_T scale = (ATT_T)g->scale;
     for (int64_t e = 0; e < nc * d; e++) gk[e] = 0;
     for (int64_t e = 0; e < nc * dv; e++) gv[e] = 0;
-    ATT(att_transpose)(k, d, j0, nc, kt);
-    ATT(att_transpose)(v, dv, j0, nc, vt);
+    ATT(att_transpose)(k + j0 * d, d, nc, d, kt, ATT_BC);
+    ATT(att_transpose)(v + j0 * dv, dv, nc, dv, vt, ATT_BC);
     for (int64_t i0 = g->causal ? j0 : 0; i0 < Tq; i0 += ATT_BR) {
         const int nr = (int)(Tq - i0 < ATT_BR ? Tq - i0 : ATT_BR);
         ATT(att_scores)(g, n, q, kt, i0, nr, j0, nc, S);
         ATT(att_probs)(g, n, lse, i0, nr, j0, nc, S, Z, keep);
-        for (int r = 0; r < nr; r++) {
-            const ATT_T *z = Z + (int64_t)r * ATT_BC, *gr = go + (i0 + r) * dv;
-            for (int c = 0; c < nc; c++) {
-                const ATT_T w = z[c];
-                if (w == 0) continue;
-                ATT_T *out = gv + (int64_t)c * dv;
-                for (int64_t e = 0; e < dv; e++) out[e] += w * gr[e];
-            }
-        }
+        ATT(att_transpose)(Z, ATT_BC, nr, nc, T, ATT_BR); /* Z^T [nc][nr] */
+        ATT(att_gemm)(nc, dv, nr, 1, T, ATT_BR, go + i0 * dv, dv, false, 1, gv, dv);
         ATT(att_dscores)(g, go, Dn, vt, i0, nr, nc, S, keep, dP);
-        for (int r = 0; r < nr; r++) {
-            const ATT_T *ds = dP + (int64_t)r * ATT_BC, *qi = q + (i0 + r) * d;
-            for (int c = 0; c < nc; c++) {
-                const ATT_T w = ds[c] * scale;
-                if (w == 0) continue;
-                ATT_T *out = gk + (int64_t)c * d;
-                for (int64_t e = 0; e < d; e++) out[e] += w * qi[e];
-            }
-        }
+        ATT(att_transpose)(dP, ATT_BC, nr, nc, T, ATT_BR); /* dS^T */
+        ATT(att_gemm)(nc, d, nr, scale, T, ATT_BR, q + i0 * d, d, false, 1, gk, d);
     }
     if (dK) memcpy(dK + (n * Tk + j0) * d, gk, (size_t)(nc * d) * sizeof(ATT_T));
     if (dV) memcpy(dV + (n * Tk + j0) * dv, gv, (size_t)(nc * dv) * sizeof(ATT_T));
@@ -219,28 +250,19 @@ static void ATT(att_backward_q_item)(const att_geom *g, const ATT_T *Q, const AT
     const ATT_T *q = Q + n * Tq * d, *k = K + n * Tk * d, *v = V + n * Tk * dv;
     const ATT_T *go = dO + n * Tq * dv, *lse = LSE + n * Tq, *Dn = D + n * Tq;
     ATT_T *kt = work, *vt = kt + d * ATT_BC, *S = vt + dv * ATT_BC, *Z = S + ATT_BR * ATT_BC,
-          *keep = Z + ATT_BR * ATT_BC, *dP = keep + ATT_BR * ATT_BC, *gq = dP + ATT_BR * ATT_BC;
+          *keep = Z + ATT_BR * ATT_BC, *dP = keep + ATT_BR * ATT_BC, *gq = dP + 2 * ATT_BR * ATT_BC;
     if (!g->dropout) Z = S;
     const ATT_T scale = (ATT_T)g->scale;
     for (int64_t e = 0; e < nr * d; e++) gq[e] = 0;
     const int64_t jend = g->causal ? (i0 + nr < Tk ? i0 + nr : Tk) : Tk;
     for (int64_t j0 = 0; j0 < jend; j0 += ATT_BC) {
         const int nc = (int)(jend - j0 < ATT_BC ? jend - j0 : ATT_BC);
-        ATT(att_transpose)(k, d, j0, nc, kt);
-        ATT(att_transpose)(v, dv, j0, nc, vt);
+        ATT(att_transpose)(k + j0 * d, d, nc, d, kt, ATT_BC);
+        ATT(att_transpose)(v + j0 * dv, dv, nc, dv, vt, ATT_BC);
         ATT(att_scores)(g, n, q, kt, i0, nr, j0, nc, S);
         ATT(att_probs)(g, n, lse, i0, nr, j0, nc, S, Z, keep);
         ATT(att_dscores)(g, go, Dn, vt, i0, nr, nc, S, keep, dP);
-        for (int r = 0; r < nr; r++) {
-            const ATT_T *ds = dP + (int64_t)r * ATT_BC;
-            ATT_T *out = gq + (int64_t)r * d;
-            for (int c = 0; c < nc; c++) {
-                const ATT_T w = ds[c] * scale;
-                if (w == 0) continue;
-                const ATT_T *kr = k + (j0 + c) * d;
-                for (int64_t e = 0; e < d; e++) out[e] += w * kr[e];
-            }
-        }
+        ATT(att_gemm)(nr, d, nc, scale, dP, ATT_BC, k + j0 * d, d, false, 1, gq, d);
     }
     memcpy(dQ + (n * Tq + i0) * d, gq, (size_t)(nr * d) * sizeof(ATT_T));
 }
@@ -262,11 +284,12 @@ static void ATT(att_row_dots)(const ATT_T *dO, const ATT_T *O, ATT_T *D, int64_t
 static bool ATT(att_run)(const att_geom *g, int pass, const att_bufs *b) {
     const int64_t N = g->B * g->H, nqb = (g->Tq + ATT_BR - 1) / ATT_BR, nkb = (g->Tk + ATT_BC - 1) / ATT_BC;
     const int64_t per = pass == ATT_PASS_KV ? nkb : nqb, items = N * per;
-    const size_t bytes = (size_t)scratch_elems(g) * sizeof(ATT_T);
+    const int64_t elems = pass == ATT_PASS_FWD ? ATT_FWD_SCRATCH(g->d, g->dv) : ATT_BWD_SCRATCH(g->d, g->dv);
+    const size_t bytes = (size_t)elems * sizeof(ATT_T);
     int oom = 0;
 #pragma omp parallel if (parallel_worth(g, items))
     {
-        ATT_T *work = malloc(bytes);
+        ATT_T *work = calloc(1, bytes); /* zeroed: the padded tile reads see numbers */
         if (!work) {
 #pragma omp atomic write
             oom = 1;

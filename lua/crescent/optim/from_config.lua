@@ -14,6 +14,9 @@
 --   name = 'sgd' | 'lars' | 'adamw'       momentum, nesterov (sgd, lars); betas, eps (adamw);
 --                                         trust_coefficient, lars_clip, exclude_bias_norm (lars)
 --   no_decay_bias_norm = false            biases and norm weights get no weight decay
+--   weight_decay_end = -1                 >= 0: the weight decay follows a cosine from
+--                                         weight_decay to this over training (DINO's
+--                                         0.04 -> 0.4); the recipe applies it (schedule_of)
 --   lr_mult = {}                          {{'<Lua pattern>', m}, ...}: lr multipliers by name
 --   accum_steps = 1                       the optimizer steps every k batches (the loss / k;
 --                                         under DDP, one all-reduce per k batches)
@@ -40,7 +43,7 @@ function M.defaults(over)
   local d = { name = 'sgd', lr = 0.1, weight_decay = 0, momentum = 0.9, nesterov = false,
               betas = { 0.9, 0.999 }, eps = 1e-8, trust_coefficient = 0.001, lars_clip = false,
               exclude_bias_norm = true, no_decay_bias_norm = false, lr_mult = {}, accum_steps = 1, clip_norm = 0,
-              clip_value = 0, base_batch_size = 0, scaling = 'off' }
+              clip_value = 0, base_batch_size = 0, scaling = 'off', weight_decay_end = -1 }
   for k, v in pairs(over or {}) do d[k] = v end
   return d
 end
@@ -49,6 +52,8 @@ M.types = {
   ['optim.name'] = { type = 'string', choices = { 'sgd', 'lars', 'adamw' }, doc = 'the optimizer' },
   ['optim.lr'] = { type = 'number', min = 0, doc = 'the peak learning rate (before optim.scaling)' },
   ['optim.weight_decay'] = { type = 'number', min = 0, doc = 'weight decay (decoupled for adamw)' },
+  ['optim.weight_decay_end'] = { type = 'number', doc = 'the weight decay at the end of a cosine from ' ..
+                                                        'optim.weight_decay (-1: constant)' },
   ['optim.momentum'] = { type = 'number', min = 0, doc = 'momentum (sgd, lars)' },
   ['optim.nesterov'] = { type = 'boolean', doc = 'Nesterov momentum (sgd, lars)' },
   ['optim.betas'] = { type = 'list', doc = "Adam's {beta1, beta2} (adamw)" },
@@ -85,6 +90,14 @@ function M.scaled_lr(o, batch_size, ranks)
     'accumulated)', o.scaling, o.lr * factor, o.lr, o.scaling == 'sqrt' and 'sqrt' or '', global, o.base_batch_size,
     global, batch_size, ranks, ranks == 1 and '' or 's', o.accum_steps or 1)
   return o.lr * factor, factor, line
+end
+
+-- The weight decay's schedule over training (a cosine to optim.weight_decay_end), or nil
+-- when it is constant: what a task puts in schedules.weight_decay.
+function M.weight_decay_schedule(o)
+  local e = o.weight_decay_end
+  if e == nil or e < 0 or e == o.weight_decay then return nil end
+  return require('crescent.optim.schedule').cosine { from = o.weight_decay, to = e }
 end
 
 local function same(a, b)

@@ -8,8 +8,8 @@
 --   (crescent.ssl.losses)
 --   ssl.Queue (crescent.ssl.queue), ssl.knn_classify (crescent.ssl.knn),
 --   ssl.extract_features (crescent.ssl.features)
---   ssl.swav / moco / simclr / simsiam / byol / barlow_twins / npid / deepcluster_v2: the methods
---   as modules, with build(cfg) and task(cfg)
+--   ssl.swav / moco / simclr / simsiam / byol / barlow_twins / npid / deepcluster_v2 / dino:
+--   the methods as modules, with build(cfg) and task(cfg)
 -- The Sinkhorn and EMA kernels are C (csrc/ssl/, declared in csrc/include/crescent_ssl.h);
 -- the losses are composed from differentiable ops.
 local momentum = require 'crescent.ssl.momentum'
@@ -32,11 +32,11 @@ M.extract_features = require('crescent.ssl.features').extract
 
 -- The methods and the recipe builder load on first use (they need cr.nn):
 -- ssl.swav.SwAV, ssl.moco.MoCo, ssl.simclr.SimCLR, ssl.simsiam.SimSiam, ssl.byol.BYOL,
--- ssl.barlow_twins.BarlowTwins, ssl.npid.NPID, ssl.deepcluster_v2.DeepClusterV2, ssl.recipe,
--- ssl.linear_probe.
+-- ssl.barlow_twins.BarlowTwins, ssl.npid.NPID, ssl.deepcluster_v2.DeepClusterV2, ssl.dino.DINO,
+-- ssl.recipe, ssl.linear_probe.
 local LAZY = { swav = 'crescent.ssl.swav', moco = 'crescent.ssl.moco', simclr = 'crescent.ssl.simclr',
                simsiam = 'crescent.ssl.simsiam', byol = 'crescent.ssl.byol', barlow_twins = 'crescent.ssl.barlow_twins',
-               npid = 'crescent.ssl.npid', deepcluster_v2 = 'crescent.ssl.deepcluster_v2',
+               npid = 'crescent.ssl.npid', deepcluster_v2 = 'crescent.ssl.deepcluster_v2', dino = 'crescent.ssl.dino',
                recipe = 'crescent.ssl.recipe', linear_probe = 'crescent.ssl.linear_probe' }
 return setmetatable(M, { __index = function(t, k)
   local path = LAZY[k]

@@ -37,9 +37,11 @@ function R.defaults()
     crops = { size = { 28, 14 }, num = { 2, 4 }, min_scale = { 0.25, 0.08 }, max_scale = { 1, 0.25 } },
     augment = { flip = 0.5, jitter = 0.8, brightness = 0.4, contrast = 0.4, saturation = 0.4, hue = 0.1,
                 grayscale = 0.2, blur = 0.5, blur_sigma = { 0.1, 1 }, solarize = 0 },
-    model = { arch = 'resnet18', width = 16, stem = 'auto', hidden_dim = 512, out_dim = 128, head_bn = true },
+    model = { arch = 'resnet18', width = 16, stem = 'auto', hidden_dim = 512, out_dim = 128, head_bn = true, patch = 4,
+              drop_path = 0.1 },
     -- stem auto: the CIFAR stem (3x3/1 conv, no pool) for images up to 64 px, else ImageNet's;
-    -- head_bn: BatchNorm1d after the projection head's hidden Linear
+    -- head_bn: BatchNorm1d after the projection head's hidden Linear; patch and drop_path:
+    -- ViT trunks only (model.arch = vit_tiny, vit_small, vit_base)
     -- name, accum_steps, clip_norm, scaling, ...: crescent/optim/from_config.lua
     optim = cr.optim.from_config.defaults { lr = 0.6, weight_decay = 1e-6, warmup_epochs = 1, final_lr = 0.0006 },
     knn = { k = 200, temperature = 0.1, every = 0, at_start = false },
@@ -49,7 +51,10 @@ end
 -- The types both kinds of recipe (SSL training and frozen evaluation) share; each adds
 -- its own, and `extra` the recipe's.
 local MODEL_TYPES = {
-  ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50' }, doc = 'the trunk' },
+  ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50', 'vit_tiny', 'vit_small', 'vit_base' },
+                     doc = 'the trunk' },
+  ['model.patch'] = { type = 'integer', min = 1, doc = "a ViT trunk's patch size (the global crops' size a multiple of it)" },
+  ['model.drop_path'] = { type = 'number', min = 0, max = 1, doc = "a ViT trunk's stochastic depth rate (the last block's)" },
   ['model.width'] = { type = 'integer', min = 1, doc = "the trunk's first stage width (64: torchvision's)" },
   ['model.stem'] = { type = 'string', choices = { 'auto', 'cifar', 'imagenet' },
                      doc = 'cifar: 3x3 conv, no pool; imagenet: 7x7/2 and a pool; auto: cifar up to 64 px' },
@@ -139,9 +144,26 @@ function R.views(cfg, ds, method_opts)
 end
 
 -- ---- model ---------------------------------------------------------------------------
--- A function making fresh trunks (pooled features out, no classifier) and their size.
+-- A function making fresh trunks (pooled features out, no classifier) and their size. A
+-- ViT trunk gives its class token; it is built for image_size (the global crops' size,
+-- other sizes resample the position embedding).
+local VIT_DIM = { vit_tiny = 192, vit_small = 384, vit_base = 768 }
 function R.trunk_factory(cfg, nchan, image_size)
   local m = cfg.model
+  if VIT_DIM[m.arch] then
+    local sizes = cfg.crops and cfg.crops.size or { image_size }
+    for _, px in ipairs(sizes) do
+      if px % m.patch ~= 0 then
+        fail(string.format('model.patch = %d does not divide the %d px crops; pick crop sizes that are multiples of ' ..
+          'the patch', m.patch, px))
+      end
+    end
+    local size = sizes[1]
+    return function()
+      return cr.nn.models[m.arch] { img_size = size, patch = m.patch, in_channels = nchan, num_classes = 0,
+                                    drop_path = m.drop_path }
+    end, VIT_DIM[m.arch]
+  end
   local stem = m.stem
   if stem == 'auto' then stem = image_size > 64 and 'imagenet' or 'cifar' end
   local function make()
@@ -190,7 +212,8 @@ function R.task(name, cfg)
   local warmup = epochs > 0 and math.min(0.999, o.warmup_epochs / epochs) or 0
   local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = peak, to = o.final_lr * factor }
   local task = cr.engine.Task {
-    config = cfg, model = method, optimizer = optimizer, schedules = { lr = lr },
+    config = cfg, model = method, optimizer = optimizer,
+    schedules = { lr = lr, weight_decay = cr.optim.from_config.weight_decay_schedule(o) },
     loss = function(out, batch) return method:loss(out, batch) end, train_loader = loader,
     name = cfg.run.name ~= '' and cfg.run.name or name,
   }
@@ -259,7 +282,7 @@ end
 -- refuses missing, unexpected or mismatched keys. Prints the load report. The trunk goes
 -- to `device` (default cpu). A crescent checkpoint's stored config gives model.arch,
 -- width and stem that were left at their defaults (trunk_from_checkpoint).
-local TRUNK_KEYS = { 'arch', 'width', 'stem' }
+local TRUNK_KEYS = { 'arch', 'width', 'stem', 'patch' }
 
 -- With model.init a crescent checkpoint, the trunk its config describes: each of
 -- model.arch, width and stem left at the default takes the checkpoint's value (one line
@@ -304,7 +327,8 @@ function R.frozen_defaults(drop)
     'dist.broadcast_buffers' })
   return cr.config.merge(cr.config.without(common, drop or {}), {
     data = cr.config.merge(sources.defaults, { batch_size = 500 }),
-    model = cr.config.merge({ arch = 'resnet18', width = 16, stem = 'auto' }, cr.engine.run.init_defaults()),
+    model = cr.config.merge({ arch = 'resnet18', width = 16, stem = 'auto', patch = 4, drop_path = 0 },
+      cr.engine.run.init_defaults()),
   })
 end
 
@@ -314,7 +338,8 @@ function R.frozen_types(extra)
     if k:match('^model%.init') then init_types[k] = v end
   end
   return with_types(cr.config.merge(init_types, {
-    ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50', 'pixels' },
+    ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50', 'vit_tiny', 'vit_small',
+                                                    'vit_base', 'pixels' },
                        doc = "the trunk (pixels: the raw normalised image, the baseline)" },
   }), extra)
 end

@@ -28,7 +28,7 @@ local nn = cr.nn
 local defaults = cr.config.merge(cr.config.common(), {
   train = { epochs = 4, test_every = 1, log_every = 100 },
   data = cr.config.merge(cr.data.sources.defaults, { batch_size = 128, augment = false }),
-  model = { arch = 'resnet18', width = 16, stem = 'auto', patch = 4 },
+  model = { arch = 'resnet18', width = 16, stem = 'auto', patch = 4, drop_path = 0 },
   -- name (sgd, lars, adamw), accum_steps, clip_norm, scaling, ...: crescent/optim/from_config.lua
   optim = cr.optim.from_config.defaults { lr = 0.1, nesterov = true, weight_decay = 5e-4, no_decay_bias_norm = true,
                                           warmup_epochs = 0.3 },
@@ -41,7 +41,6 @@ local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.r
   ['data.augment'] = { type = 'boolean', doc = 'random crop (padding 4) and horizontal flip of the training images' },
   ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50', 'vit_tiny', 'vit_small', 'vit_base' },
                      doc = 'the network: a ResNet, or a Vision Transformer (model.patch; width and stem are ResNets\')' },
-  ['model.patch'] = { type = 'integer', min = 1, doc = "a ViT's patch size (the image side must be a multiple)" },
 }) })
 
 cr.engine.run.main(function()
@@ -69,8 +68,8 @@ cr.engine.run.main(function()
   local stem = cfg.model.stem == 'auto' and (height > 64 and 'imagenet' or 'cifar') or cfg.model.stem
   local model
   if cfg.model.arch:match('^vit_') then
-    model = nn.models[cfg.model.arch] { img_size = height, patch = cfg.model.patch, in_channels = nchan,
-                                        num_classes = train_set.num_classes }
+    model = nn.models[cfg.model.arch] { img_size = height, patch = cfg.model.patch, drop_path = cfg.model.drop_path,
+                                        in_channels = nchan, num_classes = train_set.num_classes }
   else
     model = nn.models[cfg.model.arch] { stem = stem, width = cfg.model.width, in_channels = nchan,
                                         num_classes = train_set.num_classes }

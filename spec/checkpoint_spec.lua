@@ -97,10 +97,11 @@ describe('exact resume', function()
       run = { dir = dir, name = method }, checkpoint = { every_iters = 3 },
     }
     if method == 'swav' then over.swav = { queue_length = 32, freeze_prototypes_iters = 2 } end
-    if method ~= 'swav' and method ~= 'deepcluster_v2' then
+    if method ~= 'swav' and method ~= 'deepcluster_v2' and method ~= 'dino' then
       over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } }
     end
     if method == 'deepcluster_v2' then over.deepcluster_v2 = { prototypes = { 5, 5 } } end
+    if method == 'dino' then over.dino = { out_dim = 16, hidden_dim = 16, bottleneck_dim = 8 } end
     if method == 'npid' then over.crops.num = { 1 } end
     if method == 'moco' then
       over.moco = { queue_length = 32, cosine_momentum = true, bn_splits = 2 }
@@ -108,7 +109,7 @@ describe('exact resume', function()
     return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
   end
 
-  for _, method in ipairs { 'swav', 'moco', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2' } do
+  for _, method in ipairs { 'swav', 'moco', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2', 'dino' } do
     it(method .. ': 8 steps = 3 steps, resumed, 5 steps, with its state and every parameter bit for bit', function()
       local full
       do

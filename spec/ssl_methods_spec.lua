@@ -677,16 +677,18 @@ describe('ssl recipes', function()
       knn = { k = 5 }, checkpoint = { save = false }, crops = { size = { 16, 8 }, num = { 2, 2 } },
       run = { dir = os.tmpname() .. '.d' },
     }
-    if method ~= 'swav' and method ~= 'deepcluster_v2' then
+    if method ~= 'swav' and method ~= 'deepcluster_v2' and method ~= 'dino' then
       over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } }
     end
     if method == 'moco' then over.moco = { queue_length = 64 } end
     if method == 'deepcluster_v2' then over.deepcluster_v2 = { prototypes = { 5, 5 } } end
+    if method == 'dino' then over.dino = { out_dim = 16, hidden_dim = 16, bottleneck_dim = 8 } end
     if method == 'npid' then over.crops.num = { 1 } end
     return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
   end
 
-  for _, method in ipairs { 'swav', 'moco', 'simclr', 'simsiam', 'byol', 'barlow_twins', 'npid', 'deepcluster_v2' } do
+  for _, method in ipairs { 'swav', 'moco', 'simclr', 'simsiam', 'byol', 'barlow_twins', 'npid', 'deepcluster_v2',
+                            'dino' } do
     it(method .. ' trains a few steps and reports kNN', function()
       local task = cr.ssl[method].task(config(method))
       task:add_hook { name = 'stop', after_step = function(_, t) if t.iteration >= 2 then t:request_stop('spec') end end }

@@ -95,7 +95,8 @@ function M.compute(run, opts)
   end
   local recipe = cr.ssl.recipe
   local frozen = cr.config.merge(recipe.frozen_defaults(), {
-    data = cfg.data, model = { arch = cfg.model.arch, width = cfg.model.width, stem = cfg.model.stem, init = ckpt },
+    data = cfg.data,
+    model = { arch = cfg.model.arch, width = cfg.model.width, stem = cfg.model.stem, patch = cfg.model.patch, init = ckpt },
   })
   frozen.data.val_split = 0
   local ok, train_set, test_set = pcall(recipe.datasets, frozen)

@@ -87,7 +87,7 @@ H.describe_gpu('cuda tensors', function()
   it('computes every unary op as the cpu does', function()
     local x0 = H.park_miller({ 6, 7 }, 4) * 2
     local unary = { 'neg', 'abs', 'sign', 'exp', 'log', 'sqrt', 'rsqrt', 'sigmoid', 'tanh', 'relu', 'gelu',
-                    'logical_not' }
+                    'gelu_tanh', 'logical_not' }
     for _, dt in ipairs({ 'f32', 'f64', 'f16', 'bf16' }) do
       local x, t = x0:to(dt), tol[dt]
       for _, op in ipairs(unary) do

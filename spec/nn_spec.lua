@@ -256,6 +256,7 @@ Sequential(
     assert.equal('Conv2d(2, 4, kernel_size={3, 1}, stride=2, padding={1, 0}, dilation=2, groups=2)',
       tostring(nn.Conv2d(2, 4, { 3, 1 }, { stride = 2, padding = { 1, 0 }, dilation = 2, groups = 2 })))
     assert.equal('GELU(approximate=\'none\')', tostring(nn.GELU()))
+    assert.equal('GELU(approximate=\'tanh\')', tostring(nn.GELU({ approximate = 'tanh' })))
     assert.equal('L2Normalize(dim=1, eps=1e-12)', tostring(nn.L2Normalize()))
     assert.equal('AvgPool2d(kernel_size=2, stride=1, padding=0)', tostring(nn.AvgPool2d(2, { stride = 1 })))
   end)

@@ -179,6 +179,17 @@ static inline float ref_phif(float x) { return (float)ref_phi(x); }
 static inline float ref_geluf(float x) { return x * ref_phif(x); }
 static inline float fast_geluf(float x) { return x * fast_phif(x); }
 static inline double ref_gelu(double x) { return x * ref_phi(x); }
+/* The tanh approximation: x/2 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed as
+ * x sigmoid(2u) = x / (1 + exp(-2u)), the same function without 1 + tanh's cancellation
+ * for negative x. */
+#define GELU_TANH_K 0.79788456080286535588 /* sqrt(2/pi) */
+#define GELU_TANH_C 0.044715
+static inline double gelu_tanh_u2(double x) { return 2.0 * GELU_TANH_K * (x + GELU_TANH_C * x * x * x); }
+static inline double ref_gelu_tanh(double x) { return x / (1.0 + exp(-gelu_tanh_u2(x))); }
+static inline float ref_gelu_tanhf(float x) { return (float)ref_gelu_tanh(x); }
+static inline float fast_gelu_tanhf(float x) {
+    return x / (1.0f + fast_expf(-2.0f * (float)GELU_TANH_K * (x + (float)GELU_TANH_C * x * x * x)));
+}
 
 /* ---- loops ------------------------------------------------------------------------
  * As CR_BIN_LOOP (elementwise_impl.h): a contiguous loop the compiler vectorises, and a strided
@@ -440,6 +451,19 @@ cr_status cr_grad_gelu(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     return st ? st : cr_op_gelu_backward(&gin[0], gout[0], x);
 }
 
+/* ---- gelu, tanh approximation ---- */
+static void loop_gelu_tanh(char **p, const int64_t *s, int64_t n, const void *ctx) {
+    UN_PROLOGUE;
+    UN_FLOAT_TYPES(fast_gelu_tanhf(x), ref_gelu_tanhf(x), ref_gelu_tanh(x))
+}
+cr_status cr_cpu_gelu_tanh(cr_call *c) { return cr_run_unary(c, loop_gelu_tanh); }
+cr_status cr_op_gelu_tanh(cr_tensor **out, cr_tensor *t) { return float_unary(out, CR_OP_GELU_TANH, t, 1, 0); }
+cr_status cr_grad_gelu_tanh(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
+    cr_tensor *x;
+    cr_status st = cr_saved_in(n, 0, &x);
+    return st ? st : cr_op_gelu_tanh_backward(&gin[0], gout[0], x);
+}
+
 /* ---- pow_scalar: x^e. Integer tensors stay integer for integral e >= 0; the common
  * exponents are multiplications or square roots instead of powf (fast path). ---- */
 static int64_t to_i64_sat(double v) {
@@ -653,6 +677,19 @@ static inline float fast_gelu_gradf(float g, float x) {
     return g * (fast_phif(x) + x * (float)INV_SQRT_2PI * fast_expf(-0.5f * x * x));
 }
 
+/* d gelu_tanh = s + 2 x s (1 - s) sqrt(2/pi) (1 + 3 c x^2), s = sigmoid(2u) (the same as
+ * (1 + t)/2 + x/2 (1 - t^2) u' with t = tanh(u)) */
+static inline double ref_gelu_tanh_grad(double g, double x) {
+    const double sg = 1.0 / (1.0 + exp(-gelu_tanh_u2(x)));
+    return g * (sg + 2.0 * x * sg * (1.0 - sg) * GELU_TANH_K * (1.0 + 3.0 * GELU_TANH_C * x * x));
+}
+static inline float ref_gelu_tanh_gradf(float g, float x) { return (float)ref_gelu_tanh_grad(g, x); }
+static inline float fast_gelu_tanh_gradf(float g, float x) {
+    const float k = (float)GELU_TANH_K, c = (float)GELU_TANH_C;
+    const float sg = 1.0f / (1.0f + fast_expf(-2.0f * k * (x + c * x * x * x)));
+    return g * (sg + 2.0f * x * sg * (1.0f - sg) * k * (1.0f + 3.0f * c * x * x));
+}
+
 static void loop_relu_backward(char **p, const int64_t *s, int64_t n, const void *ctx) {
     BW_PROLOGUE;
     BW_FLOAT_TYPES(v > 0 ? g : 0.0f, v > 0 ? g : 0.0f, v > 0 ? g : 0.0)
@@ -673,6 +710,11 @@ cr_status cr_cpu_relu_backward(cr_call *c) { return cr_run_binary(c, loop_relu_b
 cr_status cr_cpu_sigmoid_backward(cr_call *c) { return cr_run_binary(c, loop_sigmoid_backward); }
 cr_status cr_cpu_tanh_backward(cr_call *c) { return cr_run_binary(c, loop_tanh_backward); }
 cr_status cr_cpu_gelu_backward(cr_call *c) { return cr_run_binary(c, loop_gelu_backward); }
+static void loop_gelu_tanh_backward(char **p, const int64_t *s, int64_t n, const void *ctx) {
+    BW_PROLOGUE;
+    BW_FLOAT_TYPES(fast_gelu_tanh_gradf(g, v), ref_gelu_tanh_gradf(g, v), ref_gelu_tanh_grad(g, v))
+}
+cr_status cr_cpu_gelu_tanh_backward(cr_call *c) { return cr_run_binary(c, loop_gelu_tanh_backward); }
 
 static cr_status act_backward(cr_tensor **out, cr_op op, cr_tensor *g, cr_tensor *v) {
     const char *name = cr_op_name(op);
@@ -711,4 +753,7 @@ cr_status cr_op_tanh_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *y) {
 }
 cr_status cr_op_gelu_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *x) {
     return act_backward(out, CR_OP_GELU_BACKWARD, grad, x);
+}
+cr_status cr_op_gelu_tanh_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *x) {
+    return act_backward(out, CR_OP_GELU_TANH_BACKWARD, grad, x);
 }

@@ -91,11 +91,18 @@ __device__ __forceinline__ T apply(int op, T o, T a, T b, T c, const Params &q) 
         case CRK_SIGMOID: return (T)1 / ((T)1 + exp(-a));
         case CRK_TANH: return tanh(a);
         case CRK_GELU: return a * phi_cdf(a);
+        case CRK_GELU_TANH: // x/2 (1 + tanh(u)) as x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
+            return a / ((T)1 + exp((T)-1.5957691216057307 * (a + (T)0.044715 * a * a * a)));
         case CRK_POW_SCALAR: return fpow(a, (T)q.p[0]);
         case CRK_SIGMOID_BACKWARD: return a * ((T)1 - b) * b;
         case CRK_TANH_BACKWARD: return a * ((T)1 - b * b);
         case CRK_GELU_BACKWARD: // a = grad, b = x
             return a * (phi_cdf(b) + b * (T)0.39894228040143267794 * exp((T)-0.5 * b * b));
+        case CRK_GELU_TANH_BACKWARD: { // a = grad, b = x; s = sigmoid(2u)
+            const T k = (T)0.79788456080286535588, c = (T)0.044715;
+            const T sg = (T)1 / ((T)1 + exp((T)-2 * k * (b + c * b * b * b)));
+            return a * (sg + (T)2 * b * sg * ((T)1 - sg) * k * ((T)1 + (T)3 * c * b * b));
+        }
         default: break;
         }
     }

@@ -32,6 +32,7 @@
     X(TANH, "tanh", cr_cpu_tanh, cr_gpu_tanh, cr_grad_tanh, KEEP)                                             \
     X(RELU, "relu", cr_cpu_relu, cr_gpu_relu, cr_grad_relu, KEEP)                                             \
     X(GELU, "gelu", cr_cpu_gelu, cr_gpu_gelu, cr_grad_gelu, KEEP)                                             \
+    X(GELU_TANH, "gelu_tanh", cr_cpu_gelu_tanh, cr_gpu_gelu_tanh, cr_grad_gelu_tanh, KEEP)                    \
     X(POW_SCALAR, "pow_scalar", cr_cpu_pow_scalar, cr_gpu_pow_scalar, cr_grad_pow_scalar, KEEP)               \
     X(CLAMP, "clamp", cr_cpu_clamp, cr_gpu_clamp, cr_grad_clamp, KEEP)                                        \
     X(WHERE, "where", cr_cpu_where, cr_gpu_where, cr_grad_where, KEEP)                                        \
@@ -42,6 +43,8 @@
       cr_gpu_sigmoid_backward, cr_grad_none, KEEP)                                                            \
     X(TANH_BACKWARD, "tanh_backward", cr_cpu_tanh_backward, cr_gpu_tanh_backward, cr_grad_none, KEEP)         \
     X(GELU_BACKWARD, "gelu_backward", cr_cpu_gelu_backward, cr_gpu_gelu_backward, cr_grad_none, KEEP)         \
+    X(GELU_TANH_BACKWARD, "gelu_tanh_backward", cr_cpu_gelu_tanh_backward, cr_gpu_gelu_tanh_backward,          \
+      cr_grad_none, KEEP)                                                                                     \
     X(CAST, "to", cr_cpu_cast, cr_gpu_cast, cr_grad_cast, KEEP)                                               \
     X(COPY_, "copy_", cr_cpu_copy_, cr_gpu_copy_, cr_grad_none, KEEP)                                         \
     X(ADD_, "add_", cr_cpu_add_, cr_gpu_add_, cr_grad_none, KEEP)                                             \
@@ -75,6 +78,8 @@ cr_status cr_op_sigmoid(cr_tensor **out, cr_tensor *t);
 cr_status cr_op_tanh(cr_tensor **out, cr_tensor *t);
 cr_status cr_op_relu(cr_tensor **out, cr_tensor *t);
 cr_status cr_op_gelu(cr_tensor **out, cr_tensor *t); /* exact, with erf */
+/* the tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+cr_status cr_op_gelu_tanh(cr_tensor **out, cr_tensor *t);
 cr_status cr_op_pow_scalar(cr_tensor **out, cr_tensor *t, double exponent);
 /* clamp to [lo, hi]; has_lo/has_hi say which bounds apply. */
 cr_status cr_op_clamp(cr_tensor **out, cr_tensor *t, bool has_lo, double lo, bool has_hi,
@@ -92,6 +97,7 @@ cr_status cr_op_add_relu(cr_tensor **out, cr_tensor *a, cr_tensor *b);
 cr_status cr_op_sigmoid_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *y);
 cr_status cr_op_tanh_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *y);
 cr_status cr_op_gelu_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *x);
+cr_status cr_op_gelu_tanh_backward(cr_tensor **out, cr_tensor *grad, cr_tensor *x);
 /* dtype conversion; returns a new reference to t itself when dt is already t's dtype. */
 cr_status cr_op_to(cr_tensor **out, cr_tensor *t, cr_dtype dt);
 /* In place, with dst's version bumped: dst = src (broadcast to dst, converted, and moved

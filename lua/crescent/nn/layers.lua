@@ -12,7 +12,8 @@ return function(cr, nn)
   local init = nn.init
 
   local conv_op, linear_op = C.cr_op_conv2d, C.cr_op_linear
-  local relu_op, gelu_op, dropout_op = C.cr_op_relu, C.cr_op_gelu, C.cr_op_dropout
+  local relu_op, dropout_op = C.cr_op_relu, C.cr_op_dropout
+  local gelu_ops = { none = C.cr_op_gelu, tanh = C.cr_op_gelu_tanh }
   local maxpool_op, avgpool_op, adaptive_op = C.cr_op_max_pool2d, C.cr_op_avg_pool2d, C.cr_op_adaptive_avg_pool2d
   local flatten_op, normalize_op = C.cr_op_flatten, C.cr_op_normalize
 
@@ -209,20 +210,21 @@ return function(cr, nn)
   end
   nn.ReLU = ReLU
 
-  -- nn.GELU(): the exact form, x * Phi(x).
+  -- nn.GELU(): the exact form, x * Phi(x); nn.GELU{approximate = 'tanh'}: the tanh
+  -- approximation x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   local GELU = Module:extend('GELU')
-  function GELU.init(_, opts)
+  function GELU:init(opts)
     opts = options('GELU', opts, { approximate = true })
-    if opts.approximate ~= nil and opts.approximate ~= 'none' then
-      nn._error(string.format("GELU: approximate = '%s' is not supported; only the exact form ('none')",
-        tostring(opts.approximate)))
+    self.approximate = opts.approximate or 'none'
+    if not gelu_ops[self.approximate] then
+      nn._error(string.format("GELU: approximate must be 'none' or 'tanh', got '%s'", tostring(opts.approximate)))
     end
   end
   function GELU:forward(x)
     check_input(self, x)
-    return call(gelu_op, x)
+    return call(gelu_ops[self.approximate], x)
   end
-  function GELU.extra_repr() return "approximate='none'" end
+  function GELU:extra_repr() return string.format("approximate='%s'", self.approximate) end
   nn.GELU = GELU
 
   -- nn.Dropout(p = 0.5): zeroes elements with probability p and scales the rest by

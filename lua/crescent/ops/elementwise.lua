@@ -11,9 +11,18 @@ return function(cr, Tensor, W)
     Tensor[name] = W.binary(C['cr_op_' .. name], name)
   end
   local unary = { 'neg', 'logical_not', 'abs', 'sign', 'exp', 'log', 'sqrt', 'rsqrt', 'sigmoid',
-                  'tanh', 'relu', 'gelu' }
+                  'tanh', 'relu', 'gelu', 'gelu_tanh' }
   for _, name in ipairs(unary) do
     Tensor[name] = W.unary(C['cr_op_' .. name], name)
+  end
+  -- t:gelu() is the exact form, x Phi(x); t:gelu{approximate = 'tanh'} (PyTorch's
+  -- argument) or t:gelu_tanh() the tanh approximation.
+  local gelu_exact, gelu_tanh = Tensor.gelu, Tensor.gelu_tanh
+  function Tensor.gelu(t, opts)
+    local a = opts ~= nil and (type(opts) == 'table' and opts.approximate or opts) or 'none'
+    if a == 'tanh' then return gelu_tanh(t) end
+    if a ~= 'none' then error("gelu: approximate must be 'none' or 'tanh', got " .. tostring(a), 2) end
+    return gelu_exact(t)
   end
 
   -- t:pow(2) and t ^ 2 take the scalar kernel; t:pow(u) and 2 ^ t the tensor one.

@@ -10,6 +10,8 @@
 -- {"bench", "crescent", "torch", "unit", "ratio"} (ratio > 1: crescent is better), then
 -- a summary line {"bench": "ops", ...} holding them all.
 -- Threads: env CRESCENT_THREADS, default the machine's core count, for both libraries.
+-- The twin runs on a current PyTorch: CRESCENT_TORCH_PYTHON, else build/torchenv/bin/python
+-- (`make torchenv`), else Debian's /usr/bin/python3.
 -- Run from the repository root: luajit bench/ops.lua
 package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
 local cjson = require 'cjson'
@@ -82,7 +84,12 @@ end
 local function main()
   local threads = harness.threads()
   print(string.format('crescent %s vs PyTorch, %d threads (features: %s)', cr.version, threads, cr.features()))
-  local torch = harness.run_twin('bench/ops_torch.py', threads)
+  local py = os.getenv('CRESCENT_TORCH_PYTHON')
+  if not py then
+    local f = io.open('build/torchenv/bin/python')
+    if f then f:close(); py = 'build/torchenv/bin/python' end
+  end
+  local torch = harness.run_twin('bench/ops_torch.py', threads, nil, py)
 
   -- the summary keeps DESIGN's keys: crescent/torch/unit map each measurement, ratio is
   -- the geometric mean of the per-measurement ratios (ratios has each one)

@@ -38,6 +38,23 @@ def bench_matmul(size=1024):
     return 2.0 * size ** 3 / t / 1e9
 
 
+ATTENTION_SHAPES = [  # name, B, heads, tokens, head dim (same as ops.lua)
+    ("attention_b64_h3_t50_d64", 64, 3, 50, 64),
+    ("attention_b8_h6_t197_d64", 8, 6, 197, 64),
+]
+
+
+def bench_attention(b, h, t, d):
+    q, k, v = (torch.randn(b, h, t, d, requires_grad=True) for _ in range(3))
+    gy = torch.randn(b, h, t, d)
+
+    def step():
+        q.grad = k.grad = v.grad = None
+        torch.nn.functional.scaled_dot_product_attention(q, k, v).backward(gy)
+
+    return median_seconds(step, 11) * 1e3
+
+
 def bench_conv(shape, cout, k, pad):
     x = torch.randn(*shape, requires_grad=True)
     w = torch.randn(cout, shape[1], k, k, requires_grad=True)

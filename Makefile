@@ -246,7 +246,7 @@ torchenv:
 	  echo "torchenv: torch and torchvision installed in $(TORCHENV)"; fi
 
 bench: EXTRA_DEPS = $(DEPS_BENCH)
-bench: deps
+bench: deps torchenv
 	@$(MAKE) --no-print-directory all
 	@# learning_parity.lua trains for hours: run it by hand (see its header); harness,
 	@# parity_settings and data_pipeline_jpeg are modules of the others

@@ -97,4 +97,28 @@ describe('cr.optim.from_config', function()
     H.assert_error(function() cr.config.load('recipes/simclr.lua', { optim = { name = 'adam' } }) end,
       'optim.name expects one of sgd|lars|adamw')
   end)
+
+  it("decays a ViT's lr layer by layer (BEiT's rule) and keeps the ratios through the schedule", function()
+    local m = cr.nn.models.vit_tiny { img_size = 8, patch = 4, in_channels = 1, num_classes = 3 }
+    local o = cr.optim.from_config.defaults { name = 'adamw', lr = 1e-3, layer_decay = 0.5 }
+    local opt = cr.optim.from_config.build(m:named_parameters(), o, 1e-3)
+    local lr_of = {}
+    for _, g in ipairs(opt.param_groups) do
+      for _, n in ipairs(g.names) do lr_of[n] = g.lr end
+    end
+    -- 12 blocks: the embeddings 0.5^13, block i 0.5^(12 - i), the final norm and head 1
+    assert.is_true(math.abs(lr_of['pos_embed'] - 1e-3 * 0.5 ^ 13) < 1e-18)
+    assert.is_true(math.abs(lr_of['patch_embed.proj.weight'] - 1e-3 * 0.5 ^ 13) < 1e-18)
+    assert.is_true(math.abs(lr_of['blocks.0.attn.qkv.weight'] - 1e-3 * 0.5 ^ 12) < 1e-18)
+    assert.is_true(math.abs(lr_of['blocks.11.mlp.fc2.bias'] - 1e-3 * 0.5) < 1e-15)
+    assert.are.equal(1e-3, lr_of['head.weight'])
+    local s = cr.schedule.apply { schedule = cr.schedule.constant { value = 2e-3 }, target = opt, field = 'lr' }
+    s:update(0, 1)
+    for _, g in ipairs(opt.param_groups) do
+      if g.names[1] == 'blocks.0.norm1.weight' then assert.is_true(math.abs(g.lr - 2e-3 * 0.5 ^ 12) < 1e-18) end
+    end
+    H.assert_error(function()
+      cr.optim.from_config.build(cr.nn.Linear(2, 2):named_parameters(), o, 1e-3)
+    end, 'optim.layer_decay applies to a Vision Transformer')
+  end)
 end)

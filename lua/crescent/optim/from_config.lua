@@ -14,6 +14,10 @@
 --   name = 'sgd' | 'lars' | 'adamw'       momentum, nesterov (sgd, lars); betas, eps (adamw);
 --                                         trust_coefficient, lars_clip, exclude_bias_norm (lars)
 --   no_decay_bias_norm = false            biases and norm weights get no weight decay
+--   layer_decay = 1                       < 1: a ViT's layer-wise lr decay (BEiT, MAE
+--                                         fine-tuning): block i of L gets lr * d^(L - i), the
+--                                         patch and position embeddings and the class token
+--                                         d^(L + 1), the final norm and head d^0 (layer_decay_groups)
 --   weight_decay_end = -1                 >= 0: the weight decay follows a cosine from
 --                                         weight_decay to this over training (DINO's
 --                                         0.04 -> 0.4); the recipe applies it (schedule_of)
@@ -43,7 +47,7 @@ function M.defaults(over)
   local d = { name = 'sgd', lr = 0.1, weight_decay = 0, momentum = 0.9, nesterov = false,
               betas = { 0.9, 0.999 }, eps = 1e-8, trust_coefficient = 0.001, lars_clip = false,
               exclude_bias_norm = true, no_decay_bias_norm = false, lr_mult = {}, accum_steps = 1, clip_norm = 0,
-              clip_value = 0, base_batch_size = 0, scaling = 'off', weight_decay_end = -1 }
+              clip_value = 0, base_batch_size = 0, scaling = 'off', weight_decay_end = -1, layer_decay = 1 }
   for k, v in pairs(over or {}) do d[k] = v end
   return d
 end
@@ -52,6 +56,7 @@ M.types = {
   ['optim.name'] = { type = 'string', choices = { 'sgd', 'lars', 'adamw' }, doc = 'the optimizer' },
   ['optim.lr'] = { type = 'number', min = 0, doc = 'the peak learning rate (before optim.scaling)' },
   ['optim.weight_decay'] = { type = 'number', min = 0, doc = 'weight decay (decoupled for adamw)' },
+  ['optim.layer_decay'] = { type = 'number', min = 0, max = 1, doc = "a ViT's layer-wise lr decay (1: off)" },
   ['optim.weight_decay_end'] = { type = 'number', doc = 'the weight decay at the end of a cosine from ' ..
                                                         'optim.weight_decay (-1: constant)' },
   ['optim.momentum'] = { type = 'number', min = 0, doc = 'momentum (sgd, lars)' },
@@ -100,6 +105,35 @@ function M.weight_decay_schedule(o)
   return require('crescent.optim.schedule').cosine { from = o.weight_decay, to = e }
 end
 
+-- {name, tensor} pairs of a ViT (timm's names: [prefix]blocks.<i>.*, cls_token, pos_embed,
+-- patch_embed.*) as optimizer groups with lr_mult = decay^(L + 1 - id): id 0 for the
+-- embeddings and the class token, i + 1 for block i, L + 1 for the rest, L the number of
+-- blocks (BEiT's rule).
+function M.layer_decay_groups(named, decay)
+  local L = 0
+  for _, np in ipairs(named) do
+    local i = np[1]:match('blocks%.(%d+)%.')
+    if i then L = math.max(L, tonumber(i) + 1) end
+  end
+  if L == 0 then
+    fail('optim.layer_decay applies to a Vision Transformer (parameters named blocks.<i>.*); this model has none')
+  end
+  local groups, by_id = {}, {}
+  for _, np in ipairs(named) do
+    local name = np[1]
+    local i = name:match('blocks%.(%d+)%.')
+    local id = i and tonumber(i) + 1 or ((name:find('cls_token', 1, true) or name:find('pos_embed', 1, true)
+      or name:find('patch_embed', 1, true)) and 0 or L + 1)
+    if not by_id[id] then
+      by_id[id] = { params = {}, lr_mult = decay ^ (L + 1 - id), name = 'layer ' .. id }
+      groups[#groups + 1] = by_id[id]
+    end
+    table.insert(by_id[id].params, np)
+  end
+  table.sort(groups, function(a, b) return a.lr_mult < b.lr_mult end)
+  return groups
+end
+
 local function same(a, b)
   if type(a) ~= 'table' or type(b) ~= 'table' then return a == b end
   if #a ~= #b then return false end
@@ -137,6 +171,12 @@ function M.build(named_params, o, lr, defaults)
   if o.name == 'adamw' then opts.betas, opts.eps = o.betas, o.eps end
   if o.name == 'lars' then
     opts.trust_coefficient, opts.clip, opts.exclude_bias_norm = o.trust_coefficient, o.lars_clip, o.exclude_bias_norm
+  end
+  if o.layer_decay and o.layer_decay < 1 then
+    if type(named_params[1]) == 'table' and named_params[1].params then
+      fail('optim.layer_decay needs the parameters as one list; this recipe already splits them into groups')
+    end
+    named_params = M.layer_decay_groups(named_params, o.layer_decay)
   end
   return require(module)(named_params, opts)
 end

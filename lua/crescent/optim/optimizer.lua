@@ -285,7 +285,8 @@ function Optimizer:add_param_group(g)
           sg[k] = type(v) == 'table' and (hyper_value(v) or v) or v   -- betas: a copy per group
         end
       end
-      sg.lr = o.lr * pm
+      -- a group given only a numeric lr_mult starts at the optimizer's lr times it
+      sg.lr = (g.lr == nil and type(g.lr_mult) == 'number' and o.lr * g.lr_mult or o.lr) * pm
       sg.lr_mult = base_mult * pm
       sg.weight_decay = nodecay and 0 or o.weight_decay
       sg.weight_decay_mult = nodecay and 0 or wd_mult

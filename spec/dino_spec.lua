@@ -109,6 +109,12 @@ describe('ssl.dino', function()
       assert.is_true((np[2] - want):abs():max():item() < 1e-6, np[1])
     end
     assert.are.same({ 9, 5 }, out.student.shape)
+    -- the features are the teacher's (the official evaluation's)
+    local x = cr.randn({ 2, 1, 8, 8 })
+    m:eval()
+    assert.are.equal(0, (m:features(x) - m.teacher_trunk(x)):abs():max():item())
+    assert.are.equal(m.teacher_trunk, m:feature_trunk())
+    m:train()
     assert.are.same({ 6, 5 }, out.teacher.shape)
     assert.is_false(out.teacher.requires_grad)
     H.assert_error(function() m({ crops[1], crops[2] }) end, 'more than 2 crops')
@@ -160,6 +166,11 @@ describe('ssl.dino', function()
       run = { dir = os.tmpname() .. '.d' },
     }, defaults, { types = cr.ssl.recipe.types(dino.types) })
     local task = dino.task(cfg)
+    local drop = { student = 0, teacher = 0 }
+    task.method.trunk:apply(function(mod) if mod.__name == 'DropPath' then drop.student = drop.student + mod.p end end)
+    task.method.teacher_trunk:apply(function(mod) if mod.__name == 'DropPath' then drop.teacher = drop.teacher + mod.p end end)
+    assert.is_true(drop.student > 0, 'the student keeps its stochastic depth')
+    assert.are.equal(0, drop.teacher, 'the teacher has none')
     local seen = {}
     task:add_hook { name = 'stop', after_step = function(_, t)
       seen[#seen + 1] = t.optimizer.param_groups[1].weight_decay

@@ -13,7 +13,10 @@
 --   center   after each loss: center = m center + (1 - m) mean of the teacher's outputs
 --            over the global batch (all ranks), m = center_momentum
 --   teacher  EMA of the student's parameters at the start of each forward, momentum on
---            a cosine from `momentum` to 1 over training (as BYOL's)
+--            a cosine from `momentum` to 1 over training (as BYOL's); built without
+--            stochastic depth (its DropPath layers off), as the official code builds it
+--   features the teacher's trunk, as the official k-NN and linear evaluations read it
+--            (`model.init_prefix=teacher_trunk.` loads it in linear_eval and extract)
 --   step     each parameter's gradient clipped to norm clip_grad on its own, and the
 --            last layer's gradients dropped during the first freeze_last_layer epochs
 --
@@ -132,6 +135,7 @@ function DINO:init(o)
   end
   momentum.copy_tensors(teacher, student)
   for _, np in ipairs(teacher) do np[2].requires_grad = false end
+  self.teacher_trunk:apply(function(mod) if mod.__name == 'DropPath' then mod.p = 0 end end)
   self:register_buffer('center', cr.zeros({ 1, K }))
 end
 
@@ -139,7 +143,8 @@ end
 function DINO:student_parameters() return momentum.named_parameters_of(self.trunk, self.head) end
 function DINO:teacher_parameters() return momentum.named_parameters_of(self.teacher_trunk, self.teacher_head) end
 
-function DINO:features(x) return self.trunk(x) end
+function DINO:features(x) return self.teacher_trunk(x) end
+function DINO:feature_trunk() return self.teacher_trunk end
 
 -- The teacher temperature of an epoch (0-based): linear warm-up, then constant.
 function DINO:teacher_temp_at(epoch)

@@ -13,7 +13,8 @@
 -- parts = {trunk = fn() -> a fresh trunk, feat_dim = n, nchan = channels, views = the crops'
 -- transform, num_samples and train_set (memory banks: NPID, DeepCluster-v2)}. The module has
 -- forward, loss, features, hooks, extra_state and load_extra_state, and may have
--- param_groups(named) -> the optimizer's input groups.
+-- param_groups(named) -> the optimizer's input groups, and feature_trunk() -> the module
+-- features runs (the kNN monitor puts it in eval mode; default: the method's trunk).
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local sources = require 'crescent.data.sources'
@@ -225,7 +226,8 @@ function R.task(name, cfg)
   for _, h in ipairs(method:hooks()) do task:add_hook(h) end
   if test_set then
     task:add_hook(cr.hooks.knn { train_set = train_set, test_set = test_set, every = cfg.knn.every, k = cfg.knn.k,
-      temperature = cfg.knn.temperature, at_start = cfg.knn.at_start, model = method.trunk, test_name = eval_name,
+      temperature = cfg.knn.temperature, at_start = cfg.knn.at_start, test_name = eval_name,
+      model = method.feature_trunk and method:feature_trunk() or method.trunk,
       forward = function(x) return method:features(x) end })
   end
   if freeze then task:add_hook(freeze) end

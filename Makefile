@@ -236,14 +236,14 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	@luajit recipes/swav.lua
 
-# A current PyTorch with torchvision from PyPI, in its own venv (the reference twins of
+# A current PyTorch with torchvision and timm from PyPI, in its own venv (the reference twins of
 # bench/learning_parity.lua); about 3.5 GB, so only the benchmarks that need it ask for it.
 TORCHENV := $(BUILD)/torchenv
 torchenv:
-	@if $(TORCHENV)/bin/python -c 'import torch, torchvision, safetensors' 2>/dev/null; then echo "torchenv: present"; \
+	@if $(TORCHENV)/bin/python -c 'import torch, torchvision, safetensors, timm' 2>/dev/null; then echo "torchenv: present"; \
 	else /usr/bin/python3 -m venv $(TORCHENV) && \
-	  $(TORCHENV)/bin/pip install -q --disable-pip-version-check torch torchvision safetensors && \
-	  echo "torchenv: torch and torchvision installed in $(TORCHENV)"; fi
+	  $(TORCHENV)/bin/pip install -q --disable-pip-version-check torch torchvision safetensors timm && \
+	  echo "torchenv: torch, torchvision and timm installed in $(TORCHENV)"; fi
 
 bench: EXTRA_DEPS = $(DEPS_BENCH)
 bench: deps torchenv

@@ -1,7 +1,7 @@
 -- bench/learning_parity.lua — does crescent learn as well as independent PyTorch code?
 -- Trains one method with the same settings on both sides, crescent's recipe and
 -- bench/ssl_reference_torch.py (MoCo v2, SwAV, SimCLR, BYOL and Barlow Twins written from
--- the authors' code), for each seed, and prints both kNN top-1 figures, their mean
+-- the authors' code; DINO: bench/dino_torch.py, on timm's ViT), for each seed, and prints both kNN top-1 figures, their mean
 -- difference and the train times. The settings are the method's row of PARITY (the settings of the parity comparison) over the
 -- recipe's defaults; the crescent side runs the recipe with them as a --config file, the
 -- PyTorch side gets the whole resolved config (cr.config.load) as JSON, so both read the
@@ -18,8 +18,9 @@
 -- given the same resolved config, so a table can be gathered over several sittings (or
 -- an interrupted one continued); every other side and seed runs.
 --
--- The PyTorch side needs a current PyTorch with torchvision: `make torchenv` installs them
--- from PyPI into build/torchenv (or set CRESCENT_TORCH_PYTHON to a python that has them).
+-- The PyTorch side needs a current PyTorch with torchvision (and timm for DINO): `make
+-- torchenv` installs them from PyPI into build/torchenv (or set CRESCENT_TORCH_PYTHON to a
+-- python that has them).
 -- Then a Markdown table (the README's), and a JSON line per method {"bench":
 -- "learning_parity", "method", "epochs", "crescent": [top1 per seed], "pytorch": [...],
 -- "crescent_mean", "pytorch_mean", "difference", "crescent_seconds", "pytorch_seconds"}.
@@ -29,7 +30,7 @@ local cr = require 'crescent'
 local cjson = require 'cjson'
 local settings = dofile(root .. '/bench/parity_settings.lua')
 
-local USAGE = 'usage: luajit bench/learning_parity.lua moco|swav|simclr|byol|barlow_twins|all [epochs] [seeds=0,1] ' ..
+local USAGE = 'usage: luajit bench/learning_parity.lua moco|swav|simclr|byol|barlow_twins|dino|all [epochs] [seeds=0,1] ' ..
   '[side=both|crescent|pytorch] [limit=N] [threads=N] [together=true|false] [reuse=true|false]'
 
 local function fail(msg)
@@ -39,7 +40,7 @@ end
 
 local methods = arg[1] == 'all' and { 'moco', 'swav', 'simclr', 'byol', 'barlow_twins' } or { arg[1] }
 if not settings.PARITY[methods[1]] then
-  fail('the first argument must be moco, swav, simclr, byol, barlow_twins or all, got ' .. tostring(arg[1]))
+  fail('the first argument must be moco, swav, simclr, byol, barlow_twins, dino or all, got ' .. tostring(arg[1]))
 end
 local epochs = tonumber(arg[2] or 5)
 if not epochs or epochs < 1 or epochs ~= math.floor(epochs) then fail('epochs must be a positive integer') end
@@ -177,8 +178,9 @@ local function compare(method)
       sides[#sides + 1] = 'crescent'
     end
     if py and not reused.pytorch then
-      jobs[#jobs + 1] = { string.format('%s %s/bench/ssl_reference_torch.py --method %s --config %s', py, root,
-        method, base .. '.json'), base .. '.pytorch.log' }
+      local twin = method == 'dino' and string.format('%s/bench/dino_torch.py', root)
+        or string.format('%s/bench/ssl_reference_torch.py --method %s', root, method)
+      jobs[#jobs + 1] = { string.format('%s %s --config %s', py, twin, base .. '.json'), base .. '.pytorch.log' }
       sides[#sides + 1] = 'pytorch'
     end
     if together then

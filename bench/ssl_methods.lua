@@ -3,7 +3,7 @@
 -- of its PyTorch twin where one exists (bench/ssl_reference_torch.py --bench: MoCo v2,
 -- SwAV, SimCLR, BYOL, Barlow Twins) in each of its modes (eager, channels_last,
 -- torch.compile, and bf16 autocast where the CPU has AVX512-BF16); the ratio is against the
--- twin's fastest mode. The settings: a method with a twin runs the parity settings on both
+-- twin's fastest mode. DINO's twin (bench/dino_torch.py --bench, timm's ViT) runs eager only. The settings: a method with a twin runs the parity settings on both
 -- sides (bench/parity_settings.lua over the recipe's defaults: the same resolved config
 -- goes to the twin as JSON), the others their recipe's defaults. Crops are fixed synthetic
 -- tensors of the config's sizes (augmentation is bench/data_pipeline.lua's); NPID and
@@ -24,7 +24,7 @@ local harness = require 'harness'
 local settings = dofile('bench/parity_settings.lua')
 local R = cr.ssl.recipe
 
-local ALL = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2' }
+local ALL = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2', 'dino' }
 
 -- methods= and modes= are lists; harness.args takes the numbers
 local methods, modes, rest = ALL, 'eager,channels_last,compile,bf16', {}
@@ -98,9 +98,15 @@ local function twin_rates(name, cfg)
   local f = assert(io.open(path, 'w'))
   f:write(cjson.encode(cfg))
   f:close()
-  local figures = harness.run_twin('bench/ssl_reference_torch.py', threads, string.format(
-    '--method %s --config %s --bench --batch %d --steps %d --windows %d --warmup 1 --modes %s', name, path, args.batch,
-    args.steps, args.windows, modes), python)
+  local figures
+  if name == 'dino' then
+    figures = harness.run_twin('bench/dino_torch.py', threads, string.format('--config %s --bench --batch %d --steps %d ' ..
+      '--windows %d', path, args.batch, args.steps, args.windows), python)
+  else
+    figures = harness.run_twin('bench/ssl_reference_torch.py', threads, string.format(
+      '--method %s --config %s --bench --batch %d --steps %d --windows %d --warmup 1 --modes %s', name, path, args.batch,
+      args.steps, args.windows, modes), python)
+  end
   os.remove(path)
   return figures
 end

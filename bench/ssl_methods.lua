@@ -3,7 +3,8 @@
 -- of its PyTorch twin where one exists (bench/ssl_reference_torch.py --bench: MoCo v2,
 -- SwAV, SimCLR, BYOL, Barlow Twins) in each of its modes (eager, channels_last,
 -- torch.compile, and bf16 autocast where the CPU has AVX512-BF16); the ratio is against the
--- twin's fastest mode. DINO's twin (bench/dino_torch.py --bench, timm's ViT) runs eager only. The settings: a method with a twin runs the parity settings on both
+-- twin's fastest mode. DINO's twin (bench/dino_torch.py --bench, timm's ViT) runs eager
+-- only. The settings: a method with a twin runs the parity settings on both
 -- sides (bench/parity_settings.lua over the recipe's defaults: the same resolved config
 -- goes to the twin as JSON), the others their recipe's defaults. Crops are fixed synthetic
 -- tensors of the config's sizes (augmentation is bench/data_pipeline.lua's); NPID and

@@ -648,6 +648,21 @@ describe('ssl.extract_features and hooks.knn', function()
     H.assert_error(function() cr.hooks.knn { train_set = ds } end, 'test_set must be a data set')
   end)
 
+  it('counts the feature pass on the live line of a terminal, then prints its line apart', function()
+    local ds = cr.data.synthetic { n = 1200, shape = { 1, 12, 12 }, num_classes = 2 }
+    local test = cr.data.synthetic { n = 300, shape = { 1, 12, 12 }, num_classes = 2, seed = 5 }
+    local out = H.sink()
+    local h = cr.hooks.knn { train_set = ds, test_set = test, k = 3, model = tiny_trunk(), out = out, tty = true,
+                             batch_size = 500 }
+    h:measure({ metrics = {} }, 'final')
+    assert.is_truthy(out.text:find('\rknn final: features 1500/1500', 1, true), out.text)
+    assert.is_truthy(out.text:find('\nknn final: top1', 1, true), out.text)
+    local plain = H.sink()
+    cr.hooks.knn { train_set = ds, test_set = test, k = 3, model = tiny_trunk(), out = plain, tty = false }
+      :measure({ metrics = {} }, 'final')
+    assert.is_nil(plain.text:find('features', 1, true))
+  end)
+
   it('measures at the end of every N-th epoch, but not after a phase a signal or stop request ended', function()
     local ds = cr.data.synthetic { n = 20, shape = { 1, 12, 12 }, num_classes = 2 }
     local h = cr.hooks.knn { train_set = ds, test_set = ds, k = 3, every = 1, model = tiny_trunk(),

@@ -4,15 +4,9 @@
 -- phase the batches done. Elsewhere (a log file, a pipe) the same fields as plain lines
 -- every `every` iterations. After each test phase a line with the eval metrics found in
 -- the storage (test/top1, test/top5, test/loss).
-local ffi = require 'ffi'
 local loop = require 'crescent.engine.loop'
 local live_line = require 'crescent.hooks.live_line'
 
-pcall(ffi.cdef, 'int isatty(int fd);')
-local function stdout_is_tty()
-  local ok, r = pcall(function() return ffi.C.isatty(1) end)
-  return ok and r == 1
-end
 
 local Console = {}
 Console.__index = Console
@@ -103,7 +97,7 @@ return function(opts)
     error('console: every must be a positive number of iterations, got ' .. tostring(every), 2)
   end
   local tty = opts.tty
-  if tty == nil then tty = (opts.out == nil or opts.out == io.stdout) and stdout_is_tty() end
+  if tty == nil then tty = (opts.out == nil or opts.out == io.stdout) and live_line.stdout_is_tty() end
   return setmetatable({ name = 'console', priority = opts.priority or 90, every = every, tty = tty,
                         out = opts.out or io.stdout, window = opts.window or 20,
                         refresh = opts.refresh or 0.2 }, Console)

@@ -4,7 +4,9 @@
 -- classified by cr.ssl.knn_classify (k = 200, cosine, temperature 0.1). The figures go
 -- into the storage (knn/top1, knn/top5) and task.metrics (knn_top1, knn_top5), and a line
 -- is printed. at_start = true also measures the network before the first step (the
--- random-init baseline: task.metrics.knn_top1_init). The iteration of the last measure
+-- random-init baseline: task.metrics.knn_top1_init). On a terminal (tty = true, default:
+-- stdout is one) the live line counts the images whose features are done. The iteration
+-- of the last measure
 -- travels in checkpoints, so a finished run started again reports its final figures
 -- without measuring (or logging) them twice.
 --
@@ -22,9 +24,20 @@ function Knn:measure(task, label)
   local t0 = now()
   local opts = { batch_size = self.batch_size, forward = self.forward }
   local model = self.model or task.model
+  local total, base, shown_at = #self.train_set + #self.test_set, 0, -math.huge
+  if self.tty then
+    opts.progress = function(done)
+      local t = now()
+      if t - shown_at < 0.2 and base + done < total then return end
+      shown_at = t
+      live_line.show(self.out, string.format('knn %s: features %d/%d', label, base + done, total))
+    end
+  end
   -- the weights evaluation uses (an EMA's average when the task keeps one)
   local function both()
+    base = 0
     local a, b = features.extract(model, self.train_set, opts)
+    base = #self.train_set
     local c, d = features.extract(model, self.test_set, opts)
     return a, b, c, d
   end
@@ -94,13 +107,14 @@ end
 
 local KNOWN = { train_set = true, test_set = true, every = true, k = true, temperature = true, at_start = true,
                 at_end = true, forward = true, model = true, batch_size = true, out = true, priority = true,
-                test_name = true }
+                test_name = true, tty = true }
 
 -- cr.hooks.knn{train_set =, test_set =, every = 0 (epochs; 0: at the end only), k = 200,
 --              temperature = 0.1, at_start = false, at_end = true, forward = fn(x) -> [B, D]
 --              (default task.model(x)), model = (the module put in eval mode; default
 --              task.model), batch_size = 500, out = io.stdout, priority = 60,
---              test_name = 'test' (what the printed line calls test_set: 'val' for a held-out part)}
+--              test_name = 'test' (what the printed line calls test_set: 'val' for a held-out part),
+--              tty = (out is a terminal's stdout): the live progress line of the feature pass}
 return function(opts)
   if type(opts) ~= 'table' then error('knn: give {train_set = , test_set = , ...}', 2) end
   for k in pairs(opts) do
@@ -120,12 +134,14 @@ return function(opts)
   if type(k) ~= 'number' or k < 1 or k ~= math.floor(k) then
     error('knn: k must be a positive integer, got ' .. tostring(k), 2)
   end
+  local tty = opts.tty
+  if tty == nil then tty = (opts.out == nil or opts.out == io.stdout) and live_line.stdout_is_tty() end
   local T = opts.temperature or 0.1
   if type(T) ~= 'number' or T <= 0 then error('knn: temperature must be a number > 0, got ' .. tostring(T), 2) end
   return setmetatable({
     name = 'knn', priority = opts.priority or 60, train_set = opts.train_set, test_set = opts.test_set,
     every = every, k = k, temperature = T, at_start = opts.at_start == true, at_end = opts.at_end ~= false,
     forward = opts.forward, model = opts.model, batch_size = opts.batch_size or 500, out = opts.out or io.stdout,
-    test_name = opts.test_name or 'test',
+    test_name = opts.test_name or 'test', tty = tty,
   }, Knn)
 end

@@ -6,8 +6,12 @@
 --   live_line.show(out, text)   -- (re)draw the live line (cols: the width, else the terminal's)
 --   live_line.finish(out)       -- end it with a newline (no-op when none is up)
 --   live_line.write(out, ...)   -- ordinary output: the live line ends first
+--   live_line.stdout_is_tty()   -- whether stdout is a terminal (where a live line belongs)
 local ffi = require 'ffi'
 
+pcall(ffi.cdef, [[
+int isatty(int fd);
+]])
 pcall(ffi.cdef, [[
 struct crescent_winsize { unsigned short ws_row, ws_col, ws_xpixel, ws_ypixel; };
 int ioctl(int fd, unsigned long request, ...);
@@ -24,6 +28,11 @@ function M.columns()
   local ok, r = pcall(ffi.C.ioctl, 1, TIOCGWINSZ, ws)
   if ok and r == 0 and ws.ws_col > 0 then return ws.ws_col end
   return tonumber(os.getenv('COLUMNS'))
+end
+
+function M.stdout_is_tty()
+  local ok, r = pcall(function() return ffi.C.isatty(1) end)
+  return ok and r == 1
 end
 
 function M.show(out, text, cols)

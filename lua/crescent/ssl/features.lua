@@ -8,6 +8,7 @@
 -- The network's train/eval mode is restored afterwards. `forward = fn(x)` replaces
 -- trunk(x) (e.g. to take a method's backbone); data sets are those of cr.data. Batches
 -- go to `device` (default: the trunk's, trunk:device()), where the features stay.
+-- `progress = fn(done, total)` is called after every batch (samples so far, all).
 local cr = require 'crescent'
 local util = require 'crescent.util'
 
@@ -29,6 +30,10 @@ function M.extract(trunk, ds, opts)
   end
   if not cr.data.is_dataset(ds) then
     fail('extract_features: the second argument must be a data set (cr.data.fashion_mnist{...}, ...), got ' .. type(ds))
+  end
+  local progress = opts.progress
+  if progress ~= nil and type(progress) ~= 'function' then
+    fail('extract_features: progress must be a function(done, total), got ' .. type(progress))
   end
   local bs = opts.batch_size or 500
   if type(bs) ~= 'number' or bs < 1 or bs ~= math.floor(bs) then
@@ -57,6 +62,7 @@ function M.extract(trunk, ds, opts)
       feats:narrow(0, row, b):copy_(f)
       if labels then labels:narrow(0, row, b):copy_(batch.target) end
       row = row + b
+      if progress then progress(row, n) end
     end
   end)
   if was_training and trunk.train then trunk:train() end

@@ -27,10 +27,11 @@ LDLIBS := -lm -lz -lturbojpeg -lpng -lpthread -fopenmp -Wl,-z,defs -Wl,-z,nodele
 
 # Debian packages: what building and testing need, and what benchmarks add.
 # dataset-fashion-mnist: the data of recipes/supervised.lua (/usr/share/datasets/fashion-mnist).
-# chromium: report_spec renders the run report headless.
+# chromium: report_spec renders the run report headless. python3-torch: torch_import_spec
+# loads PyTorch-exported weights (Debian's torch 1.13; the benchmark twins use build/torchenv).
 DEPS_TEST := luajit libluajit-5.1-dev lua-busted lua-check tmux libdnnl-dev lua-cjson zlib1g-dev \
              libturbojpeg0-dev libpng-dev dataset-fashion-mnist python3-venv libopenmpi-dev openmpi-bin \
-             luarocks libreadline8 chromium
+             luarocks libreadline8 chromium python3-torch
 # libopenblas0-openmp: Debian's torch calls the system BLAS, the slow netlib one unless
 # OpenBLAS is installed; a fair matmul comparison needs the fast one.
 DEPS_BENCH := python3-torch libopenblas0-openmp

@@ -112,7 +112,7 @@ describe('the schedule hook', function()
 end)
 
 describe('the console writer', function()
-  it('prints plain periodic lines when not on a terminal', function()
+  it('prints plain periodic lines after the date and time when not on a terminal', function()
     local t = linear_task { epochs = 2, batches = batches(3, 2), test_every = 1, test_loader = list_loader(batches(1, 2)) }
     local out = sink()
     t:add_hook(cr.hooks.timer())
@@ -124,13 +124,19 @@ describe('the console writer', function()
     assert.is_nil(out.text:find('\r', 1, true))
     -- every 2nd iteration and each epoch's last: iterations 2, 3 | 4, 6; a test line per epoch
     assert.equal(6, #lines)
-    assert.truthy(lines[1]:match('^epoch 1/2  iter 2/3  loss %d%.%d%d%d%d  lr 0%.1  img/s %d+  data [%d.]+ms  eta %d+s$'),
-      lines[1])
-    assert.truthy(lines[2]:match('^epoch 1/2  iter 3/3  '), lines[2])
-    assert.truthy(lines[3]:match('^epoch 1/2 test  top1 %d+%.%d%d%%  loss %d%.%d+$'), lines[3])
-    assert.truthy(lines[4]:match('^epoch 2/2  iter 1/3  '), lines[4])
-    assert.truthy(lines[5]:match('^epoch 2/2  iter 3/3  '), lines[5])
-    assert.truthy(lines[6]:match('^epoch 2/2 test  top1 '), lines[6])
+    local stamp = '^%d%d%d%d%-%d%d%-%d%d %d%d:%d%d:%d%d  '
+    assert.truthy(lines[1]:match(stamp .. 'epoch 1/2  iter 2/3  loss %d%.%d%d%d%d  lr 0%.1  img/s %d+  data [%d.]+ms  ' ..
+      'eta %d+s$'), lines[1])
+    assert.truthy(lines[2]:match(stamp .. 'epoch 1/2  iter 3/3  '), lines[2])
+    assert.truthy(lines[3]:match(stamp .. 'epoch 1/2 test  top1 %d+%.%d%d%%  loss %d%.%d+$'), lines[3])
+    assert.truthy(lines[4]:match(stamp .. 'epoch 2/2  iter 1/3  '), lines[4])
+    assert.truthy(lines[5]:match(stamp .. 'epoch 2/2  iter 3/3  '), lines[5])
+    assert.truthy(lines[6]:match(stamp .. 'epoch 2/2 test  top1 '), lines[6])
+    local bare = sink()
+    local t2 = linear_task { epochs = 1, batches = batches(2, 2) }
+    t2:add_hook(cr.hooks.console { every = 1, tty = false, timestamps = false, out = bare })
+    cr.train(t2)
+    assert.truthy(bare.text:match('^epoch 1/1  iter 1/2'), bare.text)
   end)
 
   it('rewrites one line with \\r on a terminal', function()

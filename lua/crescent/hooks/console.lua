@@ -2,8 +2,9 @@
 -- with \r (crescent.hooks.live_line: cut to the terminal's width, ended before any other
 -- hook's output): epoch, iteration, loss, lr, img/s, data time, ETA, and during a test
 -- phase the batches done. Elsewhere (a log file, a pipe) the same fields as plain lines
--- every `every` iterations. After each test phase a line with the eval metrics found in
--- the storage (test/top1, test/top5, test/loss).
+-- every `every` iterations, each after the local date and time (timestamps, default: not
+-- a terminal). After each test phase a line with the eval metrics found in the storage
+-- (test/top1, test/top5, test/loss).
 local loop = require 'crescent.engine.loop'
 local live_line = require 'crescent.hooks.live_line'
 
@@ -53,6 +54,13 @@ function Console:test_step(task)
     task.phase_iteration, total and ('/' .. total) or ''))
 end
 
+-- A plain line, after the date and time when timestamps are on.
+function Console:print(text)
+  if self.timestamps then self.out:write(os.date('%Y-%m-%d %H:%M:%S  '), text, '\n')
+  else self.out:write(text, '\n') end
+  self.out:flush()
+end
+
 function Console:after_step(task)
   if task.phase_name == 'test' and self.tty then return self:test_step(task) end
   if task.phase_name ~= 'train' then return end
@@ -63,8 +71,7 @@ function Console:after_step(task)
     self.t_last = t
     live_line.show(self.out, self:line(task))
   elseif task.iteration % self.every == 0 or task.phase_iteration == task.iterations_per_epoch then
-    self.out:write(self:line(task), '\n')
-    self.out:flush()
+    self:print(self:line(task))
   end
 end
 
@@ -82,14 +89,19 @@ function Console:after_phase(task)
   end
   local l = st:latest('test/loss')
   if l then parts[#parts + 1] = string.format('loss %.4f', l) end
-  self.out:write(table.concat(parts, '  '), '\n')
-  self.out:flush()
+  if self.tty then
+    self.out:write(table.concat(parts, '  '), '\n')
+    self.out:flush()
+  else
+    self:print(table.concat(parts, '  '))
+  end
 end
 
 function Console:on_exception(_) self:end_line() end
 function Console:after_train(_) self:end_line() end
 
--- cr.hooks.console{every = 50, tty = auto, out = io.stdout, window = 20, refresh = 0.2}
+-- cr.hooks.console{every = 50, tty = auto, out = io.stdout, window = 20, refresh = 0.2,
+--                  timestamps = not tty}
 return function(opts)
   opts = opts or {}
   local every = opts.every or 50
@@ -98,7 +110,9 @@ return function(opts)
   end
   local tty = opts.tty
   if tty == nil then tty = (opts.out == nil or opts.out == io.stdout) and live_line.stdout_is_tty() end
+  local timestamps = opts.timestamps
+  if timestamps == nil then timestamps = not tty end
   return setmetatable({ name = 'console', priority = opts.priority or 90, every = every, tty = tty,
                         out = opts.out or io.stdout, window = opts.window or 20,
-                        refresh = opts.refresh or 0.2 }, Console)
+                        refresh = opts.refresh or 0.2, timestamps = timestamps }, Console)
 end

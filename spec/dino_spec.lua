@@ -166,6 +166,7 @@ describe('ssl.dino', function()
       run = { dir = os.tmpname() .. '.d' },
     }, defaults, { types = cr.ssl.recipe.types(dino.types) })
     local task = dino.task(cfg)
+    assert.is_truthy(cr.ssl.recipe.banner(task):find('dino: vit_tiny, patch 4 (', 1, true), cr.ssl.recipe.banner(task))
     local drop = { student = 0, teacher = 0 }
     task.method.trunk:apply(function(mod) if mod.__name == 'DropPath' then drop.student = drop.student + mod.p end end)
     task.method.teacher_trunk:apply(function(mod) if mod.__name == 'DropPath' then drop.teacher = drop.teacher + mod.p end end)

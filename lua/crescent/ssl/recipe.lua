@@ -266,8 +266,10 @@ function R.banner(task)
   local cfg, m = task.config, task.method
   local crops = {}
   for i, s in ipairs(cfg.crops.size) do crops[i] = cfg.crops.num[i] .. 'x' .. s end
-  return string.format('%s: %s width %d (%.2fM params) on %s (%d train%s), crops %s, %d epochs, batch %d, ' ..
-    'lr %g, %s%s', task.method_name, cfg.model.arch, cfg.model.width, m:num_parameters() / 1e6, cfg.data.name,
+  local trunk = VIT_DIM[cfg.model.arch] and string.format('%s, patch %d', cfg.model.arch, cfg.model.patch)
+    or string.format('%s width %d', cfg.model.arch, cfg.model.width)
+  return string.format('%s: %s (%.2fM params) on %s (%d train%s), crops %s, %d epochs, batch %d, ' ..
+    'lr %g, %s%s', task.method_name, trunk, m:num_parameters() / 1e6, cfg.data.name,
     #task.train_set, task.test_set and (', ' .. #task.test_set .. ' ' .. task.eval_name) or '', table.concat(crops, ' + '),
     cfg.train.epochs, cfg.data.batch_size, task.peak_lr or cfg.optim.lr, util.count_of(cr.get_num_threads(), 'thread'),
     cr.dist.setup.describe(task.ddp))

@@ -20,7 +20,7 @@
 --                                         d^(L + 1), the final norm and head d^0 (layer_decay_groups)
 --   weight_decay_end = -1                 >= 0: the weight decay follows a cosine from
 --                                         weight_decay to this over training (DINO's
---                                         0.04 -> 0.4); the recipe applies it (schedule_of)
+--                                         0.04 -> 0.4); the recipes apply weight_decay_schedule(o)
 --   lr_mult = {}                          {{'<Lua pattern>', m}, ...}: lr multipliers by name
 --   accum_steps = 1                       the optimizer steps every k batches (the loss / k;
 --                                         under DDP, one all-reduce per k batches)

@@ -92,7 +92,8 @@ cr.engine.run.main(function()
   local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = peak, to = 0 }
 
   local task = cr.engine.Task {
-    config = cfg, model = model, optimizer = optimizer, schedules = { lr = lr },
+    config = cfg, model = model, optimizer = optimizer,
+    schedules = { lr = lr, weight_decay = cr.optim.from_config.weight_decay_schedule(cfg.optim) },
     loss = function(output, batch) return cr.cross_entropy(output, batch.target) end,
     train_loader = train_loader, test_loader = test_loader,
   }

@@ -211,18 +211,36 @@ static void ATT(att_dscores)(const att_geom *g, const ATT_T *dO, const ATT_T *D,
 #define ATT_BWD_SCRATCH(d, dv) (((d) + (dv)) * ATT_BC + 5 * ATT_BR * ATT_BC + \
                                 (ATT_BC > ATT_BR ? ATT_BC : ATT_BR) * ((d) + (dv)))
 
+/* What a backward work item of head n reads and where its scratch lies: the head's
+ * rows of q, k, v, dO, lse and D, then the tiles kt [d][BC], vt [dv][BC], S, Z (S itself
+ * without dropout), keep, dP, T [BC][BR] and the accumulators (ATT_BWD_SCRATCH). */
+typedef struct {
+    const ATT_T *q, *k, *v, *go, *lse, *D;
+    ATT_T *kt, *vt, *S, *Z, *keep, *dP, *T, *acc;
+} ATT(att_bwd);
+
+static ATT(att_bwd) ATT(att_bwd_view)(const att_geom *g, const ATT_T *Q, const ATT_T *K, const ATT_T *V,
+                                      const ATT_T *dO, const ATT_T *LSE, const ATT_T *D, int64_t n, ATT_T *work) {
+    const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk, tile = (int64_t)ATT_BR * ATT_BC;
+    ATT(att_bwd) w;
+    w.q = Q + n * Tq * d, w.k = K + n * Tk * d, w.v = V + n * Tk * dv;
+    w.go = dO + n * Tq * dv, w.lse = LSE + n * Tq, w.D = D + n * Tq;
+    w.kt = work, w.vt = w.kt + d * ATT_BC, w.S = w.vt + dv * ATT_BC;
+    w.Z = g->dropout ? w.S + tile : w.S;
+    w.keep = w.S + 2 * tile, w.dP = w.S + 3 * tile, w.T = w.S + 4 * tile, w.acc = w.S + 5 * tile;
+    return w;
+}
+
 /* dK and dV of keys j0..j0+nc-1 of head n, over every query row that sees them:
  * dV_j = sum_i Z_ij dO_i, dK_j = scale * sum_i dS_ij q_i. */
 static void ATT(att_backward_kv_item)(const att_geom *g, const ATT_T *Q, const ATT_T *K, const ATT_T *V,
                                       const ATT_T *dO, const ATT_T *LSE, const ATT_T *D, ATT_T *dK, ATT_T *dV,
                                       int64_t n, int64_t j0, int nc, ATT_T *work) {
     const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
-    const ATT_T *q = Q + n * Tq * d, *k = K + n * Tk * d, *v = V + n * Tk * dv;
-    const ATT_T *go = dO + n * Tq * dv, *lse = LSE + n * Tq, *Dn = D + n * Tq;
-    ATT_T *kt = work, *vt = kt + d * ATT_BC, *S = vt + dv * ATT_BC, *Z = S + ATT_BR * ATT_BC,
-          *keep = Z + ATT_BR * ATT_BC, *dP = keep + ATT_BR * ATT_BC, *T = dP + ATT_BR * ATT_BC,
-          *gk = T + ATT_BR * ATT_BC, *gv = gk + ATT_BC * d;
-    if (!g->dropout) Z = S;
+    ATT(att_bwd) w = ATT(att_bwd_view)(g, Q, K, V, dO, LSE, D, n, work);
+    const ATT_T *q = w.q, *k = w.k, *v = w.v, *go = w.go, *lse = w.lse, *Dn = w.D;
+    ATT_T *kt = w.kt, *vt = w.vt, *S = w.S, *Z = w.Z, *keep = w.keep, *dP = w.dP, *T = w.T, *gk = w.acc,
+          *gv = gk + ATT_BC * d;
     const ATT_T scale = (ATT_T)g->scale;
     for (int64_t e = 0; e < nc * d; e++) gk[e] = 0;
     for (int64_t e = 0; e < nc * dv; e++) gv[e] = 0;
@@ -247,11 +265,9 @@ static void ATT(att_backward_q_item)(const att_geom *g, const ATT_T *Q, const AT
                                      const ATT_T *dO, const ATT_T *LSE, const ATT_T *D, ATT_T *dQ, int64_t n,
                                      int64_t i0, int nr, ATT_T *work) {
     const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
-    const ATT_T *q = Q + n * Tq * d, *k = K + n * Tk * d, *v = V + n * Tk * dv;
-    const ATT_T *go = dO + n * Tq * dv, *lse = LSE + n * Tq, *Dn = D + n * Tq;
-    ATT_T *kt = work, *vt = kt + d * ATT_BC, *S = vt + dv * ATT_BC, *Z = S + ATT_BR * ATT_BC,
-          *keep = Z + ATT_BR * ATT_BC, *dP = keep + ATT_BR * ATT_BC, *gq = dP + 2 * ATT_BR * ATT_BC;
-    if (!g->dropout) Z = S;
+    ATT(att_bwd) w = ATT(att_bwd_view)(g, Q, K, V, dO, LSE, D, n, work);
+    const ATT_T *q = w.q, *k = w.k, *v = w.v, *go = w.go, *lse = w.lse, *Dn = w.D;
+    ATT_T *kt = w.kt, *vt = w.vt, *S = w.S, *Z = w.Z, *keep = w.keep, *dP = w.dP, *gq = w.acc;
     const ATT_T scale = (ATT_T)g->scale;
     for (int64_t e = 0; e < nr * d; e++) gq[e] = 0;
     const int64_t jend = g->causal ? (i0 + nr < Tk ? i0 + nr : Tk) : Tk;

@@ -179,6 +179,27 @@ function H.sink()
   return s
 end
 
+-- A memoised run of a Python fixture that writes files for a spec: `python script args`
+-- once, if `python -c "import <modules>"` works. Returns a function giving true, or false
+-- and `why_absent` (for pending); a script that fails is a spec failure with its output.
+function H.python_fixture(python, modules, script, args, why_absent)
+  local result
+  return function()
+    if result == nil then
+      if os.execute(python .. ' -c "import ' .. modules .. '" >/dev/null 2>&1') ~= 0 then
+        result = { false, why_absent }
+      else
+        local pipe = io.popen(python .. ' ' .. script .. ' ' .. args .. ' 2>&1; echo "status=$?"')
+        local out = pipe:read('*a')
+        pipe:close()
+        assert(out:find('status=0', 1, true), script .. ' failed:\n' .. out)
+        result = { true }
+      end
+    end
+    return result[1], result[2]
+  end
+end
+
 function H.read_file(path)
   local f = assert(io.open(path, 'rb'))
   local s = f:read('*a')

@@ -12,22 +12,9 @@ local PYTHON = os.getenv('CRESCENT_TORCH_PYTHON') or 'build/torchenv/bin/python'
 local tmpdir = H.tmpdir('timm_import')
 teardown(tmpdir.remove)
 
-local exported
-local function export()
-  if exported == nil then
-    if os.execute(PYTHON .. ' -c "import torch, timm, safetensors" >/dev/null 2>&1') ~= 0 then
-      exported = { false, PYTHON .. ' cannot import torch, timm and safetensors (make torchenv, then ' ..
-        'build/torchenv/bin/pip install timm; or CRESCENT_TORCH_PYTHON picks the python)' }
-    else
-      local pipe = io.popen(PYTHON .. ' spec/fixtures/export_timm_vit.py ' .. tmpdir.dir .. ' 2>&1; echo "status=$?"')
-      local out = pipe:read('*a')
-      pipe:close()
-      assert(out:find('status=0', 1, true), 'the exporter failed:\n' .. out)
-      exported = { true }
-    end
-  end
-  return exported[1], exported[2]
-end
+local export = H.python_fixture(PYTHON, 'torch, timm, safetensors', 'spec/fixtures/export_timm_vit.py', tmpdir.dir,
+  PYTHON .. ' cannot import torch, timm and safetensors (make torchenv, then build/torchenv/bin/pip install timm; ' ..
+  'or CRESCENT_TORCH_PYTHON picks the python)')
 
 describe('timm ViT weights', function()
   it('load by name into vit_tiny, strictly, and give timm eval output', function()

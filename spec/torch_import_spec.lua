@@ -23,24 +23,10 @@ local function our_resnet()
   return nn.models.resnet18 { stem = 'cifar', width = WIDTH, in_channels = 1, num_classes = 10 }
 end
 
--- Runs the exporter once; returns true, or false and why (torch absent or the script failed).
-local exported
-local function export()
-  if exported == nil then
-    if os.execute(PYTHON .. ' -c "import torch" >/dev/null 2>&1') ~= 0 then
-      exported = { false, 'PyTorch absent: ' .. PYTHON .. ' cannot import torch (apt-get install python3-torch, '
-        .. 'or CRESCENT_TORCH_PYTHON picks the python)' }
-    else
-      local pipe = io.popen(PYTHON .. ' spec/fixtures/export_torch_resnet.py ' .. tmpdir.dir .. ' ' .. WIDTH
-        .. ' 2>&1; echo "status=$?"')
-      local out = pipe:read('*a')
-      pipe:close()
-      assert(out:find('status=0', 1, true), 'the exporter failed:\n' .. out)
-      exported = { true }
-    end
-  end
-  return exported[1], exported[2]
-end
+-- Runs the exporter once; returns true, or false and why (torch absent).
+local export = H.python_fixture(PYTHON, 'torch', 'spec/fixtures/export_torch_resnet.py', tmpdir.dir .. ' ' .. WIDTH,
+  'PyTorch absent: ' .. PYTHON .. ' cannot import torch (apt-get install python3-torch, or CRESCENT_TORCH_PYTHON ' ..
+  'picks the python)')
 
 local function eval_output(model, x)
   model:eval()

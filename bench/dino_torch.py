@@ -227,18 +227,9 @@ class Trainer:
 def train(cfg, workers):
     check_supported(cfg)
     seed, epochs = cfg['train']['seed'], cfg['train']['epochs']
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    torch.set_num_threads(cfg['train']['threads'] or os.cpu_count())
-    limit = cfg['data']['limit']
-    train_x, train_y = ref.fashion_mnist('train', limit=limit)
-    test_x, test_y = ref.fashion_mnist('test', limit=limit)
-    mean, std = 0.2860, 0.3530
-    data = ref.MultiViewSet(train_x, cfg['crops'], cfg['augment'], mean, std)
-    gen = torch.Generator().manual_seed(seed)
-    loader = torch.utils.data.DataLoader(data, batch_size=cfg['data']['batch_size'], shuffle=True, drop_last=True,
-                                         num_workers=workers, generator=gen, worker_init_fn=ref.seed_worker,
-                                         persistent_workers=workers > 0)
+    d = ref.training_data(cfg, workers)
+    loader, train_x, train_y, test_x, test_y, mean, std = (d['loader'], d['train_x'], d['train_y'], d['test_x'],
+                                                           d['test_y'], d['mean'], d['std'])
     t = Trainer(cfg, len(loader))
     it, t0, losses = 0, time.perf_counter(), []
     for epoch in range(epochs):

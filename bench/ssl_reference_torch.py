@@ -517,24 +517,33 @@ def lr_at(it, total, warmup_iters, o):
     return o['final_lr'] + 0.5 * (o['lr'] - o['final_lr']) * (1 + math.cos(math.pi * t))
 
 
-def train(method, cfg, workers):
-    check_supported(method, cfg)
-    seed, epochs = cfg['train']['seed'], cfg['train']['epochs']
+def training_data(cfg, workers):
+    """Seeds torch and numpy, sets the threads, and gives the run's data: the multi-crop
+    DataLoader over the training images, both splits' images and labels, mean and std."""
+    seed = cfg['train']['seed']
     torch.manual_seed(seed)
     np.random.seed(seed)
-    threads = cfg['train']['threads'] or os.cpu_count()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(cfg['train']['threads'] or os.cpu_count())
     limit = cfg['data']['limit']
     train_x, train_y = fashion_mnist('train', limit=limit)
     test_x, test_y = fashion_mnist('test', limit=limit)
     mean, std = 0.2860, 0.3530       # the usual per-pixel figures of the train set
-    model = METHODS[method](cfg)
     data = MultiViewSet(train_x, cfg['crops'], cfg['augment'], mean, std)
     gen = torch.Generator().manual_seed(seed)
-    bs = cfg['data']['batch_size']
-    loader = torch.utils.data.DataLoader(data, batch_size=bs, shuffle=True, drop_last=True, num_workers=workers,
-                                         generator=gen, worker_init_fn=seed_worker,
+    loader = torch.utils.data.DataLoader(data, batch_size=cfg['data']['batch_size'], shuffle=True, drop_last=True,
+                                         num_workers=workers, generator=gen, worker_init_fn=seed_worker,
                                          persistent_workers=workers > 0)
+    return {'loader': loader, 'train_x': train_x, 'train_y': train_y, 'test_x': test_x, 'test_y': test_y,
+            'mean': mean, 'std': std}
+
+
+def train(method, cfg, workers):
+    check_supported(method, cfg)
+    epochs = cfg['train']['epochs']
+    d = training_data(cfg, workers)
+    loader, train_x, train_y, test_x, test_y, mean, std = (d['loader'], d['train_x'], d['train_y'], d['test_x'],
+                                                           d['test_y'], d['mean'], d['std'])
+    model = METHODS[method](cfg)
     o = cfg['optim']
     opt = optimizer(model, o)
     per_epoch = len(loader)
@@ -566,7 +575,8 @@ def train(method, cfg, workers):
     te = features(model.trunk, test_x, mean, std)
     top1 = knn_top1(tr, torch.from_numpy(train_y), te, torch.from_numpy(test_y), k['k'], k['temperature'])
     loss = float(np.mean(losses[-per_epoch:])) if losses else None
-    return {'side': 'pytorch', 'method': method, 'epochs': epochs, 'seed': seed, 'knn_top1': round(top1, 2),
+    return {'side': 'pytorch', 'method': method, 'epochs': epochs, 'seed': cfg['train']['seed'],
+            'knn_top1': round(top1, 2),
             'train_seconds': round(seconds, 1), 'loss': loss and round(loss, 4), 'torch': torch.__version__}
 
 

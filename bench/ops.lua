@@ -5,7 +5,7 @@
 --   * conv2d forward+backward on three ResNet-shaped layers;
 --   * fused scaled dot-product attention forward+backward at ViT shapes (ViT-tiny on 28 px
 --     images with 4 px patches, ViT-small at 224 px), against torch's
---     scaled_dot_product_attention.
+--     scaled_dot_product_attention, and crescent's plain composite beside it (no twin row).
 -- Figures are medians of several repeats. One JSON line per measurement
 -- {"bench", "crescent", "torch", "unit", "ratio"} (ratio > 1: crescent is better), then
 -- a summary line {"bench": "ops", ...} holding them all.
@@ -68,7 +68,8 @@ local function bench_conv(shape, cout, k, pad)
   return median_time(step, 11) * 1e3
 end
 
-local function bench_attention(B, Hh, T, D)
+-- plain = true: crescent's composite (matmul, softmax, matmul: the [T, T] scores held)
+local function bench_attention(B, Hh, T, D, plain)
   local q, k, v = filled({ B, Hh, T, D }), filled({ B, Hh, T, D }), filled({ B, Hh, T, D })
   q:requires_grad_(true)
   k:requires_grad_(true)
@@ -76,7 +77,11 @@ local function bench_attention(B, Hh, T, D)
   local gy = filled({ B, Hh, T, D })
   local function step()
     q.grad, k.grad, v.grad = nil, nil, nil
-    cr.scaled_dot_product_attention(q, k, v):backward(gy)
+    if plain then
+      ((q:matmul(k:transpose(2, 3)) * (1 / math.sqrt(D))):softmax(3):matmul(v)):backward(gy)
+    else
+      cr.scaled_dot_product_attention(q, k, v):backward(gy)
+    end
   end
   return median_time(step, 11) * 1e3
 end
@@ -123,7 +128,10 @@ local function main()
   else
     print('conv2d: skipped, cr.conv2d is not available in this build yet')
   end
-  for _, a in ipairs(ATTENTION_SHAPES) do report(a[1], bench_attention(a[2], a[3], a[4], a[5]), 'ms/iter', false) end
+  for _, a in ipairs(ATTENTION_SHAPES) do
+    report(a[1], bench_attention(a[2], a[3], a[4], a[5]), 'ms/iter', false)
+    report(a[1] .. '_plain', bench_attention(a[2], a[3], a[4], a[5], true), 'ms/iter', false)   -- crescent only
+  end
   local logsum, n = 0, 0
   for _, r in pairs(summary.ratios) do
     if r ~= cjson.null then logsum, n = logsum + math.log(r), n + 1 end

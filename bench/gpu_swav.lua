@@ -9,13 +9,15 @@
 -- default allows) and bf16 autocast (crescent's activations are channels-last anyway;
 -- the twin converts to channels_last); the twin also gives the model FLOPs behind the
 -- model-FLOPs utilisation (MFU, against the GPU's dense bf16 peak).
---   luajit bench/gpu_swav.lua [batch=64] [sup_batch=256] [steps=20] [warmup=5] [compile=0] [profile=0]
+--   luajit bench/gpu_swav.lua [batch=64] [sup_batch=256] [steps=20] [warmup=5] [compile=0] [profile=0] [only=]
 -- compile=1: the twin also times its bf16 steps under torch.compile (minutes of compiling).
 -- profile=1: no timing and no twin; crescent's steps profiled over `steps` steps after
 -- `warmup` with GPU times (cr.profiler.start{gpu = 0}: the GPU work each op queued), the
 -- ops that took the most time printed as a table, beside the twin's
 -- (gpu_swav_torch.py --profile):
 --   luajit bench/gpu_swav.lua profile=1 steps=3
+-- only=swav_bf16 (or swav_f32, supervised_bf16, supervised_f32; comma-separated): those
+-- runs of crescent alone, no twin (for a kernel profiler such as ncu around it).
 -- Last line: {"bench": "gpu_swav", "crescent": {...}, "torch": {...}, "ratio_swav_bf16": r, ...}
 package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
 local cjson = require 'cjson'
@@ -24,7 +26,15 @@ package.path = 'bench/?.lua;' .. package.path
 local harness = require 'harness'
 
 local args = harness.args('bench/gpu_swav.lua', { { 'batch', 64 }, { 'sup_batch', 256 }, { 'steps', 20 }, { 'warmup', 5 },
-                                                    { 'compile', 0 }, { 'profile', 0 } })
+                                                    { 'compile', 0 }, { 'profile', 0 }, { 'only', '' } })
+local only = {}
+for key in args.only:gmatch('[^,]+') do
+  if not ({ swav_bf16 = 1, swav_f32 = 1, supervised_bf16 = 1, supervised_f32 = 1 })[key] then
+    error('only=' .. key .. ': the runs are swav_bf16, swav_f32, supervised_bf16 and supervised_f32', 0)
+  end
+  only[key] = true
+end
+local crescent_alone = next(only) ~= nil or args.profile == 1
 
 if not cr.cuda.is_available() then
   local why = cr.cuda.why_not()
@@ -96,6 +106,7 @@ local figures = {}
 for _, run in ipairs({ { 'swav', swav_rate }, { 'supervised', supervised_rate } }) do
   for _, amp in ipairs({ 'bf16', 'off' }) do
     local key = run[1] .. (amp == 'off' and '_f32' or '_bf16')
+    if next(only) and not only[key] then goto next_run end
     if args.profile == 1 then print(string.format('--- profile of %d %s steps', args.steps, key)) end
     collectgarbage('collect')
     cr.cuda.reset_peak_memory_stats(0)
@@ -107,9 +118,10 @@ for _, run in ipairs({ { 'swav', swav_rate }, { 'supervised', supervised_rate } 
       '%d out-of-memory retries', key, ok and r and string.format('%.1f', r) or '-', m1.peak_allocated_bytes / 2 ^ 30,
       m1.device_mallocs - m0.device_mallocs, timed_mallocs and tostring(timed_mallocs) or '-', m1.oom_retries - m0.oom_retries))
     timed_mallocs = nil
+    ::next_run::
   end
 end
-if args.profile == 1 then return end
+if crescent_alone then return end
 
 -- the GPU machine's PyTorch (CRESCENT_TORCH_PYTHON), not Debian's CPU one
 local t = harness.run_twin('bench/gpu_swav_torch.py', cr.get_num_threads(),

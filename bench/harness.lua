@@ -53,20 +53,20 @@ function H.threads()
 end
 
 -- The script's key=N arguments over defaults given in order ({{'batch', 256}, ...}; a
--- third element 'fraction' allows one, as {'bucket_mb', 25, 'fraction'}): returns
--- {batch = 256, ...}; an unknown key, or a value that is not a non-negative integer (or
--- number, where fractions are allowed), is an error that prints the usage line. argv:
--- the arguments to read (default the script's).
+-- third element 'fraction' allows one, as {'bucket_mb', 25, 'fraction'}; a string default,
+-- as {'only', ''}, takes any text): returns {batch = 256, ...}; an unknown key, or a value
+-- that is not a non-negative integer (or number, where fractions are allowed), is an error
+-- that prints the usage line. argv: the arguments to read (default the script's).
 function H.args(script, defaults, argv)
   local args, usage, fraction = {}, {}, {}
   for i, kv in ipairs(defaults) do
     args[kv[1]], fraction[kv[1]] = kv[2], kv[3] == 'fraction'
-    usage[i] = string.format('[%s=%g]', kv[1], kv[2])
+    usage[i] = string.format(type(kv[2]) == 'string' and '[%s=%s]' or '[%s=%g]', kv[1], kv[2])
   end
   for _, a in ipairs(argv or arg or {}) do
-    local k, v = a:match('^([%w_]+)=(%d+%.?%d*)$')
-    v = tonumber(v)
-    if not k or args[k] == nil or (v % 1 ~= 0 and not fraction[k]) then
+    local k, text = a:match('^([%w_]+)=(.*)$')
+    local v = type(args[k]) == 'string' and text or tonumber(text)
+    if not k or args[k] == nil or v == nil or (type(v) == 'number' and (v < 0 or (v % 1 ~= 0 and not fraction[k]))) then
       error('usage: luajit ' .. script .. ' ' .. table.concat(usage, ' '), 0)
     end
     args[k] = v

@@ -27,17 +27,12 @@ local R = cr.ssl.recipe
 
 local ALL = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2', 'dino' }
 
--- methods= and modes= are lists; harness.args takes the numbers
-local methods, modes, rest = ALL, 'eager,channels_last,compile,bf16', {}
-for _, a in ipairs(arg) do
-  local k, v = a:match('^(%w+)=(.*)$')
-  if k == 'methods' then
-    if v ~= 'all' then methods = {} for m in v:gmatch('[^,]+') do methods[#methods + 1] = m end end
-  elseif k == 'modes' then
-    modes = v
-  else
-    rest[#rest + 1] = a
-  end
+local args = harness.args('bench/ssl_methods.lua', { { 'methods', 'all' }, { 'modes', 'eager,channels_last,compile,bf16' },
+  { 'batch', 256 }, { 'windows', 3 }, { 'steps', 2 }, { 'warmup', 2 } })
+local methods, modes = ALL, args.modes
+if args.methods ~= 'all' then
+  methods = {}
+  for m in args.methods:gmatch('[^,]+') do methods[#methods + 1] = m end
 end
 for _, m in ipairs(methods) do
   if not cr.ssl[m] or not cr.ssl[m].build then
@@ -45,8 +40,6 @@ for _, m in ipairs(methods) do
     os.exit(2)
   end
 end
-local args = harness.args('bench/ssl_methods.lua', { { 'batch', 256 }, { 'windows', 3 }, { 'steps', 2 }, { 'warmup', 2 } },
-  rest)
 local threads = harness.threads()
 local python = os.getenv('CRESCENT_TORCH_PYTHON') or 'build/torchenv/bin/python'
 

@@ -1,8 +1,8 @@
 -- cuda_loss_spec — nll_loss and cross_entropy on a CUDA GPU against the cpu: values and
 -- grads for every float dtype and target dtype, every reduction, ignore_index, label
 -- smoothing, probability targets, [N, C, d...] and [C] inputs, non-contiguous inputs,
--- NaN, huge logits, empty batches, and the cpu's errors. Without a usable GPU this is
--- one pending line.
+-- NaN, huge logits, empty batches, and the cpu's errors; and SwAV's Sinkhorn codes,
+-- computed by ops on the device. Without a usable GPU this is one pending line.
 local cr = H.cr
 
 H.describe_gpu('cuda losses', function()
@@ -187,6 +187,23 @@ H.describe_gpu('cuda losses', function()
     local t = classes({ 4000 }, 33, 71, 9):to(device)
     local a = cr.cross_entropy(x, t, { reduction = 'sum' }):item()
     for _ = 1, 3 do assert.are.equal(a, cr.cross_entropy(x, t, { reduction = 'sum' }):item()) end
+  end)
+
+  it("computes SwAV's Sinkhorn codes on the device as the cpu does: f32, f64, bf16 scores, 0 and 3 iterations", function()
+    for _, dt in ipairs({ 'f32', 'f64', 'bf16' }) do
+      for _, iterations in ipairs({ 0, 3 }) do
+        same_on_both(function(dev)
+          local scores = H.park_miller({ 37, 23 }, 7):to(dt)
+          scores:select(1, 5):fill_(-40) -- a prototype far below the others (exp underflows without its own max)
+          local codes = cr.ssl.sinkhorn(scores:to(dev), { epsilon = 0.05, iterations = iterations })
+          assert.is_false(codes.requires_grad)
+          return { codes, codes:sum(1):double(), codes:sum(0):double() }
+        end, tol[dt], string.format('sinkhorn %s, %d iterations', dt, iterations))
+      end
+    end
+    local ok, err = pcall(cr.ssl.sinkhorn, cr.ones(4, 3):to(device), { epsilon = 0 })
+    assert.is_false(ok)
+    assert.matches('epsilon must be a finite number > 0', tostring(err))
   end)
 
   it('reports a target out of range with the cpu\'s words, and targets on another device', function()

@@ -8,10 +8,13 @@
 #   run(command = "bash tools/gpu_check.sh",
 #       carry = [".gpu", "build/libcrescent.so", "build/libcrescent_cuda.so",
 #                "build/crescent_cdef.h", "build/crescent_loop.so"])
-# Args: parts to run, any of specs recipes bench profile sanitize (default: all but
-# profile; specs, recipes and sanitize run side by side on the one GPU, bench and profile
-# alone afterwards). profile: the benchmark's steps op by op in GPU time
-# (bench/gpu_swav.lua profile=1) and the twin's CUDA kernels (gpu_swav_torch.py --profile).
+# Args: parts to run, any of specs recipes bench profile kernels sanitize (default: all but
+# profile and kernels; specs, recipes and sanitize run side by side on the one GPU, bench,
+# profile and kernels alone afterwards). profile: the benchmark's steps op by op in GPU
+# time (bench/gpu_swav.lua profile=1) and the twin's CUDA kernels (gpu_swav_torch.py
+# --profile). kernels: Nsight Compute (ncu) over two bf16 SwAV steps of the benchmark,
+# every kernel's time and DRAM bytes summed by name (tools/ncu_summary.py), then the
+# full metric set of 14 batch-norm row, half elementwise and max-pool kernels after 60.
 # The bench log's name carries CRESCENT_CUDNN_BENCHMARK=1
 # when that is set (cuDNN times its algorithms, as torch.backends.cudnn.benchmark).
 # The recipes' loss curves (metrics.jsonl in logs.tgz) compare with the same commands and
@@ -64,8 +67,9 @@ if want specs || want recipes || want sanitize; then
   fi
   if want sanitize && command -v compute-sanitizer > /dev/null; then
     # under compute-sanitizer, cuda_spec, cuda_random_spec and cuda_sort_spec aborted early
-    # with no report (an H200, 2026-11-26; cause not established): the others run under it
-    for n in cuda_index_spec cuda_layer_norm_spec cuda_loss_spec cuda_reduce_dim_spec; do
+    # with no report (an H200, 2026-11-26; cause not established), and once
+    # cuda_reduce_dim_spec (2026-11-27, beside the four others): the others run under it
+    for n in cuda_attention_spec cuda_index_spec cuda_layer_norm_spec cuda_loss_spec cuda_reduce_dim_spec; do
       part "sanitize_$n" 200 env OMP_NUM_THREADS=2 compute-sanitizer --tool memcheck --error-exitcode 9 \
         $BUSTED -o TAP "spec/$n.lua" &
     done
@@ -81,6 +85,21 @@ fi
 if want profile; then
   part gpu_swav_profile 200 luajit bench/gpu_swav.lua profile=1 steps=3 warmup=3
   part gpu_swav_torch_profile 200 "$CRESCENT_TORCH_PYTHON" bench/gpu_swav_torch.py --profile --steps 3 --warmup 3
+  pack
+fi
+if want kernels; then
+  # without CRESCENT_CUDNN_BENCHMARK: its timing runs would be most of the kernels
+  part ncu_swav_bf16 240 env -u CRESCENT_CUDNN_BENCHMARK ncu --clock-control none --metrics \
+    gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum -f -o "$logs/swav_bf16" \
+    luajit bench/gpu_swav.lua only=swav_bf16 steps=1 warmup=1
+  ncu --import "$logs/swav_bf16.ncu-rep" --csv --page raw --print-units base > "$logs/ncu_swav_bf16.csv" 2>&1
+  python3 tools/ncu_summary.py "$logs/ncu_swav_bf16.csv" 50 > "$logs/ncu_swav_bf16_summary.txt" 2>&1
+  cat "$logs/ncu_swav_bf16_summary.txt"
+  part ncu_details 200 env -u CRESCENT_CUDNN_BENCHMARK ncu --clock-control none --set full \
+    -k 'regex:rows_kernel|dense_half|dense_cast|max_bwd' --launch-skip 60 --launch-count 14 -f -o "$logs/details" \
+    luajit bench/gpu_swav.lua only=swav_bf16 steps=1 warmup=1
+  ncu --import "$logs/details.ncu-rep" --page details > "$logs/ncu_details.txt" 2>&1
+  rm -f "$logs"/*.ncu-rep
   pack
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >> "$logs/nvidia-smi.txt" 2>&1

@@ -4,7 +4,8 @@
  * before exp). Q is an f64 [B, K] tensor (sample-major, like the scores, so a sample's
  * normalisation reads one contiguous row). Sums over samples add per-block partial
  * vectors (blocks of SK_BLOCK rows) in block order, so they are bit-identical on any
- * thread count. */
+ * thread count. Scores on a GPU take the same steps as ops on their device (see
+ * sinkhorn_on_device). */
 #include <math.h>
 #include <omp.h>
 
@@ -12,7 +13,13 @@
 
 enum { SK_BLOCK = 64 };
 
-static cr_status check_scores(const char *op, const cr_tensor *s) {
+static cr_status bad_epsilon(const char *op, double eps) {
+    return cr_fail(CR_ERR_ARG, "%s: epsilon must be a finite number > 0 (SwAV: 0.05), got %g", op, eps);
+}
+
+/* The scores of every entry: a non-empty float [B, K] tensor; on the cpu, except for the
+ * whole cr_ssl_sinkhorn (any_device). */
+static cr_status check_scores_on(const char *op, const cr_tensor *s, bool any_device) {
     CR_CHECK_TENSOR(op, s, "scores");
     char buf[160];
     if (s->ndim != 2)
@@ -21,7 +28,7 @@ static cr_status check_scores(const char *op, const cr_tensor *s) {
     if (!cr_dtype_is_float(s->dtype))
         return cr_fail(CR_ERR_ARG, "%s: scores must be a float tensor, got %s; convert with "
                        ":float()", op, cr_dtype_name(s->dtype));
-    if (s->storage->device != CR_DEV_CPU)
+    if (!any_device && s->storage->device != CR_DEV_CPU)
         return cr_fail(CR_ERR_DEVICE, "%s: scores are not on the CPU; the C kernel needs CPU "
                        "tensors", op);
     if (s->shape[0] < 1 || s->shape[1] < 1)
@@ -29,6 +36,8 @@ static cr_status check_scores(const char *op, const cr_tensor *s) {
                        "prototype", op, cr_shape_str(s, buf, sizeof buf));
     return CR_OK;
 }
+
+static cr_status check_scores(const char *op, const cr_tensor *s) { return check_scores_on(op, s, false); }
 
 static cr_status check_q(const char *op, const cr_tensor *q) {
     CR_CHECK_TENSOR(op, q, "q");
@@ -104,9 +113,7 @@ cr_status cr_ssl_sinkhorn_exp(cr_tensor **q, cr_tensor *scores, const double *co
     *q = NULL;
     cr_status st = check_scores("sinkhorn", scores);
     if (st) return st;
-    if (!(eps > 0) || !isfinite(eps))
-        return cr_fail(CR_ERR_ARG, "sinkhorn: epsilon must be a finite number > 0 (SwAV: 0.05), "
-                       "got %g", eps);
+    if (!(eps > 0) || !isfinite(eps)) return bad_epsilon("sinkhorn", eps);
     int64_t B = scores->shape[0], K = scores->shape[1], nb = nblocks(B);
     if ((st = cr_tensor_alloc(q, 2, scores->shape, CR_DT_F64, CR_CPU))) return st;
     double *Q = (double *)cr_tensor_ptr(*q);
@@ -211,27 +218,81 @@ cr_status cr_ssl_sinkhorn_finish(cr_tensor **out, cr_tensor *q, double batch_glo
     return CR_OK;
 }
 
-/* GPU scores: the codes are computed on a host copy (a [B, K] matrix of a few hundred KB
- * per step) and moved back to the scores' device. */
-static cr_status sinkhorn_via_host(cr_tensor **out, cr_tensor *scores, double eps, int iters) {
-    cr_tensor *h = NULL, *q = NULL;
+/* ---- GPU scores: the same steps as ops on the scores' device, in f64 ----
+ * Everything stays on the device's stream (the first version computed on a host copy,
+ * which drained the GPU in the middle of every SwAV step). The cpu steps' guards hold: a
+ * zero or non-finite total, and a prototype or sample whose sum is not positive, give
+ * zeros. Sums over samples run in the GPU's reduction order, so the last bits of an f64
+ * result may differ from the cpu's. */
+
+/* *cur = *made (the old *cur freed): the step that made it succeeded. */
+static void replace(cr_tensor **cur, cr_tensor **made) {
+    cr_tensor_free(*cur);
+    *cur = *made;
+    *made = NULL;
+}
+
+/* *out = 1 / (sum * scale) where sum > 0, else 0. */
+static cr_status guarded_inverse(cr_tensor **out, cr_tensor *sum, double scale) {
+    cr_tensor *one = NULL, *zero = NULL, *sc = NULL, *pos = NULL, *not_pos = NULL, *den = NULL, *inv = NULL;
+    cr_status st;
+    if (!(st = cr_tensor_scalar(&one, 1.0, CR_DT_F64)) && !(st = cr_tensor_scalar(&zero, 0.0, CR_DT_F64)) &&
+        !(st = cr_tensor_scalar(&sc, scale, CR_DT_F64)) && !(st = cr_op_gt(&pos, sum, zero)) &&
+        !(st = cr_op_logical_not(&not_pos, pos)) && !(st = cr_op_mul(&den, sum, sc)) &&
+        !(st = cr_op_div(&inv, one, den)))
+        st = cr_op_masked_fill(out, inv, not_pos, 0.0);
+    cr_tensor *all[] = {one, zero, sc, pos, not_pos, den, inv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) cr_tensor_free(all[i]);
+    return st;
+}
+
+/* *q = *q * guarded_inverse(sum of *q over dims, scale) */
+static cr_status normalize_by_sum(cr_tensor **q, uint32_t dims, double scale) {
+    cr_tensor *sum = NULL, *inv = NULL, *next = NULL;
+    cr_status st = cr_op_sum(&sum, *q, dims, dims != 0);
+    if (!st) st = guarded_inverse(&inv, sum, scale);
+    if (!st && !(st = cr_op_mul(&next, *q, inv))) replace(q, &next);
+    cr_tensor_free(sum);
+    cr_tensor_free(inv);
+    return st;
+}
+
+static cr_status sinkhorn_on_device(cr_tensor **out, cr_tensor *scores, double eps, int iters) {
+    const int64_t B = scores->shape[0], K = scores->shape[1];
+    cr_tensor *q = NULL, *m = NULL, *next = NULL, *inv_eps = NULL, *batch = NULL;
     bool was = cr_grad_set_enabled(false);
-    cr_status st = cr_op_to_device(&h, scores, CR_DEV_CPU, 0, false);
-    if (!st) st = cr_ssl_sinkhorn(&q, h, eps, iters);
-    if (!st) st = cr_op_to_device(out, q, scores->storage->device, scores->storage->device_index, false);
+    /* each prototype's max over the samples, or one max of all when no iteration
+     * normalises the prototypes (cr_ssl_sinkhorn's reason) */
+    cr_status st = cr_op_to(&q, scores, CR_DT_F64);
+    if (!st) st = cr_op_amax(&m, q, iters > 0 ? 1u : 0u, true);
+    if (!st && !(st = cr_op_sub(&next, q, m))) replace(&q, &next);
+    if (!st) st = cr_tensor_scalar(&inv_eps, 1.0 / eps, CR_DT_F64);
+    if (!st && !(st = cr_op_mul(&next, q, inv_eps))) replace(&q, &next);
+    if (!st && !(st = cr_op_exp(&next, q))) replace(&q, &next);
+    if (!st) st = normalize_by_sum(&q, 0, 1.0);
+    for (int it = 0; it < iters && !st; it++) {
+        st = normalize_by_sum(&q, 1u << 0, (double)K); /* each prototype to 1/K */
+        if (!st) st = normalize_by_sum(&q, 1u << 1, (double)B); /* each sample to 1/B */
+    }
+    if (!st) st = cr_tensor_scalar(&batch, (double)B, CR_DT_F64);
+    if (!st && !(st = cr_op_mul(&next, q, batch))) replace(&q, &next);
+    if (!st) st = cr_op_to(out, q, scores->dtype);
     cr_grad_set_enabled(was);
-    cr_tensor_free(h);
-    cr_tensor_free(q);
+    cr_tensor *all[] = {q, m, inv_eps, batch};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) cr_tensor_free(all[i]);
     return st;
 }
 
 cr_status cr_ssl_sinkhorn(cr_tensor **out, cr_tensor *scores, double eps, int iters) {
     *out = NULL;
-    if (scores && !cr_tensor_on_cpu(scores)) return sinkhorn_via_host(out, scores, eps, iters);
-    cr_status st = check_scores("sinkhorn", scores);
+    cr_status st = check_scores_on("sinkhorn", scores, true);
     if (st) return st;
     if (iters < 0)
         return cr_fail(CR_ERR_ARG, "sinkhorn: iterations must be >= 0 (SwAV: 3), got %d", iters);
+    if (!cr_tensor_on_cpu(scores)) {
+        if (!(eps > 0) || !isfinite(eps)) return bad_epsilon("sinkhorn", eps);
+        return sinkhorn_on_device(out, scores, eps, iters);
+    }
     int64_t B = scores->shape[0], K = scores->shape[1];
     double *m = malloc(sizeof(double) * (size_t)K);
     if (!m) return cr_fail(CR_ERR_OOM, "sinkhorn: out of memory for %lld prototypes", (long long)K);

@@ -12,9 +12,14 @@
 // bytes per load (8 halves or 4 floats), each thread on the same channels throughout, so
 // their statistics and params stay in registers; the other cases (NCHW, f64, odd widths)
 // take the element kernels. The first, per element, ran at about a quarter of the H200's
-// memory bandwidth on a ResNet-50's bf16 activations.
+// memory bandwidth on a ResNet-50's bf16 activations. The row kernels' input-grad sums
+// are f32 per thread and f64 from there on; the forward's statistics f64 throughout.
+// A row forward is three launches (zeroing, sums, apply: the statistics are derived in
+// the apply kernel) and so is a row backward (zeroing, sums, input grad with the weight
+// and bias grads).
 #include <stdint.h>
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "common.cuh"
@@ -73,15 +78,17 @@ __global__ void stats_kernel(const TX *x, int64_t M, int64_t C, int64_t S, int c
     }
 }
 
-template <typename TP> __global__ void finalize_kernel(crk_bn p) {
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= p.C) return;
+// Channel c's mean and 1/sqrt(var + eps) (batch or running statistics), as the params'
+// dtype; when `owner`, also written to the saved statistics and folded into the running
+// ones (exactly one thread per channel is the owner).
+template <typename TP> __device__ __forceinline__ void channel_stats(const crk_bn &p, int64_t c, bool owner,
+                                                                   TP *mean_out, TP *inv_out) {
     double mean, var;
     if (p.use_batch) {
         mean = p.acc[c] / (double)p.M;
         var = p.acc[p.C + c] / (double)p.M - mean * mean;
         if (var < 0) var = 0;
-        if (p.update_running) {
+        if (owner && p.update_running) {
             TP *rm = (TP *)p.running_mean, *rv = (TP *)p.running_var;
             double unbiased = p.M > 1 ? var * (double)p.M / (double)(p.M - 1) : var;
             rm[c] = (TP)((1 - p.momentum) * (double)rm[c] + p.momentum * mean);
@@ -91,8 +98,19 @@ template <typename TP> __global__ void finalize_kernel(crk_bn p) {
         mean = (double)((const TP *)p.running_mean)[c];
         var = (double)((const TP *)p.running_var)[c];
     }
-    ((TP *)p.mean)[c] = (TP)mean;
-    ((TP *)p.invstd)[c] = (TP)(1.0 / sqrt(var + p.eps));
+    *mean_out = (TP)mean;
+    *inv_out = (TP)(1.0 / sqrt(var + p.eps));
+    if (owner) {
+        ((TP *)p.mean)[c] = *mean_out;
+        ((TP *)p.invstd)[c] = *inv_out;
+    }
+}
+
+template <typename TP> __global__ void finalize_kernel(crk_bn p) {
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= p.C) return;
+    TP mean, inv;
+    channel_stats<TP>(p, c, true, &mean, &inv);
 }
 
 // y = (x - mean) * invstd * w + b (then relu); I: the index type (32 bits when it fits)
@@ -228,27 +246,30 @@ __device__ __forceinline__ row_tile tile_of(const row_geometry &g, int64_t M) {
 }
 
 // Adds the block's per-channel partials (a, b: V each per thread) into acc[c], acc[C + c].
-template <int V>
+// The partials go through shared memory as [k][row lane][vector column], so that the
+// threads of a warp (consecutive columns) store and load consecutive doubles: the layout
+// by channel that came first made every store a 16-way bank conflict.
+template <int V, typename T>
 __device__ __forceinline__ void block_sums_to(double *acc, int64_t C, const row_geometry &g, const row_tile &t,
-                                              const double *a, const double *b) {
+                                              const T *a, const T *b) {
     __shared__ double s[2][BLOCK * V];
-    const int width = g.tile_cols * V;
+    const int plane = g.row_lanes * g.tile_cols, lane = threadIdx.x % g.tile_cols;
     if (t.lane_row < g.row_lanes) {
-        int base = t.lane_row * width + (threadIdx.x % g.tile_cols) * V;
 #pragma unroll
         for (int k = 0; k < V; k++) {
-            s[0][base + k] = a[k];
-            s[1][base + k] = b[k];
+            s[0][k * plane + t.lane_row * g.tile_cols + lane] = (double)a[k];
+            s[1][k * plane + t.lane_row * g.tile_cols + lane] = (double)b[k];
         }
     }
     __syncthreads();
-    for (int j = threadIdx.x; j < width; j += BLOCK) {
-        int64_t c = (int64_t)blockIdx.x * width + j;
+    for (int j = threadIdx.x; j < g.tile_cols * V; j += BLOCK) {
+        const int k = j / g.tile_cols, col = j % g.tile_cols;
+        const int64_t c = ((int64_t)blockIdx.x * g.tile_cols + col) * V + k;
         if (c >= C) continue;
         double sa = 0, sb = 0;
         for (int r = 0; r < g.row_lanes; r++) {
-            sa += s[0][r * width + j];
-            sb += s[1][r * width + j];
+            sa += s[0][k * plane + r * g.tile_cols + col];
+            sb += s[1][k * plane + r * g.tile_cols + col];
         }
         atomicAdd(&acc[c], sa);
         atomicAdd(&acc[C + c], sb);
@@ -277,16 +298,21 @@ template <typename TX> __global__ void stats_rows_kernel(const TX *x, int64_t M,
     block_sums_to<V>(acc, C, g, t, a, b);
 }
 
+// The statistics of its channels come from the sums (finalize_kernel's work, done by
+// every thread for its own V channels; the first row lane of the first row of blocks
+// writes them out and moves the running statistics).
 template <typename TX> __global__ void apply_rows_kernel(crk_bn p, row_geometry g) {
     constexpr int V = vec_width<TX>::V;
     const row_tile t = tile_of(g, p.M);
     if (!t.active) return;
     const int64_t c0 = t.col * V;
+    const bool owner = blockIdx.y == 0 && t.lane_row == 0;
     float mean[V], scale[V], shift[V];
 #pragma unroll
     for (int k = 0; k < V; k++) {
-        mean[k] = ((const float *)p.mean)[c0 + k];
-        scale[k] = param<float>(p.w, c0 + k, 1.f) * ((const float *)p.invstd)[c0 + k];
+        float inv;
+        channel_stats<float>(p, c0 + k, owner, &mean[k], &inv);
+        scale[k] = param<float>(p.w, c0 + k, 1.f) * inv;
         shift[k] = param<float>(p.b, c0 + k, 0.f);
     }
     const uint4 *xv = reinterpret_cast<const uint4 *>(p.x) + t.col;
@@ -317,15 +343,19 @@ __device__ __forceinline__ void grad_of(const crk_bn_backward &p, int64_t at, fl
     }
 }
 
-template <typename TX> __global__ void backward_sums_rows_kernel(crk_bn_backward p, row_geometry g) {
+// Each thread's partial sums are f32 over its rows (at most a few dozen in a ResNet:
+// rows_for's tiles), as PyTorch's are over all of them; the block's and the grid's in f64.
+// f64 partials took 98 registers and a quarter of the SM's threads.
+template <typename TX>
+__global__ void __launch_bounds__(BLOCK, 4) backward_sums_rows_kernel(crk_bn_backward p, row_geometry g) {
     constexpr int V = vec_width<TX>::V;
     const row_tile t = tile_of(g, p.M);
-    double a[V], b[V];
+    float a[V], b[V];
 #pragma unroll
     for (int k = 0; k < V; k++) a[k] = b[k] = 0;
     if (t.active) {
         const int64_t c0 = t.col * V;
-        double mean[V], inv[V];
+        float mean[V], inv[V];
 #pragma unroll
         for (int k = 0; k < V; k++) {
             mean[k] = ((const float *)p.mean)[c0 + k];
@@ -339,28 +369,37 @@ template <typename TX> __global__ void backward_sums_rows_kernel(crk_bn_backward
             unpack<TX>(reinterpret_cast<const uint4 *>(p.x)[at], xf);
 #pragma unroll
             for (int k = 0; k < V; k++) {
-                a[k] += (double)gf[k];
-                b[k] += (double)gf[k] * ((double)xf[k] - mean[k]) * inv[k];
+                a[k] += gf[k];
+                b[k] += gf[k] * ((xf[k] - mean[k]) * inv[k]);
             }
         }
     }
     block_sums_to<V>(p.acc, p.C, g, t, a, b);
 }
 
-template <typename TX> __global__ void backward_input_rows_kernel(crk_bn_backward p, row_geometry g) {
+template <typename TX>
+__global__ void __launch_bounds__(BLOCK, 4) backward_input_rows_kernel(crk_bn_backward p, row_geometry g) {
     constexpr int V = vec_width<TX>::V;
     const row_tile t = tile_of(g, p.M);
     if (!t.active) return;
     const int64_t c0 = t.col * V;
     const float inv_m = (float)(1.0 / (double)p.M);
-    float mean[V], inv[V], scale[V], sum_g[V], sum_gx[V];
+    if (blockIdx.y == 0 && t.lane_row == 0) { // backward_params_kernel's work, once per channel
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            if (p.gb) ((float *)p.gb)[c0 + k] = (float)p.acc[c0 + k];
+            if (p.gw) ((float *)p.gw)[c0 + k] = (float)p.acc[p.C + c0 + k];
+        }
+    }
+    // gx = scale (g - sum_g / M - xhat sum_gxhat / M) = scale g - shift - (x - mean) slope
+    float mean[V], scale[V], shift[V], slope[V];
 #pragma unroll
     for (int k = 0; k < V; k++) {
+        const float inv = ((const float *)p.invstd)[c0 + k];
         mean[k] = ((const float *)p.mean)[c0 + k];
-        inv[k] = ((const float *)p.invstd)[c0 + k];
-        scale[k] = param<float>(p.w, c0 + k, 1.f) * inv[k];
-        sum_g[k] = (float)p.acc[c0 + k] * inv_m;
-        sum_gx[k] = (float)p.acc[p.C + c0 + k];
+        scale[k] = param<float>(p.w, c0 + k, 1.f) * inv;
+        shift[k] = p.use_batch ? scale[k] * ((float)p.acc[c0 + k] * inv_m) : 0.f;
+        slope[k] = p.use_batch ? scale[k] * inv * ((float)p.acc[p.C + c0 + k] * inv_m) : 0.f;
     }
 #pragma unroll 2
     for (int64_t m = t.m0 + t.lane_row; m < t.m1; m += t.row_lanes) {
@@ -370,10 +409,7 @@ template <typename TX> __global__ void backward_input_rows_kernel(crk_bn_backwar
         if (p.use_batch) {
             unpack<TX>(reinterpret_cast<const uint4 *>(p.x)[at], xf);
 #pragma unroll
-            for (int k = 0; k < V; k++) {
-                float xhat = (xf[k] - mean[k]) * inv[k];
-                gf[k] = scale[k] * (gf[k] - sum_g[k] - xhat * sum_gx[k] * inv_m);
-            }
+            for (int k = 0; k < V; k++) gf[k] = scale[k] * gf[k] - shift[k] - (xf[k] - mean[k]) * slope[k];
         } else {
 #pragma unroll
             for (int k = 0; k < V; k++) gf[k] = scale[k] * gf[k];
@@ -382,9 +418,16 @@ template <typename TX> __global__ void backward_input_rows_kernel(crk_bn_backwar
     }
 }
 
+// The sums kernels' tiles: at least SUMS_MIN_ROWS rows per row lane and
+// SUMS_MIN_BLOCK_ROWS rows per block. Each block ends in a shared-memory reduction and two
+// atomic adds per channel: with 2048 blocks of 4 rows, a 2048-channel layer made 6.4M
+// atomic adds for 25 MB of activations.
+constexpr int64_t SUMS_MIN_ROWS = 16, SUMS_MIN_BLOCK_ROWS = 32;
+
 // The row kernels' launch shape: a block spans min(cols, 256) vector columns and as many
-// rows as its threads allow; about 2048 blocks in all, each over a tile of rows.
-row_geometry rows_for(int64_t M, int64_t C, int V) {
+// rows as its threads allow; about 2048 blocks in all, each over a tile of rows (for the
+// sums kernels, at least their floor).
+row_geometry rows_for(int64_t M, int64_t C, int V, bool sums) {
     row_geometry g;
     g.cols = C / V;
     g.tile_cols = (int)(g.cols < BLOCK ? g.cols : BLOCK);
@@ -395,6 +438,8 @@ row_geometry rows_for(int64_t M, int64_t C, int V) {
     if (row_blocks > 65535) row_blocks = 65535;
     if (row_blocks > M) row_blocks = M;
     g.rows_per_block = (M + row_blocks - 1) / row_blocks;
+    const int64_t floor_rows = sums ? std::max<int64_t>(SUMS_MIN_ROWS * g.row_lanes, SUMS_MIN_BLOCK_ROWS) : 1;
+    if (g.rows_per_block < floor_rows) g.rows_per_block = floor_rows;
     row_blocks = (M + g.rows_per_block - 1) / g.rows_per_block;
     g.grid = dim3((unsigned)col_tiles, (unsigned)(row_blocks < 1 ? 1 : row_blocks));
     return g;
@@ -424,26 +469,34 @@ template <typename TX> bool rows_ok(int64_t M, int64_t C, int64_t S, int channel
 }
 
 template <typename TX> cudaError_t forward_rows(const crk_bn *p, cudaStream_t s) {
-    row_geometry g = rows_for(p->M, p->C, vec_width<TX>::V);
+    constexpr int V = vec_width<TX>::V;
     if (p->use_batch) {
         cudaError_t e = cudaMemsetAsync(p->acc, 0, sizeof(double) * 2 * p->C, s);
         if (e) return e;
-        stats_rows_kernel<TX><<<g.grid, BLOCK, 0, s>>>((const TX *)p->x, p->M, p->C, g, p->acc);
+        row_geometry gs = rows_for(p->M, p->C, V, true);
+        stats_rows_kernel<TX><<<gs.grid, BLOCK, 0, s>>>((const TX *)p->x, p->M, p->C, gs, p->acc);
     }
-    finalize_kernel<float><<<grid_for(p->C), THREADS, 0, s>>>(*p);
+    row_geometry g = rows_for(p->M, p->C, V, false);
     apply_rows_kernel<TX><<<g.grid, BLOCK, 0, s>>>(*p, g);
     return cudaGetLastError();
 }
 
+// The sums (when weight, bias or a batch-statistics input grad need them), then the input
+// grad, which also writes the weight and bias grads; without an input grad, those alone.
 template <typename TX> cudaError_t backward_rows(const crk_bn_backward *p, cudaStream_t s) {
-    row_geometry g = rows_for(p->M, p->C, vec_width<TX>::V);
+    constexpr int V = vec_width<TX>::V;
     cudaError_t e = cudaMemsetAsync(p->acc, 0, sizeof(double) * 2 * p->C, s);
     if (e) return e;
     if (p->gw || p->gb || (p->gx && p->use_batch)) {
-        backward_sums_rows_kernel<TX><<<g.grid, BLOCK, 0, s>>>(*p, g);
+        row_geometry gs = rows_for(p->M, p->C, V, true);
+        backward_sums_rows_kernel<TX><<<gs.grid, BLOCK, 0, s>>>(*p, gs);
+    }
+    if (p->gx) {
+        row_geometry g = rows_for(p->M, p->C, V, false);
+        backward_input_rows_kernel<TX><<<g.grid, BLOCK, 0, s>>>(*p, g);
+    } else if (p->gw || p->gb) {
         backward_params_kernel<float><<<grid_for(p->C), THREADS, 0, s>>>(*p);
     }
-    if (p->gx) backward_input_rows_kernel<TX><<<g.grid, BLOCK, 0, s>>>(*p, g);
     return cudaGetLastError();
 }
 

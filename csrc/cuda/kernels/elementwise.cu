@@ -2,9 +2,9 @@
 // compute type, operands read and written in their own dtypes (converted on load/store, so
 // casts, mixed dtypes and bool outputs need no extra pass), broadcast and strided through
 // the merged dims of ops/iter.c. Dense f32 operands take a vectorised path (float4), and
-// dense operands of one half dtype another (four halves per 8-byte load, f32 arithmetic,
-// core/half.h's rounding on store, the same bits as the general path), and so do dense
-// casts between f32 and a half. Strided work indexes in 32 bits where it fits. The
+// dense operands of one half dtype another (eight halves per 16-byte load where aligned,
+// else four per 8 bytes; f32 arithmetic, core/half.h's rounding on store, the same bits as
+// the general path; the hot ops compiled in), and so do dense casts between f32 and a half. Strided work indexes in 32 bits where it fits. The
 // results follow the CPU reference loops (csrc/ops/elementwise.c, unary_math.c, compare.c):
 // NaN propagation in maximum/minimum/relu/clamp, integer wrap-around in the operand type,
 // zero for non-finite floats stored into integers.
@@ -162,8 +162,8 @@ __global__ void dense_f32_kernel(float *out, const float *x, const float *y, int
     }
 }
 
-// Dense operands of one half dtype (BF: bf16, else f16): four per thread through 8-byte
-// loads, computed in f32 as the general kernel does.
+// Dense operands of one half dtype (BF: bf16, else f16), computed in f32 as the general
+// kernel does.
 template <bool BF> __device__ __forceinline__ float half_value(uint32_t h) {
     return BF ? cr_bf16_to_f32((uint16_t)h) : cr_f16_to_f32((uint16_t)h);
 }
@@ -171,26 +171,57 @@ template <bool BF> __device__ __forceinline__ uint32_t half_bits(float v) {
     return BF ? cr_f32_to_bf16(v) : cr_f32_to_f16(v);
 }
 
-template <int NARGS, bool BF>
-__global__ void dense_half_kernel(uint16_t *out, const uint16_t *x, const uint16_t *y, int64_t n, int op,
-                                  const Params q, bool reads_out) {
-    const int64_t step = (int64_t)gridDim.x * blockDim.x;
-    const int64_t n4 = n / 4;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += step) {
-        uint2 a = reinterpret_cast<const uint2 *>(x)[i];
-        uint2 b = NARGS > 2 ? reinterpret_cast<const uint2 *>(y)[i] : a;
-        uint2 o = reads_out ? reinterpret_cast<const uint2 *>(out)[i] : a;
-        uint32_t av[4] = {a.x & 0xffffu, a.x >> 16, a.y & 0xffffu, a.y >> 16};
-        uint32_t bv[4] = {b.x & 0xffffu, b.x >> 16, b.y & 0xffffu, b.y >> 16};
-        uint32_t ov[4] = {o.x & 0xffffu, o.x >> 16, o.y & 0xffffu, o.y >> 16};
-        uint32_t r[4];
+// W halves (4: 8 bytes, 8: 16 bytes) as one aligned load or store.
+template <int W> struct half_vec;
+template <> struct half_vec<4> { typedef uint2 T; };
+template <> struct half_vec<8> { typedef uint4 T; };
+
+template <int W> __device__ __forceinline__ void load_halves(const uint16_t *p, int64_t i, uint32_t *h) {
+    typedef typename half_vec<W>::T T;
+    const T v = reinterpret_cast<const T *>(p)[i];
+    const uint32_t *words = reinterpret_cast<const uint32_t *>(&v);
 #pragma unroll
-        for (int k = 0; k < 4; k++)
-            r[k] = half_bits<BF>(apply<float>(op, half_value<BF>(ov[k]), half_value<BF>(av[k]),
-                                              half_value<BF>(bv[k]), 0.f, q));
-        reinterpret_cast<uint2 *>(out)[i] = make_uint2(r[0] | (r[1] << 16), r[2] | (r[3] << 16));
+    for (int k = 0; k < W / 2; k++) {
+        h[2 * k] = words[k] & 0xffffu;
+        h[2 * k + 1] = words[k] >> 16;
     }
-    for (int64_t i = n4 * 4 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+}
+
+template <int W> __device__ __forceinline__ void store_halves(uint16_t *p, int64_t i, const uint32_t *h) {
+    typedef typename half_vec<W>::T T;
+    T v;
+    uint32_t *words = reinterpret_cast<uint32_t *>(&v);
+#pragma unroll
+    for (int k = 0; k < W / 2; k++) words[k] = h[2 * k] | (h[2 * k + 1] << 16);
+    reinterpret_cast<T *>(p)[i] = v;
+}
+
+// W per thread (8 where every operand is 16-byte aligned: PyTorch's width for halves;
+// the 4-wide first version moved 8 bytes per load and ran at ~2.6 TB/s on an H200). OP:
+// the op when it is fixed at compile time (the hot ones of a training step), so that
+// apply's switch folds away; -1: `op`, switched on per element (ncu: that switch made
+// the first version compute-bound).
+template <int NARGS, bool BF, int W, int OP>
+__global__ void dense_half_kernel(uint16_t *out, const uint16_t *x, const uint16_t *y, int64_t n, int op_,
+                                  const Params q, bool reads_out) {
+    const int op = OP >= 0 ? OP : op_;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    const int64_t nv = n / W;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += step) {
+        uint32_t av[W], bv[W], ov[W], r[W];
+        load_halves<W>(x, i, av);
+        if (NARGS > 2) load_halves<W>(y, i, bv);
+        if (reads_out) load_halves<W>(out, i, ov);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            const float a = half_value<BF>(av[k]);
+            const float b = NARGS > 2 ? half_value<BF>(bv[k]) : a;
+            const float o = reads_out ? half_value<BF>(ov[k]) : a;
+            r[k] = half_bits<BF>(apply<float>(op, o, a, b, 0.f, q));
+        }
+        store_halves<W>(out, i, r);
+    }
+    for (int64_t i = nv * W + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
         float a = half_value<BF>(x[i]), b = NARGS > 2 ? half_value<BF>(y[i]) : a;
         float o = reads_out ? half_value<BF>(out[i]) : a;
         out[i] = (uint16_t)half_bits<BF>(apply<float>(op, o, a, b, 0.f, q));
@@ -208,15 +239,37 @@ bool dense_of(const crk_iter *it, int dt, int64_t elem, uintptr_t align) {
     return true;
 }
 
-template <bool BF>
-cudaError_t launch_dense_half(const crk_iter *it, int op, const Params &q, bool reads_out, cudaStream_t s) {
+template <bool BF, int W, int OP>
+void launch_dense_half_w(const crk_iter *it, int op, const Params &q, bool reads_out, cudaStream_t s) {
     const uint16_t *x = (const uint16_t *)it->base[1];
     const uint16_t *y = it->nargs > 2 ? (const uint16_t *)it->base[2] : x;
-    unsigned grid = grid_for((it->numel + 3) / 4);
-    if (it->nargs == 2)
-        dense_half_kernel<2, BF><<<grid, THREADS, 0, s>>>((uint16_t *)it->base[0], x, y, it->numel, op, q, reads_out);
-    else
-        dense_half_kernel<3, BF><<<grid, THREADS, 0, s>>>((uint16_t *)it->base[0], x, y, it->numel, op, q, reads_out);
+    uint16_t *out = (uint16_t *)it->base[0];
+    unsigned grid = grid_for((it->numel + W - 1) / W);
+    if (it->nargs == 2) dense_half_kernel<2, BF, W, OP><<<grid, THREADS, 0, s>>>(out, x, y, it->numel, op, q, reads_out);
+    else dense_half_kernel<3, BF, W, OP><<<grid, THREADS, 0, s>>>(out, x, y, it->numel, op, q, reads_out);
+}
+
+// The 16-byte path with the op fixed for the ops a training step runs most.
+template <bool BF>
+void launch_dense_half_8(const crk_iter *it, int op, const Params &q, bool reads_out, cudaStream_t s) {
+    switch (op) {
+    case CRK_ADD: launch_dense_half_w<BF, 8, CRK_ADD>(it, op, q, reads_out, s); break;
+    case CRK_MUL: launch_dense_half_w<BF, 8, CRK_MUL>(it, op, q, reads_out, s); break;
+    case CRK_ADD_RELU: launch_dense_half_w<BF, 8, CRK_ADD_RELU>(it, op, q, reads_out, s); break;
+    case CRK_RELU_BACKWARD: launch_dense_half_w<BF, 8, CRK_RELU_BACKWARD>(it, op, q, reads_out, s); break;
+    case CRK_AXPY: launch_dense_half_w<BF, 8, CRK_AXPY>(it, op, q, reads_out, s); break;
+    default: launch_dense_half_w<BF, 8, -1>(it, op, q, reads_out, s); break;
+    }
+}
+
+// Dense operands of one half dtype, 8-byte aligned (dense_of): 8 per thread where they
+// are all 16-byte aligned, else 4.
+template <bool BF>
+cudaError_t launch_dense_half(const crk_iter *it, int op, const Params &q, bool reads_out, cudaStream_t s) {
+    bool aligned16 = true;
+    for (int k = 0; k < it->nargs; k++) aligned16 = aligned16 && ((uintptr_t)it->base[k]) % 16 == 0;
+    if (aligned16) launch_dense_half_8<BF>(it, op, q, reads_out, s);
+    else launch_dense_half_w<BF, 4, -1>(it, op, q, reads_out, s);
     return cudaGetLastError();
 }
 

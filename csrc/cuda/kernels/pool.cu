@@ -34,60 +34,123 @@ template <typename I> __device__ __forceinline__ void position_of(const crk_pool
     *k = rest / (w * h) * C + c;
 }
 
-// Values of any float dtype (g.dtype), compared and summed in f64.
-template <typename I> __global__ void max_fwd(crk_pool g, const char *x, char *y, int64_t *ind) {
-    const int es = dtype_size(g.dtype);
+// A max-pooling element of dtype code DT: stored as S, compared and summed as A (f32 for
+// halves, which is exact for the comparisons and what the cpu's f32 backward does).
+template <int DT> struct elem;
+template <> struct elem<F32> {
+    typedef float S, A;
+    static __device__ __forceinline__ A get(S v) { return v; }
+    static __device__ __forceinline__ S put(A v) { return v; }
+};
+template <> struct elem<F64> {
+    typedef double S, A;
+    static __device__ __forceinline__ A get(S v) { return v; }
+    static __device__ __forceinline__ S put(A v) { return v; }
+};
+template <> struct elem<F16> {
+    typedef uint16_t S;
+    typedef float A;
+    static __device__ __forceinline__ A get(S v) { return cr_f16_to_f32(v); }
+    static __device__ __forceinline__ S put(A v) { return cr_f32_to_f16(v); }
+};
+template <> struct elem<BF16> {
+    typedef uint16_t S;
+    typedef float A;
+    static __device__ __forceinline__ A get(S v) { return cr_bf16_to_f32(v); }
+    static __device__ __forceinline__ S put(A v) { return cr_f32_to_bf16(v); }
+};
+
+// Index math in I throughout (32 bits where the tensors fit: the 64-bit divisions of the
+// first version were most of a ResNet stem's pooling time).
+template <int DT, typename I>
+__global__ void max_fwd(crk_pool g, const typename elem<DT>::S *x, typename elem<DT>::S *y, int64_t *ind) {
+    typedef elem<DT> E;
+    typedef typename E::A A;
     const I n = (I)(g.planes * g.oh * g.ow), H = (I)g.h, W = (I)g.w;
+    const I sh = (I)g.sh, sw = (I)g.sw, ph = (I)g.ph, pw = (I)g.pw, dh = (I)g.dh, dw = (I)g.dw;
+    const I span_h = ((I)g.kh - 1) * dh + 1, span_w = ((I)g.kw - 1) * dw + 1;
     for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += (I)(gridDim.x * blockDim.x)) {
         I k, oh, ow;
         position_of<I>(g, i, (I)g.oh, (I)g.ow, &k, &oh, &ow);
-        int64_t h0 = (int64_t)oh * g.sh - g.ph, h1 = h0 + (g.kh - 1) * g.dh + 1;
-        if (h1 > g.h) h1 = g.h;
-        while (h0 < 0) h0 += g.dh;
-        int64_t w0 = (int64_t)ow * g.sw - g.pw, w1 = w0 + (g.kw - 1) * g.dw + 1;
-        if (w1 > g.w) w1 = g.w;
-        while (w0 < 0) w0 += g.dw;
-        double best = -INFINITY;
-        int64_t at = h0 < h1 && w0 < w1 ? h0 * g.w + w0 : -1;
-        for (int64_t ih = h0; ih < h1; ih += g.dh)
-            for (int64_t iw = w0; iw < w1; iw += g.dw) {
-                double v = load<double>(x + (int64_t)offset_of<I>(g, k, (I)ih, (I)iw, H, W) * es, g.dtype);
+        I h0 = oh * sh - ph, h1 = h0 + span_h;
+        if (h1 > H) h1 = H;
+        while (h0 < 0) h0 += dh;
+        I w0 = ow * sw - pw, w1 = w0 + span_w;
+        if (w1 > W) w1 = W;
+        while (w0 < 0) w0 += dw;
+        A best = -INFINITY;
+        I at = h0 < h1 && w0 < w1 ? h0 * W + w0 : -1;
+        for (I ih = h0; ih < h1; ih += dh)
+            for (I iw = w0; iw < w1; iw += dw) {
+                A v = E::get(x[offset_of<I>(g, k, ih, iw, H, W)]);
                 if (v > best || isnan(v)) {
                     best = v;
-                    at = ih * g.w + iw;
+                    at = ih * W + iw;
                 }
             }
-        store<double>(y + (int64_t)i * es, g.dtype, best);
+        y[i] = E::put(best);
         ind[i] = at;
     }
 }
 
 // The outputs along one axis whose windows (start o*s - p, extent (k-1)*d + 1) hold i.
-__device__ __forceinline__ void covering(int64_t i, int64_t k, int64_t s, int64_t p, int64_t d,
-                                         int64_t out, int64_t *lo, int64_t *hi) {
-    int64_t top = i + p, span = (k - 1) * d;
-    int64_t a = top - span;
+template <typename I>
+__device__ __forceinline__ void covering(I i, I k, I s, I p, I d, I out, I *lo, I *hi) {
+    I top = i + p, a = top - (k - 1) * d;
     *lo = a <= 0 ? 0 : (a + s - 1) / s;
     *hi = top / s;
     if (*hi > out - 1) *hi = out - 1;
 }
 
-template <typename I> __global__ void max_bwd(crk_pool g, const char *gy, const int64_t *ind, char *gx) {
-    const int es = dtype_size(g.dtype);
-    const I n = (I)(g.planes * g.h * g.w), OH = (I)g.oh, OW = (I)g.ow;
+template <int DT, typename I>
+__global__ void max_bwd(crk_pool g, const typename elem<DT>::S *gy, const int64_t *ind, typename elem<DT>::S *gx) {
+    typedef elem<DT> E;
+    typedef typename E::A A;
+    const I n = (I)(g.planes * g.h * g.w), H = (I)g.h, W = (I)g.w, OH = (I)g.oh, OW = (I)g.ow;
     for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += (I)(gridDim.x * blockDim.x)) {
-        I k, ih, iw;
-        position_of<I>(g, i, (I)g.h, (I)g.w, &k, &ih, &iw);
-        int64_t flat = (int64_t)ih * g.w + iw, oh0, oh1, ow0, ow1;
-        covering(ih, g.kh, g.sh, g.ph, g.dh, g.oh, &oh0, &oh1);
-        covering(iw, g.kw, g.sw, g.pw, g.dw, g.ow, &ow0, &ow1);
-        double acc = 0;
-        for (int64_t oh = oh0; oh <= oh1; oh++)
-            for (int64_t ow = ow0; ow <= ow1; ow++) {
-                I o = offset_of<I>(g, k, (I)oh, (I)ow, OH, OW);
-                if (ind[o] == flat) acc += load<double>(gy + (int64_t)o * es, g.dtype);
+        I k, ih, iw, oh0, oh1, ow0, ow1;
+        position_of<I>(g, i, H, W, &k, &ih, &iw);
+        const int64_t flat = (int64_t)ih * W + iw;
+        covering<I>(ih, (I)g.kh, (I)g.sh, (I)g.ph, (I)g.dh, OH, &oh0, &oh1);
+        covering<I>(iw, (I)g.kw, (I)g.sw, (I)g.pw, (I)g.dw, OW, &ow0, &ow1);
+        A acc = 0;
+        for (I oh = oh0; oh <= oh1; oh++)
+            for (I ow = ow0; ow <= ow1; ow++) {
+                I o = offset_of<I>(g, k, oh, ow, OH, OW);
+                if (ind[o] == flat) acc += E::get(gy[o]);
             }
-        store<double>(gx + (int64_t)i * es, g.dtype, acc);
+        gx[i] = E::put(acc);
+    }
+}
+
+template <int DT, typename I> void launch_max_fwd(const crk_pool *g, const void *x, void *y, int64_t *ind, cudaStream_t s) {
+    typedef typename elem<DT>::S S;
+    max_fwd<DT, I><<<grid_for(g->planes * g->oh * g->ow), THREADS, 0, s>>>(*g, (const S *)x, (S *)y, ind);
+}
+
+template <int DT, typename I>
+void launch_max_bwd(const crk_pool *g, const void *gy, const int64_t *ind, void *gx, cudaStream_t s) {
+    typedef typename elem<DT>::S S;
+    max_bwd<DT, I><<<grid_for(g->planes * g->h * g->w), THREADS, 0, s>>>(*g, (const S *)gy, ind, (S *)gx);
+}
+
+// The launcher of dtype code g->dtype (f32, f64, f16, bf16) with index type I.
+template <typename I> void max_fwd_of(const crk_pool *g, const void *x, void *y, int64_t *ind, cudaStream_t s) {
+    switch (g->dtype) {
+    case F64: launch_max_fwd<F64, I>(g, x, y, ind, s); break;
+    case F16: launch_max_fwd<F16, I>(g, x, y, ind, s); break;
+    case BF16: launch_max_fwd<BF16, I>(g, x, y, ind, s); break;
+    default: launch_max_fwd<F32, I>(g, x, y, ind, s); break;
+    }
+}
+
+template <typename I>
+void max_bwd_of(const crk_pool *g, const void *gy, const int64_t *ind, void *gx, cudaStream_t s) {
+    switch (g->dtype) {
+    case F64: launch_max_bwd<F64, I>(g, gy, ind, gx, s); break;
+    case F16: launch_max_bwd<F16, I>(g, gy, ind, gx, s); break;
+    case BF16: launch_max_bwd<BF16, I>(g, gy, ind, gx, s); break;
+    default: launch_max_bwd<F32, I>(g, gy, ind, gx, s); break;
     }
 }
 
@@ -123,8 +186,8 @@ template <typename T> __global__ void avg_bwd(crk_pool g, const T *gy, T *gx) {
     GRID_STRIDE(i, g.planes * g.h * g.w) {
         int64_t iw = i % g.w, ih = (i / g.w) % g.h, k = i / (g.w * g.h);
         int64_t oh0, oh1, ow0, ow1;
-        covering(ih, g.kh, g.sh, g.ph, 1, g.oh, &oh0, &oh1);
-        covering(iw, g.kw, g.sw, g.pw, 1, g.ow, &ow0, &ow1);
+        covering<int64_t>(ih, g.kh, g.sh, g.ph, 1, g.oh, &oh0, &oh1);
+        covering<int64_t>(iw, g.kw, g.sw, g.pw, 1, g.ow, &ow0, &ow1);
         const int64_t base = k * g.oh * g.ow;
         double acc = 0;
         for (int64_t oh = oh0; oh <= oh1; oh++)
@@ -179,10 +242,8 @@ template <typename T> __global__ void adaptive_bwd(crk_pool g, const T *gy, T *g
 extern "C" int crk_max_pool2d(const crk_pool *g, const void *x, void *y, int64_t *ind, cudaStream_t s) {
     int64_t n = g->planes * g->oh * g->ow, in = g->planes * g->h * g->w;
     if (!n) return 0;
-    if (fits_32(n) && fits_32(in))
-        max_fwd<int32_t><<<grid_for(n), THREADS, 0, s>>>(*g, (const char *)x, (char *)y, ind);
-    else
-        max_fwd<int64_t><<<grid_for(n), THREADS, 0, s>>>(*g, (const char *)x, (char *)y, ind);
+    if (fits_32(n) && fits_32(in)) max_fwd_of<int32_t>(g, x, y, ind, s);
+    else max_fwd_of<int64_t>(g, x, y, ind, s);
     return cudaGetLastError();
 }
 
@@ -190,10 +251,8 @@ extern "C" int crk_max_pool2d_backward(const crk_pool *g, const void *gy, const 
                                        cudaStream_t s) {
     int64_t n = g->planes * g->h * g->w;
     if (!n) return 0;
-    if (fits_32(n) && fits_32(g->planes * g->oh * g->ow))
-        max_bwd<int32_t><<<grid_for(n), THREADS, 0, s>>>(*g, (const char *)gy, ind, (char *)gx);
-    else
-        max_bwd<int64_t><<<grid_for(n), THREADS, 0, s>>>(*g, (const char *)gy, ind, (char *)gx);
+    if (fits_32(n) && fits_32(g->planes * g->oh * g->ow)) max_bwd_of<int32_t>(g, gy, ind, gx, s);
+    else max_bwd_of<int64_t>(g, gy, ind, gx, s);
     return cudaGetLastError();
 }
 

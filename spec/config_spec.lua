@@ -258,6 +258,14 @@ describe('config.merge, get, check and dump', function()
     assert.are.equal(src, config.dump(back))          -- stable
     has(err_of(config.dump, { f = print }), "'f' holds a function")
   end)
+
+  it('flattens to dotted keys, leaves as they are and lists as JSON text', function()
+    local flat = config.flatten({ optim = { lr = 0.1, nesterov = true }, crops = { num = { 2, 6 }, empty = {} },
+                                  run = { name = 'x' }, seed = 3 })
+    assert.are.same({ ['optim.lr'] = 0.1, ['optim.nesterov'] = true, ['crops.num'] = '[2,6]', ['crops.empty'] = '[]',
+                      ['run.name'] = 'x', seed = 3 }, flat)
+    assert.are.same({}, config.flatten({}))
+  end)
 end)
 
 describe('config on the command line', function()

@@ -311,6 +311,18 @@ describe('the tensorboard and jsonl hooks', function()
     assert.truthy(bytes:find('lr = 0.125', 1, true), 'the dumped config')
   end)
 
+  it('refuse hyper-parameters that are not numbers, strings or booleans, and unknown session statuses', function()
+    local w = Writer.open(new_dir())
+    H.assert_error(function() w:add_hparams({ crops = { 2, 6 } }) end,
+      "tensorboard: hyper-parameter 'crops' must be a number, string or boolean under a string name, got table")
+    H.assert_error(function() w:add_hparams(5) end, 'tensorboard: add_hparams takes a table of name = value, got number')
+    H.assert_error(function() w:end_session('done') end,
+      "tensorboard: end_session's status is 'success', 'failure' or 'running', got done")
+    w:add_hparams({})
+    w:close()
+    H.assert_error(function() w:add_hparams({ lr = 1 }) end, 'tensorboard: add_hparams on a closed writer')
+  end)
+
   it('append to metrics.jsonl across runs, and write NaN as null', function()
     local dir = new_dir()
     local path = dir .. '/metrics.jsonl'
@@ -394,6 +406,57 @@ describe("TensorBoard's own reader", function()
     }, '\n'))
     f:close()
     local pipe = io.popen(python .. ' ' .. script .. ' ' .. w.path .. ' 2>&1; echo "status=$?"')
+    local out = pipe:read('*a')
+    pipe:close()
+    assert(out:find('status=0', 1, true), out)
+  end)
+
+  it("reads our hyper-parameters with the HParams plugin's own parsers: a writer's, and a run's from its config", function()
+    if os.execute(python .. ' -c "import tensorboard" >/dev/null 2>&1') ~= 0 then
+      pending('Python tensorboard absent (pip install tensorboard; CRESCENT_PYTHON picks the python)')
+      return
+    end
+    local w = Writer.open(new_dir())
+    w:add_hparams({ ['optim.lr'] = 0.1, ['model.arch'] = 'resnet18', ['train.amp'] = false, ['crops.num'] = '[2,6]' },
+      1700000000)
+    w:end_session('failure')
+    w:close()
+    local t = linear_task {}
+    t.config = { optim = { lr = 0.125, nesterov = true }, crops = { size = { 28, 14 } }, run = { name = 'hp' } }
+    local tb = t:add_hook(cr.hooks.tensorboard { dir = new_dir(), every = 2 })
+    cr.train(t)
+    local script = tmp .. '/read_hparams.py'
+    local f = assert(io.open(script, 'w'))
+    f:write(table.concat({
+      'import sys',
+      'from tensorboard.backend.event_processing import event_file_loader',
+      'from tensorboard.plugins.hparams import metadata',
+      'def sessions(path):',
+      '    start, end = None, None',
+      '    for e in event_file_loader.LegacyEventFileLoader(path).Load():',
+      '        for v in e.summary.value:',
+      '            if v.metadata.plugin_data.plugin_name != "hparams": continue',
+      '            assert v.tensor.dtype == 1 and len(v.tensor.float_val) == 0, v.tensor',
+      '            content = v.metadata.plugin_data.content',
+      '            if v.tag == metadata.SESSION_START_INFO_TAG:',
+      '                start = metadata.parse_session_start_info_plugin_data(content)',
+      '            elif v.tag == metadata.SESSION_END_INFO_TAG:',
+      '                end = metadata.parse_session_end_info_plugin_data(content)',
+      '    return start, end',
+      'start, end = sessions(sys.argv[1])',
+      'hp = {k: v.WhichOneof("kind") + "=" + str(getattr(v, v.WhichOneof("kind"))) for k, v in start.hparams.items()}',
+      'assert hp == {"optim.lr": "number_value=0.1", "model.arch": "string_value=resnet18",',
+      '              "train.amp": "bool_value=False", "crops.num": "string_value=[2,6]"}, hp',
+      'assert start.start_time_secs == 1700000000, start',
+      'assert end.status == 2 and end.end_time_secs > 1700000000, end',
+      'start, end = sessions(sys.argv[2])',
+      'hp = {k: getattr(v, v.WhichOneof("kind")) for k, v in start.hparams.items()}',
+      'assert hp == {"optim.lr": 0.125, "optim.nesterov": True, "crops.size": "[28,14]", "run.name": "hp"}, hp',
+      'assert end.status == 1, end',
+      'print("read hparams")',
+    }, '\n'))
+    f:close()
+    local pipe = io.popen(python .. ' ' .. script .. ' ' .. w.path .. ' ' .. tb.path .. ' 2>&1; echo "status=$?"')
     local out = pipe:read('*a')
     pipe:close()
     assert(out:find('status=0', 1, true), out)

@@ -92,6 +92,22 @@ cr_status cr_tb_add_scalar(cr_tb_writer *w, const char *tag, double value, int64
 /* Buffers one text event for TensorBoard's text plugin (Markdown; at most 32 KiB of
  * UTF-8), e.g. the run's config at step 0. */
 cr_status cr_tb_add_text(cr_tb_writer *w, const char *tag, const char *text, int64_t step, double wall_time);
+/* One hyper-parameter of a run for TensorBoard's HParams plugin: a number, a string or a
+ * bool (number != 0), by kind. */
+enum { CR_TB_HPARAM_NUMBER = 0, CR_TB_HPARAM_STRING = 1, CR_TB_HPARAM_BOOL = 2 };
+typedef struct cr_tb_hparam {
+    const char *name;
+    int kind;
+    double number;
+    const char *string;
+} cr_tb_hparam;
+/* Buffers the run's hyper-parameters (the HParams plugin's session_start_info; names and
+ * texts UTF-8), so TensorBoard's HParams tab lists the run with them beside its scalars.
+ * start_time in unix seconds; <= 0 means now. */
+cr_status cr_tb_add_hparams(cr_tb_writer *w, const cr_tb_hparam *hp, int n, double start_time);
+/* Buffers the end of the run (session_end_info) with its status. */
+enum { CR_TB_STATUS_SUCCESS = 1, CR_TB_STATUS_FAILURE = 2, CR_TB_STATUS_RUNNING = 3 };
+cr_status cr_tb_end_session(cr_tb_writer *w, int status, double end_time);
 /* Writes the buffered records to the file. */
 cr_status cr_tb_flush(cr_tb_writer *w);
 /* Flushes, closes and frees the writer (NULL is fine); the writer is gone even when the

@@ -1,7 +1,8 @@
 /* tfevents.c — TensorBoard event files (the format is in crescent_io.h): TFRecord framing
  * with masked CRC-32C, and Event / Summary protobufs written by hand (varints and field
- * tags), one scalar or one text (the text plugin's string tensor) per record. Records collect in a buffer that goes to the file when it
- * fills, on cr_tb_flush and on cr_tb_close; every write error names the file. */
+ * tags), one scalar, one text (the text plugin's string tensor) or one HParams session
+ * record per record. Records collect in a buffer that goes to the file when it fills, on
+ * cr_tb_flush and on cr_tb_close; every write error names the file. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -281,6 +282,92 @@ cr_status cr_tb_add_text(cr_tb_writer *w, const char *tag, const char *text, int
     cr_status st = put_record(w, ev, o.n, "add_text");
     free(ev);
     return st;
+}
+
+/* ---- TensorBoard's HParams plugin ----
+ * An Event whose one Value is {1 tag, 9 metadata {1 plugin_data {1 plugin_name "hparams",
+ * 2 content}}, 8 tensor (the plugin's empty f32 tensor: 1 dtype DT_FLOAT, 2 tensor_shape
+ * {2 dim {}})}, content an HParamsPluginData (tensorboard/plugins/hparams/plugin_data.proto:
+ * 1 version 0, 3 session_start_info or 4 session_end_info), as the plugin's own
+ * summary_v2.hparams_pb writes it. Nested messages are encoded inside out, each into a
+ * buffer with room for what it wraps and its own fields. */
+static void put_message(pb_out *o, unsigned field, const pb_out *inner) { put_bytes(o, field, inner->p, inner->n); }
+
+static cr_status put_hparams_event(cr_tb_writer *w, const char *tag, const pb_out *plugin_data,
+                                   const char *what) {
+    static const unsigned char null_tensor[] = {0x08, 0x01, 0x12, 0x02, 0x12, 0x00};
+    const size_t cap = plugin_data->n + strlen(tag) + 128;
+    unsigned char *mem = malloc(4 * cap);
+    if (!mem) return cr_fail(CR_ERR_OOM, "tensorboard %s: out of memory for %zu bytes", what, 4 * cap);
+    pb_out pd = {mem, 0}, md = {mem + cap, 0}, value = {mem + 2 * cap, 0}, ev = {mem + 3 * cap, 0};
+    put_bytes(&pd, 1, "hparams", 7);
+    put_message(&pd, 2, plugin_data);
+    put_message(&md, 1, &pd);
+    put_bytes(&value, 1, tag, strlen(tag));
+    put_message(&value, 9, &md);
+    put_bytes(&value, 8, null_tensor, sizeof null_tensor);
+    pb_out summary = pd; /* pd's bytes are inside value now: reuse its space */
+    summary.n = 0;
+    put_message(&summary, 1, &value);
+    put_double(&ev, 1, now_seconds());
+    put_message(&ev, 5, &summary);
+    cr_status st = put_record(w, ev.p, ev.n, what);
+    free(mem);
+    return st;
+}
+
+cr_status cr_tb_add_hparams(cr_tb_writer *w, const cr_tb_hparam *hp, int n, double start_time) {
+    if (!w) return cr_fail(CR_ERR_ARG, "tensorboard add_hparams: the writer is closed");
+    if (n < 0 || (n > 0 && !hp)) return cr_fail(CR_ERR_ARG, "tensorboard add_hparams: give n >= 0 hyper-parameters");
+    size_t cap = 64; /* the bytes of the largest of the four messages below, bounded */
+    for (int i = 0; i < n; i++) {
+        const char *name = hp[i].name, *text = hp[i].string;
+        if (!name || !*name) return cr_fail(CR_ERR_ARG, "tensorboard add_hparams: hyper-parameter %d has no name", i + 1);
+        size_t nn = strlen(name), tn = hp[i].kind == CR_TB_HPARAM_STRING && text ? strlen(text) : 0;
+        if (hp[i].kind == CR_TB_HPARAM_STRING && !text)
+            return cr_fail(CR_ERR_ARG, "tensorboard add_hparams: '%.200s' is a string hyper-parameter without its text",
+                           name);
+        if (hp[i].kind < CR_TB_HPARAM_NUMBER || hp[i].kind > CR_TB_HPARAM_BOOL)
+            return cr_fail(CR_ERR_ARG, "tensorboard add_hparams: '%.200s' has kind %d; use CR_TB_HPARAM_NUMBER, "
+                           "_STRING or _BOOL", name, hp[i].kind);
+        if (!cr_utf8_valid(name, nn) || !cr_utf8_valid(text ? text : "", tn))
+            return cr_fail(CR_ERR_ARG, "tensorboard add_hparams: the name or text of '%.200s' is not valid UTF-8", name);
+        cap += nn + tn + 48;
+    }
+    unsigned char *mem = malloc(4 * cap);
+    if (!mem) return cr_fail(CR_ERR_OOM, "tensorboard add_hparams: out of memory for %zu bytes", 4 * cap);
+    pb_out value = {mem, 0}, entry = {mem + cap, 0}, info = {mem + 2 * cap, 0}, data = {mem + 3 * cap, 0};
+    for (int i = 0; i < n; i++) { /* map<string, google.protobuf.Value> hparams = 1 */
+        value.n = entry.n = 0;
+        if (hp[i].kind == CR_TB_HPARAM_NUMBER) put_double(&value, 2, hp[i].number);
+        else if (hp[i].kind == CR_TB_HPARAM_STRING) put_bytes(&value, 3, hp[i].string, strlen(hp[i].string));
+        else {
+            put_key(&value, 4, 0);
+            put_varint(&value, hp[i].number != 0);
+        }
+        put_bytes(&entry, 1, hp[i].name, strlen(hp[i].name));
+        put_message(&entry, 2, &value);
+        put_message(&info, 1, &entry);
+    }
+    put_double(&info, 5, start_time > 0 ? start_time : now_seconds()); /* start_time_secs */
+    put_message(&data, 3, &info);
+    cr_status st = put_hparams_event(w, "_hparams_/session_start_info", &data, "add_hparams");
+    free(mem);
+    return st;
+}
+
+cr_status cr_tb_end_session(cr_tb_writer *w, int status, double end_time) {
+    if (!w) return cr_fail(CR_ERR_ARG, "tensorboard end_session: the writer is closed");
+    if (status < CR_TB_STATUS_SUCCESS || status > CR_TB_STATUS_RUNNING)
+        return cr_fail(CR_ERR_ARG, "tensorboard end_session: status %d; use CR_TB_STATUS_SUCCESS, _FAILURE or "
+                       "_RUNNING", status);
+    unsigned char mem[64];
+    pb_out info = {mem, 0}, data = {mem + 32, 0};
+    put_key(&info, 1, 0);
+    put_varint(&info, (uint64_t)status);
+    put_double(&info, 2, end_time > 0 ? end_time : now_seconds());
+    put_message(&data, 4, &info);
+    return put_hparams_event(w, "_hparams_/session_end_info", &data, "end_session");
 }
 
 cr_status cr_tb_flush(cr_tb_writer *w) {

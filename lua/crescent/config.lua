@@ -133,7 +133,7 @@ local function set(cfg, key, value)
   t[parts[#parts]] = value
 end
 
-local levenshtein = require('crescent.util').edit_distance
+local levenshtein, to_json = require('crescent.util').edit_distance, require('crescent.util').json
 M.levenshtein = levenshtein
 
 -- ---- the schema: every dotted key of the defaults and its type ----------------------------
@@ -443,6 +443,21 @@ end
 function M.dump(cfg)
   if type(cfg) ~= 'table' then error('config.dump: expected a table, got ' .. type(cfg), 2) end
   return 'return ' .. ser(cfg, '', '') .. '\n'
+end
+
+-- flatten(cfg) -> {['optim.lr'] = 0.6, ['crops.num'] = '[2,6]', ...}: every leaf under its
+-- dotted key; numbers, strings and booleans as they are, lists (and other tables without
+-- string keys) as their JSON text. For the run report's config differences and
+-- TensorBoard's hyper-parameters.
+function M.flatten(cfg, prefix, out)
+  out, prefix = out or {}, prefix or ''
+  for k, v in pairs(cfg or {}) do
+    local key = prefix .. tostring(k)
+    if type(v) == 'table' and not (#v > 0 or next(v) == nil) then M.flatten(v, key .. '.', out)
+    elseif type(v) == 'table' then out[key] = to_json(v)
+    else out[key] = v end
+  end
+  return out
 end
 
 -- write(path, cfg): the config as a Lua file returning it (dump's text), for run folders;

@@ -4,12 +4,15 @@
 -- new since the last write (loss, lr, img_per_s, data_time, time, ...; smoothed where
 -- their writer asked for it); after each phase and at the end of training the new
 -- unsmoothed ones (test/top1, knn/top1, ...). At the start, the task's config as text
--- (TensorBoard's Text tab, tag 'config'), so runs compare there too. Flushed after every
--- phase, closed at the end of training or on an error.
+-- (TensorBoard's Text tab, tag 'config') and as hyper-parameters (the HParams tab: every
+-- config key, lists as text, beside the run's scalars as metrics), so runs compare there
+-- too; at the end, the run's status (success, or failure after an error). Flushed after
+-- every phase, closed at the end of training or on an error.
 --
 --   task:add_hook(cr.hooks.tensorboard{dir = 'runs/exp1', every = 20})
 --   local w = cr.hooks.tensorboard.Writer.open('runs/exp1')   -- direct writes
 --   w:add_scalar('loss', 0.5, 100); w:add_text('notes', '**markdown**', 0); w:flush(); w:close()
+--   w:add_hparams({['optim.lr'] = 0.1, arch = 'resnet18', nesterov = true}); w:end_session('success')
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
@@ -19,6 +22,8 @@ local util = require 'crescent.util'
 local Writer = {}
 Writer.__index = Writer
 local writer_box_ct = ffi.typeof('cr_tb_writer*[1]')
+local hparams_ct = ffi.typeof('cr_tb_hparam[?]')
+local STATUS = { success = C.CR_TB_STATUS_SUCCESS, failure = C.CR_TB_STATUS_FAILURE, running = C.CR_TB_STATUS_RUNNING }
 
 -- Writer.open(dir): a new event file in dir (created when missing).
 function Writer.open(dir)
@@ -58,6 +63,46 @@ function Writer:add_text(tag, text, step, wall_time)
     error("tensorboard: the step of '" .. tag .. "' must be an integer, got " .. tostring(step), util.user_level())
   end
   util.check(C.cr_tb_add_text(self.ptr, tag, text, step, wall_time or 0))
+end
+
+-- w:add_hparams({name = value, ...}, start_time): the run's hyper-parameters for the
+-- HParams plugin; values are numbers, strings or booleans. start_time in unix seconds
+-- (default: now).
+function Writer:add_hparams(hparams, start_time)
+  if not self.ptr then error('tensorboard: add_hparams on a closed writer', util.user_level()) end
+  if type(hparams) ~= 'table' then
+    error('tensorboard: add_hparams takes a table of name = value, got ' .. type(hparams), util.user_level())
+  end
+  local names = {}
+  for k, v in pairs(hparams) do
+    local t = type(v)
+    if type(k) ~= 'string' or (t ~= 'number' and t ~= 'string' and t ~= 'boolean') then
+      error(string.format("tensorboard: hyper-parameter '%s' must be a number, string or boolean under a string " ..
+        'name, got %s', tostring(k), t), util.user_level())
+    end
+    names[#names + 1] = k
+  end
+  table.sort(names)
+  local hp = hparams_ct(math.max(1, #names))
+  for i, name in ipairs(names) do
+    local v, e = hparams[name], hp[i - 1]
+    e.name = name -- the Lua strings outlive the call: `hparams` and `names` hold them
+    if type(v) == 'number' then e.kind, e.number = C.CR_TB_HPARAM_NUMBER, v
+    elseif type(v) == 'boolean' then e.kind, e.number = C.CR_TB_HPARAM_BOOL, v and 1 or 0
+    else e.kind, e.string = C.CR_TB_HPARAM_STRING, v end
+  end
+  util.check(C.cr_tb_add_hparams(self.ptr, hp, #names, start_time or 0))
+end
+
+-- w:end_session(status): 'success' (default), 'failure' or 'running'.
+function Writer:end_session(status)
+  if not self.ptr then error('tensorboard: end_session on a closed writer', util.user_level()) end
+  local code = STATUS[status or 'success']
+  if not code then
+    error("tensorboard: end_session's status is 'success', 'failure' or 'running', got " .. tostring(status),
+      util.user_level())
+  end
+  util.check(C.cr_tb_end_session(self.ptr, code, 0))
 end
 
 function Writer:flush()
@@ -111,6 +156,12 @@ function Hook:before_train(task)
       local ok, text = pcall(require('crescent.config').dump, cfg)
       -- four spaces: Markdown's code block, so the text plugin shows the Lua as written
       if ok and #text < 30000 then self.writer:add_text('config', '    ' .. text:gsub('\n', '\n    '), task.iteration) end
+      local hparams = {}
+      for k, v in pairs(require('crescent.config').flatten(cfg)) do
+        local t = type(v)
+        if t == 'number' or t == 'string' or t == 'boolean' then hparams[k] = v end
+      end
+      self.writer:add_hparams(hparams)
     end
   end
   self.seen = {}
@@ -139,10 +190,14 @@ end
 
 function Hook:after_train(task)
   self:write(task, true)   -- the final kNN figures
+  if self.writer then self.writer:end_session('success') end
   self:close()
 end
 
-function Hook:on_exception(_) self:close() end
+function Hook:on_exception(_)
+  if self.writer then pcall(self.writer.end_session, self.writer, 'failure') end
+  self:close()
+end
 
 local KNOWN = { dir = true, every = true, window = true, priority = true }
 

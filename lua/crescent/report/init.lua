@@ -12,6 +12,7 @@
 --   report.write('report.html', {'runs'}, opts)  -- both, written; returns the number of runs
 local cjson = require 'cjson'
 local util = require 'crescent.util'
+local cr_config = require 'crescent.config'
 local svg_chart = require 'crescent.report.svg_chart'
 local neighbours = require 'crescent.report.neighbours'
 
@@ -77,23 +78,15 @@ function M.find(paths)
   return runs
 end
 
--- The config as dotted keys -> printable values (lists as one value).
-local function flatten(t, prefix, out)
-  out = out or {}
-  for k, v in pairs(t or {}) do
-    local key = prefix .. tostring(k)
-    if type(v) == 'table' and not (#v > 0 or next(v) == nil) then flatten(v, key .. '.', out)
-    else out[key] = type(v) == 'table' and util.json(v) or tostring(v) end
-  end
-  return out
-end
-
 -- The keys whose values are not the same in every run: sorted list of {key, {value per run}}.
 function M.config_differences(runs)
   local flat, keys = {}, {}
   for i, r in ipairs(runs) do
-    flat[i] = flatten(r.config, '')
-    for k in pairs(flat[i]) do keys[k] = true end
+    flat[i] = {}
+    for k, v in pairs(cr_config.flatten(r.config)) do
+      flat[i][k] = tostring(v)
+      keys[k] = true
+    end
   end
   local out = {}
   for _, k in ipairs(util.sorted_keys(keys)) do

@@ -124,6 +124,7 @@ static void ATT(att_probs)(const att_geom *g, int64_t n, const ATT_T *lse, int64
         if (l == (ATT_T)-INFINITY) {
             for (int c = 0; c < nc; c++) s[c] = 0;
         } else {
+#pragma omp simd
             for (int c = 0; c < nc; c++) s[c] = ATT_EXP(s[c] - l);
         }
         if (Z != S) {
@@ -156,6 +157,7 @@ static void ATT(att_forward_item)(const att_geom *g, const ATT_T *Q, const ATT_T
         ATT(att_scores)(g, n, q, kt, i0, nr, j0, nc, S);
         for (int r = 0; r < nr; r++) {
             ATT_T *s = S + (int64_t)r * ATT_BC, mx = ninf;
+#pragma omp simd reduction(max : mx)
             for (int c = 0; c < nc; c++) mx = s[c] > mx ? s[c] : mx;
             const ATT_T mnew = mx > m[r] ? mx : m[r];
             ATT_T *a = acc + (int64_t)r * dv;
@@ -165,6 +167,7 @@ static void ATT(att_forward_item)(const att_geom *g, const ATT_T *Q, const ATT_T
             }
             const ATT_T corr = ATT_EXP(m[r] - mnew);
             ATT_T sum = 0;
+#pragma omp simd reduction(+ : sum)
             for (int c = 0; c < nc; c++) {
                 s[c] = ATT_EXP(s[c] - mnew);
                 sum += s[c];
@@ -283,6 +286,48 @@ static void ATT(att_backward_q_item)(const att_geom *g, const ATT_T *Q, const AT
     memcpy(dQ + (n * Tq + i0) * d, gq, (size_t)(nr * d) * sizeof(ATT_T));
 }
 
+/* The whole backward of head n in one work item, for calls with enough heads to share
+ * among the threads: per key block, over the query rows that see it, dV and dK as
+ * att_backward_kv_item and dQ_i += scale dS_ij k_j straight into the head's dQ rows, so
+ * the scores and dP of each tile are computed once (five tile products per tile instead
+ * of the two passes' seven). Every sum runs in the two passes' order (dK_j, dV_j over i;
+ * dQ_i over j), so the bits are theirs. */
+static void ATT(att_backward_head_item)(const att_geom *g, const ATT_T *Q, const ATT_T *K, const ATT_T *V,
+                                        const ATT_T *dO, const ATT_T *LSE, const ATT_T *D, ATT_T *dQ, ATT_T *dK,
+                                        ATT_T *dV, int64_t n, ATT_T *work) {
+    const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
+    ATT(att_bwd) w = ATT(att_bwd_view)(g, Q, K, V, dO, LSE, D, n, work);
+    const ATT_T *q = w.q, *k = w.k, *v = w.v, *go = w.go, *lse = w.lse, *Dn = w.D;
+    ATT_T *kt = w.kt, *vt = w.vt, *S = w.S, *Z = w.Z, *keep = w.keep, *dP = w.dP, *T = w.T, *gk = w.acc,
+          *gv = gk + ATT_BC * d, *gq = dQ ? dQ + n * Tq * d : NULL;
+    const ATT_T scale = (ATT_T)g->scale;
+    if (gq) memset(gq, 0, (size_t)(Tq * d) * sizeof(ATT_T));
+    for (int64_t j0 = 0; j0 < Tk; j0 += ATT_BC) {
+        const int nc = (int)(Tk - j0 < ATT_BC ? Tk - j0 : ATT_BC);
+        for (int64_t e = 0; e < nc * d; e++) gk[e] = 0;
+        for (int64_t e = 0; e < nc * dv; e++) gv[e] = 0;
+        ATT(att_transpose)(k + j0 * d, d, nc, d, kt, ATT_BC);
+        ATT(att_transpose)(v + j0 * dv, dv, nc, dv, vt, ATT_BC);
+        for (int64_t i0 = g->causal ? j0 : 0; i0 < Tq; i0 += ATT_BR) {
+            const int nr = (int)(Tq - i0 < ATT_BR ? Tq - i0 : ATT_BR);
+            ATT(att_scores)(g, n, q, kt, i0, nr, j0, nc, S);
+            ATT(att_probs)(g, n, lse, i0, nr, j0, nc, S, Z, keep);
+            if (dV) {
+                ATT(att_transpose)(Z, ATT_BC, nr, nc, T, ATT_BR); /* Z^T [nc][nr] */
+                ATT(att_gemm)(nc, dv, nr, 1, T, ATT_BR, go + i0 * dv, dv, false, 1, gv, dv);
+            }
+            ATT(att_dscores)(g, go, Dn, vt, i0, nr, nc, S, keep, dP);
+            if (dK) {
+                ATT(att_transpose)(dP, ATT_BC, nr, nc, T, ATT_BR); /* dS^T */
+                ATT(att_gemm)(nc, d, nr, scale, T, ATT_BR, q + i0 * d, d, false, 1, gk, d);
+            }
+            if (gq) ATT(att_gemm)(nr, d, nc, scale, dP, ATT_BC, k + j0 * d, d, false, 1, gq + i0 * d, d);
+        }
+        if (dK) memcpy(dK + (n * Tk + j0) * d, gk, (size_t)(nc * d) * sizeof(ATT_T));
+        if (dV) memcpy(dV + (n * Tk + j0) * dv, gv, (size_t)(nc * dv) * sizeof(ATT_T));
+    }
+}
+
 /* D_i = dO_i . O_i for every row of every head (the softmax backward's row term). */
 static void ATT(att_row_dots)(const ATT_T *dO, const ATT_T *O, ATT_T *D, int64_t rows, int64_t dv, bool par) {
 #pragma omp parallel for if (par) schedule(static)
@@ -295,11 +340,11 @@ static void ATT(att_row_dots)(const ATT_T *dO, const ATT_T *O, ATT_T *D, int64_t
 }
 
 /* One pass over every work item of every head (ATT_PASS_FWD and ATT_PASS_Q: query row
- * blocks; ATT_PASS_KV: key blocks), with a scratch buffer per thread; false when one
- * could not be allocated. */
+ * blocks; ATT_PASS_KV: key blocks; ATT_PASS_HEAD: whole heads), with a scratch buffer per
+ * thread; false when one could not be allocated. */
 static bool ATT(att_run)(const att_geom *g, int pass, const att_bufs *b) {
     const int64_t N = g->B * g->H, nqb = (g->Tq + ATT_BR - 1) / ATT_BR, nkb = (g->Tk + ATT_BC - 1) / ATT_BC;
-    const int64_t per = pass == ATT_PASS_KV ? nkb : nqb, items = N * per;
+    const int64_t per = pass == ATT_PASS_HEAD ? 1 : pass == ATT_PASS_KV ? nkb : nqb, items = N * per;
     const int64_t elems = pass == ATT_PASS_FWD ? ATT_FWD_SCRATCH(g->d, g->dv) : ATT_BWD_SCRATCH(g->d, g->dv);
     const size_t bytes = (size_t)elems * sizeof(ATT_T);
     int oom = 0;
@@ -314,6 +359,10 @@ static bool ATT(att_run)(const att_geom *g, int pass, const att_bufs *b) {
         for (int64_t it = 0; it < items; it++) {
             if (!work) continue;
             const int64_t n = it / per, start = it % per * (pass == ATT_PASS_KV ? ATT_BC : ATT_BR);
+            if (pass == ATT_PASS_HEAD) {
+                ATT(att_backward_head_item)(g, b->q, b->k, b->v, b->go, b->lse, b->D, b->dq, b->dk, b->dv, n, work);
+                continue;
+            }
             if (pass == ATT_PASS_KV) {
                 const int nc = (int)(g->Tk - start < ATT_BC ? g->Tk - start : ATT_BC);
                 ATT(att_backward_kv_item)(g, b->q, b->k, b->v, b->go, b->lse, b->D, b->dk, b->dv, n, start, nc, work);

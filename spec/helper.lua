@@ -170,6 +170,56 @@ function H.shell(cmd)
   return out, tonumber(out:match('exit=(%d+)%s*$'))
 end
 
+-- ---- a real terminal: tmux panes -------------------------------------------------------
+H.has_tmux = os.execute('command -v tmux >/dev/null 2>&1') == 0
+
+local function sh(cmd)
+  local p = assert(io.popen(cmd .. ' 2>&1'))
+  local out = p:read('*a')
+  p:close()
+  return out
+end
+local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- H.tmux_pane(cmd, width, height): a tmux pane (default 160 x 200) running cmd in the
+-- checkout, on a tmux server of its own; cmd is followed by a 30 s sleep, so the pane
+-- stays to be read. p:text(), p:keys(...), p:line(s), p:wait(text, times, seconds),
+-- p:resize(width, height), p:close().
+local Pane = {}
+Pane.__index = Pane
+local panes = 0
+function H.tmux_pane(cmd, width, height)
+  panes = panes + 1
+  local self = setmetatable({ sock = string.format('crescent_spec_%d_%d', os.time(), panes) }, Pane)
+  self.tmux = 'tmux -L ' .. self.sock .. ' '
+  sh(string.format('%snew-session -d -x %d -y %d %s', self.tmux, width or 160, height or 200,
+    quote('cd ' .. os.getenv('PWD') .. ' && ' .. cmd .. '; sleep 30')))
+  return self
+end
+function Pane:text() return sh(self.tmux .. 'capture-pane -p -S -200') end
+function Pane:keys(...)
+  local parts = {}
+  -- tmux reads an argument's trailing ';' as its command separator: '\;' is the character
+  for i = 1, select('#', ...) do parts[i] = quote((select(i, ...):gsub(';$', '\\;'))) end
+  sh(self.tmux .. 'send-keys ' .. table.concat(parts, ' '))
+end
+function Pane:line(s) self:keys('-l', s); self:keys('Enter') end
+-- Waits until the pane shows `pattern` (plain text) `times` times; returns the pane's text.
+function Pane:wait(pattern, times, seconds)
+  local now = require('crescent.engine.loop').now
+  local deadline = now() + (seconds or 20)
+  local text
+  repeat
+    text = self:text()
+    local n = select(2, text:gsub(pattern:gsub('%p', '%%%0'), ''))
+    if n >= (times or 1) then return text end
+    sh('sleep 0.1')
+  until now() > deadline
+  error('the pane never showed ' .. pattern .. ':\n' .. text, 2)
+end
+function Pane:resize(width, height) sh(string.format('%sresize-window -x %d -y %d', self.tmux, width, height)) end
+function Pane:close() sh(self.tmux .. 'kill-server') end
+
 -- A file's whole content.
 -- A writer that collects what is written to it in .text (io.stdout's write and flush).
 function H.sink()

@@ -544,3 +544,47 @@ describe('recipes/supervised.lua', function()
     os.execute("rm -rf '" .. dir .. "'")
   end)
 end)
+
+describe('the live progress line in a real terminal (tmux)', function()
+  if not H.has_tmux then
+    it('runs in tmux', function() pending('tmux is not installed (apt-get install tmux)') end)
+    return
+  end
+  -- the lines of a pane's text that hold the live line's 'iter a/b'
+  local function live_lines(text)
+    local out = {}
+    for l in text:gmatch('[^\n]+') do if l:find('iter %d+/%d+') then out[#out + 1] = l end end
+    return out
+  end
+
+  it('stays one line cut to 60 columns, follows a resize to 150, and keeps other lines off it', function()
+    local dir = os.tmpname()
+    os.execute("rm -f '" .. dir .. "'")
+    -- a recipe run: its log.txt copy makes stdout a pipe, which once hid the width
+    local p = H.tmux_pane('luajit recipes/supervised.lua train.epochs=1 data.limit=3000 model.width=4 data.batch_size=16 ' ..
+      'train.log_every=1 run.dir=' .. dir .. ' run.name=live checkpoint.save=false; echo RUN-ENDED', 60, 40)
+    local ok, err = pcall(function()
+      local text = p:wait('  iter ', 1, 60)   -- (the line refreshes every 0.2 s: any iteration)
+      local lines = live_lines(text)
+      assert.are.equal(1, #lines, text)
+      assert.is_true(#lines[1] <= 59, lines[1])
+      p:resize(150, 40)
+      local grown
+      for _ = 1, 100 do
+        lines = live_lines(p:text())
+        if #lines == 1 and #lines[1] > 60 then grown = lines[1] break end
+        os.execute('sleep 0.1')
+      end
+      assert.truthy(grown, 'the live line never grew past 60 columns after the resize:\n' .. p:text())
+      assert.truthy(grown:find('eta', 1, true), grown)
+      text = p:wait('RUN-ENDED', 1, 120)
+      lines = live_lines(text)
+      assert.are.equal(1, #lines, text)                        -- rewritten in place to the end
+      assert.is_nil(lines[1]:find('test', 1, true), lines[1])  -- nothing glued onto it
+      assert.truthy(text:find('\nepoch 1/1 test  top1', 1, true), text)     -- the test figures on their own line
+    end)
+    p:close()
+    os.execute("rm -rf '" .. dir .. "'")
+    assert(ok, err)
+  end)
+end)

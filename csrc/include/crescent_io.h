@@ -77,6 +77,9 @@ typedef struct cr_tb_writer cr_tb_writer;
  * at exit (stdio flushed first) or with cr_tee_stop, which waits for every byte. */
 cr_status cr_tee_start(const char *path);
 void cr_tee_stop(void);
+/* Where fd 1 or 2 wrote before the copy started (its saved descriptor), else fd itself:
+ * what to ask whether the output is a terminal, and how wide it is. */
+int cr_tee_original_fd(int fd);
 
 /* CRC-32C of n bytes ("123456789" -> 0xE3069283). */
 uint32_t cr_crc32c(const void *data, size_t n);

@@ -1,4 +1,4 @@
-/* copier.c — the run folder's log.txt: stdout and stderr go through pipes that a thread
+/* tee.c — the run folder's log.txt: stdout and stderr go through pipes that a thread
  * copies to the original descriptors and to the log file (see crescent_io.h). */
 #include <errno.h>
 #include <fcntl.h>
@@ -108,6 +108,11 @@ void cr_tee_stop(void) {
         close(copier.saved[s]);
     }
     close(copier.file);
+}
+
+int cr_tee_original_fd(int fd) {
+    if (copier.active && (fd == 1 || fd == 2)) return copier.saved[fd - 1];
+    return fd;
 }
 
 cr_status cr_tee_start(const char *path) {

@@ -18,20 +18,26 @@ int ioctl(int fd, unsigned long request, ...);
 ]])
 local TIOCGWINSZ = 0x5413   -- Linux
 local winsize_ct = ffi.typeof('struct crescent_winsize')
+local C = require('crescent.ffi').C
+
+-- The descriptor stdout reaches the screen through: the original one while the run
+-- folder's log.txt copy (engine.run.keep_log) has made fd 1 a pipe; asking the pipe gave
+-- no width, so every recipe's live line went uncut and wrapped.
+local function terminal_fd() return C.cr_tee_original_fd(1) end
 
 local M = {}
 local shown = setmetatable({}, { __mode = 'k' })   -- out -> width of the line on screen
 
--- The terminal's columns (stdout's), or nil when it does not say.
+-- The terminal's columns (stdout's, through the log copy), or nil when it does not say.
 function M.columns()
   local ws = winsize_ct()
-  local ok, r = pcall(ffi.C.ioctl, 1, TIOCGWINSZ, ws)
+  local ok, r = pcall(ffi.C.ioctl, terminal_fd(), TIOCGWINSZ, ws)
   if ok and r == 0 and ws.ws_col > 0 then return ws.ws_col end
   return tonumber(os.getenv('COLUMNS'))
 end
 
 function M.stdout_is_tty()
-  local ok, r = pcall(function() return ffi.C.isatty(1) end)
+  local ok, r = pcall(function() return ffi.C.isatty(terminal_fd()) end)
   return ok and r == 1
 end
 

@@ -117,7 +117,15 @@ describe('ssl.dino', function()
     m:train()
     assert.are.same({ 6, 5 }, out.teacher.shape)
     assert.is_false(out.teacher.requires_grad)
-    H.assert_error(function() m({ crops[1], crops[2] }) end, 'more than 2 crops')
+    H.assert_error(function() m({ crops[1] }) end, 'at least 2 crops')
+    -- the global crops alone, as the official local_crops_number = 0: the two cross terms
+    local two = m({ crops[1], crops[2] })
+    assert.are.same({ 6, 5 }, two.student.shape)
+    local q = ((two.teacher - m.center) / m.current_teacher_temp):softmax(1)
+    local log_p = (two.student / m.student_temp):log_softmax(1)
+    local want = -((q:narrow(0, 0, 3) * log_p:narrow(0, 3, 3)):sum(1):mean() + (q:narrow(0, 3, 3) *
+      log_p:narrow(0, 0, 3)):sum(1):mean()):item() / 2
+    assert.is_true(math.abs(m:loss(two):item() - want) < 1e-5)
   end)
 
   it('clips each gradient on its own and drops the last layer while frozen', function()

@@ -173,9 +173,9 @@ end
 -- forward(crops) -> {student = [V B, K] (with graph), teacher = [G B, K], batch = B}
 function DINO:forward(crops)
   local G = self.global_crops
-  if type(crops) ~= 'table' or cr.is_tensor(crops) or #crops <= G then
-    fail(string.format('DINO: the input must be a list of more than %d crops of the same batch, the %d global ' ..
-      'crops first (a multi-crop loader gives it)', G, G))
+  if type(crops) ~= 'table' or cr.is_tensor(crops) or #crops < G or #crops < 2 then
+    fail(string.format('DINO: the input must be a list of at least %d crops of the same batch, the %d global ' ..
+      'crops first (a multi-crop loader gives it)', math.max(G, 2), G))
   end
   momentum.ema_update(self:teacher_parameters(), self:student_parameters(), self.momentum)
   local out = { batch = crops[1].shape[1] }
@@ -296,9 +296,9 @@ M.types = {
 function M.build(cfg, parts)
   local total = 0
   for _, n in ipairs(cfg.crops.num) do total = total + n end
-  if total <= cfg.crops.num[1] or cfg.crops.num[1] < 1 then
-    error(string.format('dino: DINO needs global crops (crops.num[1] = %d) and at least one more crop; e.g. ' ..
-      "'crops.num={2,6}'", cfg.crops.num[1]), 0)
+  if total < 2 or cfg.crops.num[1] < 1 then -- the loss pairs a teacher crop with another student crop
+    error(string.format('dino: DINO needs global crops (crops.num[1] = %d) and two crops at least; e.g. ' ..
+      "'crops.num={2,6}', or 'crops.num=2' for the global crops alone", cfg.crops.num[1]), 0)
   end
   local d = cfg.dino
   return DINO { trunk = parts.trunk(), teacher_trunk = parts.trunk(), feat_dim = parts.feat_dim, out_dim = d.out_dim,

@@ -228,8 +228,7 @@ def train(cfg, workers):
     check_supported(cfg)
     seed, epochs = cfg['train']['seed'], cfg['train']['epochs']
     d = ref.training_data(cfg, workers)
-    loader, train_x, train_y, test_x, test_y, mean, std = (d['loader'], d['train_x'], d['train_y'], d['test_x'],
-                                                           d['test_y'], d['mean'], d['std'])
+    loader = d['loader']
     t = Trainer(cfg, len(loader))
     it, t0, losses = 0, time.perf_counter(), []
     for epoch in range(epochs):
@@ -240,10 +239,7 @@ def train(cfg, workers):
                 print(f'epoch {epoch + 1} it {it}/{t.total} loss {np.mean(losses[-50:]):.4f} '
                       f'{time.perf_counter() - t0:.0f}s', file=sys.stderr, flush=True)
     seconds = time.perf_counter() - t0
-    k = cfg['knn']
-    trunk = t.teacher.backbone
-    tr, te = ref.features(trunk, train_x, mean, std), ref.features(trunk, test_x, mean, std)
-    top1 = ref.knn_top1(tr, torch.from_numpy(train_y), te, torch.from_numpy(test_y), k['k'], k['temperature'])
+    top1 = ref.knn_eval(t.teacher.backbone, d, cfg['knn'])
     per_epoch = len(loader)
     return {'side': 'pytorch', 'method': 'dino', 'epochs': epochs, 'seed': seed, 'knn_top1': round(top1, 2),
             'train_seconds': round(seconds, 1), 'loss': round(float(np.mean(losses[-per_epoch:])), 4),

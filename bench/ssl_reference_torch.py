@@ -537,12 +537,18 @@ def training_data(cfg, workers):
             'mean': mean, 'std': std}
 
 
+def knn_eval(trunk, d, knn):
+    """kNN top-1 on the test split of training_data's dict d, by the trunk's features."""
+    tr = features(trunk, d['train_x'], d['mean'], d['std'])
+    te = features(trunk, d['test_x'], d['mean'], d['std'])
+    return knn_top1(tr, torch.from_numpy(d['train_y']), te, torch.from_numpy(d['test_y']), knn['k'], knn['temperature'])
+
+
 def train(method, cfg, workers):
     check_supported(method, cfg)
     epochs = cfg['train']['epochs']
     d = training_data(cfg, workers)
-    loader, train_x, train_y, test_x, test_y, mean, std = (d['loader'], d['train_x'], d['train_y'], d['test_x'],
-                                                           d['test_y'], d['mean'], d['std'])
+    loader = d['loader']
     model = METHODS[method](cfg)
     o = cfg['optim']
     opt = optimizer(model, o)
@@ -570,10 +576,7 @@ def train(method, cfg, workers):
                 print(f'epoch {epoch + 1} it {it}/{total} loss {np.mean(losses[-per_epoch:]):.4f} '
                       f'lr {opt.param_groups[0]["lr"]:.4f} {time.perf_counter() - t0:.0f}s', file=sys.stderr, flush=True)
     seconds = time.perf_counter() - t0
-    k = cfg['knn']
-    tr = features(model.trunk, train_x, mean, std)
-    te = features(model.trunk, test_x, mean, std)
-    top1 = knn_top1(tr, torch.from_numpy(train_y), te, torch.from_numpy(test_y), k['k'], k['temperature'])
+    top1 = knn_eval(model.trunk, d, cfg['knn'])
     loss = float(np.mean(losses[-per_epoch:])) if losses else None
     return {'side': 'pytorch', 'method': method, 'epochs': epochs, 'seed': cfg['train']['seed'],
             'knn_top1': round(top1, 2),

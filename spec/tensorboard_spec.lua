@@ -377,19 +377,32 @@ end)
 
 describe("TensorBoard's own reader", function()
   local python = os.getenv('CRESCENT_PYTHON') or 'python3'
+  -- false (and the test pending) where Python's tensorboard is absent
+  local function have_tensorboard()
+    if os.execute(python .. ' -c "import tensorboard" >/dev/null 2>&1') == 0 then return true end
+    pending('Python tensorboard absent (pip install tensorboard; CRESCENT_PYTHON picks the python)')
+    return false
+  end
+  -- runs the Python lines with args; the script must exit 0 (its output is the message)
+  local function python_passes(name, lines, args)
+    local script = tmp .. '/' .. name .. '.py'
+    local f = assert(io.open(script, 'w'))
+    f:write(table.concat(lines, '\n'))
+    f:close()
+    local pipe = io.popen(python .. ' ' .. script .. ' ' .. args .. ' 2>&1; echo "status=$?"')
+    local out = pipe:read('*a')
+    pipe:close()
+    assert(out:find('status=0', 1, true), out)
+  end
+
   it('reads our file: scalars, and text for the text plugin', function()
-    if os.execute(python .. ' -c "import tensorboard" >/dev/null 2>&1') ~= 0 then
-      pending('Python tensorboard absent (pip install tensorboard; CRESCENT_PYTHON picks the python)')
-      return
-    end
+    if not have_tensorboard() then return end
     local w = Writer.open(new_dir())
     w:add_scalar('loss', 0.5, 7)
     w:add_scalar('test/top1', 91.25, 8)
     w:add_text('config', '    optim = {lr = 0.1} -- ü', 0)
     w:close()
-    local script = tmp .. '/read_events.py'
-    local f = assert(io.open(script, 'w'))
-    f:write(table.concat({
+    python_passes('read_events', {
       'import sys',
       'from tensorboard.backend.event_processing import event_file_loader',
       'got = []',
@@ -403,19 +416,11 @@ describe("TensorBoard's own reader", function()
       '        ("config", 0, 7, "    optim = {lr = 0.1} -- \\u00fc")]',
       'assert got == want, got',
       'print("read", len(got))',
-    }, '\n'))
-    f:close()
-    local pipe = io.popen(python .. ' ' .. script .. ' ' .. w.path .. ' 2>&1; echo "status=$?"')
-    local out = pipe:read('*a')
-    pipe:close()
-    assert(out:find('status=0', 1, true), out)
+    }, w.path)
   end)
 
   it("reads our hyper-parameters with the HParams plugin's own parsers: a writer's, and a run's from its config", function()
-    if os.execute(python .. ' -c "import tensorboard" >/dev/null 2>&1') ~= 0 then
-      pending('Python tensorboard absent (pip install tensorboard; CRESCENT_PYTHON picks the python)')
-      return
-    end
+    if not have_tensorboard() then return end
     local w = Writer.open(new_dir())
     w:add_hparams({ ['optim.lr'] = 0.1, ['model.arch'] = 'resnet18', ['train.amp'] = false, ['crops.num'] = '[2,6]' },
       1700000000)
@@ -425,9 +430,7 @@ describe("TensorBoard's own reader", function()
     t.config = { optim = { lr = 0.125, nesterov = true }, crops = { size = { 28, 14 } }, run = { name = 'hp' } }
     local tb = t:add_hook(cr.hooks.tensorboard { dir = new_dir(), every = 2 })
     cr.train(t)
-    local script = tmp .. '/read_hparams.py'
-    local f = assert(io.open(script, 'w'))
-    f:write(table.concat({
+    python_passes('read_hparams', {
       'import sys',
       'from tensorboard.backend.event_processing import event_file_loader',
       'from tensorboard.plugins.hparams import metadata',
@@ -454,11 +457,6 @@ describe("TensorBoard's own reader", function()
       'assert hp == {"optim.lr": 0.125, "optim.nesterov": True, "crops.size": "[28,14]", "run.name": "hp"}, hp',
       'assert end.status == 1, end',
       'print("read hparams")',
-    }, '\n'))
-    f:close()
-    local pipe = io.popen(python .. ' ' .. script .. ' ' .. w.path .. ' ' .. tb.path .. ' 2>&1; echo "status=$?"')
-    local out = pipe:read('*a')
-    pipe:close()
-    assert(out:find('status=0', 1, true), out)
+    }, w.path .. ' ' .. tb.path)
   end)
 end)

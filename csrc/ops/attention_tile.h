@@ -234,33 +234,43 @@ static ATT(att_bwd) ATT(att_bwd_view)(const att_geom *g, const ATT_T *Q, const A
     return w;
 }
 
-/* dK and dV of keys j0..j0+nc-1 of head n, over every query row that sees them:
- * dV_j = sum_i Z_ij dO_i, dK_j = scale * sum_i dS_ij q_i. */
-static void ATT(att_backward_kv_item)(const att_geom *g, const ATT_T *Q, const ATT_T *K, const ATT_T *V,
-                                      const ATT_T *dO, const ATT_T *LSE, const ATT_T *D, ATT_T *dK, ATT_T *dV,
-                                      int64_t n, int64_t j0, int nc, ATT_T *work) {
+/* Keys j0..j0+nc-1 of the head viewed by w, over every query row that sees them: dV_j =
+ * sum_i Z_ij dO_i and dK_j = scale * sum_i dS_ij q_i into dK, dV (either may be NULL),
+ * and, given gq (the head's dQ rows), dQ_i += scale dS_ij k_j as well. */
+static void ATT(att_key_block)(const att_geom *g, const ATT(att_bwd) *w, int64_t n, int64_t j0, int nc, ATT_T *dK,
+                               ATT_T *dV, ATT_T *gq) {
     const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
-    ATT(att_bwd) w = ATT(att_bwd_view)(g, Q, K, V, dO, LSE, D, n, work);
-    const ATT_T *q = w.q, *k = w.k, *v = w.v, *go = w.go, *lse = w.lse, *Dn = w.D;
-    ATT_T *kt = w.kt, *vt = w.vt, *S = w.S, *Z = w.Z, *keep = w.keep, *dP = w.dP, *T = w.T, *gk = w.acc,
-          *gv = gk + ATT_BC * d;
+    ATT_T *gk = w->acc, *gv = gk + ATT_BC * d;
     const ATT_T scale = (ATT_T)g->scale;
     for (int64_t e = 0; e < nc * d; e++) gk[e] = 0;
     for (int64_t e = 0; e < nc * dv; e++) gv[e] = 0;
-    ATT(att_transpose)(k + j0 * d, d, nc, d, kt, ATT_BC);
-    ATT(att_transpose)(v + j0 * dv, dv, nc, dv, vt, ATT_BC);
+    ATT(att_transpose)(w->k + j0 * d, d, nc, d, w->kt, ATT_BC);
+    ATT(att_transpose)(w->v + j0 * dv, dv, nc, dv, w->vt, ATT_BC);
     for (int64_t i0 = g->causal ? j0 : 0; i0 < Tq; i0 += ATT_BR) {
         const int nr = (int)(Tq - i0 < ATT_BR ? Tq - i0 : ATT_BR);
-        ATT(att_scores)(g, n, q, kt, i0, nr, j0, nc, S);
-        ATT(att_probs)(g, n, lse, i0, nr, j0, nc, S, Z, keep);
-        ATT(att_transpose)(Z, ATT_BC, nr, nc, T, ATT_BR); /* Z^T [nc][nr] */
-        ATT(att_gemm)(nc, dv, nr, 1, T, ATT_BR, go + i0 * dv, dv, false, 1, gv, dv);
-        ATT(att_dscores)(g, go, Dn, vt, i0, nr, nc, S, keep, dP);
-        ATT(att_transpose)(dP, ATT_BC, nr, nc, T, ATT_BR); /* dS^T */
-        ATT(att_gemm)(nc, d, nr, scale, T, ATT_BR, q + i0 * d, d, false, 1, gk, d);
+        ATT(att_scores)(g, n, w->q, w->kt, i0, nr, j0, nc, w->S);
+        ATT(att_probs)(g, n, w->lse, i0, nr, j0, nc, w->S, w->Z, w->keep);
+        if (dV) {
+            ATT(att_transpose)(w->Z, ATT_BC, nr, nc, w->T, ATT_BR); /* Z^T [nc][nr] */
+            ATT(att_gemm)(nc, dv, nr, 1, w->T, ATT_BR, w->go + i0 * dv, dv, false, 1, gv, dv);
+        }
+        ATT(att_dscores)(g, w->go, w->D, w->vt, i0, nr, nc, w->S, w->keep, w->dP);
+        if (dK) {
+            ATT(att_transpose)(w->dP, ATT_BC, nr, nc, w->T, ATT_BR); /* dS^T */
+            ATT(att_gemm)(nc, d, nr, scale, w->T, ATT_BR, w->q + i0 * d, d, false, 1, gk, d);
+        }
+        if (gq) ATT(att_gemm)(nr, d, nc, scale, w->dP, ATT_BC, w->k + j0 * d, d, false, 1, gq + i0 * d, d);
     }
     if (dK) memcpy(dK + (n * Tk + j0) * d, gk, (size_t)(nc * d) * sizeof(ATT_T));
     if (dV) memcpy(dV + (n * Tk + j0) * dv, gv, (size_t)(nc * dv) * sizeof(ATT_T));
+}
+
+/* dK and dV of keys j0..j0+nc-1 of head n (the two-pass scheme's first pass). */
+static void ATT(att_backward_kv_item)(const att_geom *g, const ATT_T *Q, const ATT_T *K, const ATT_T *V,
+                                      const ATT_T *dO, const ATT_T *LSE, const ATT_T *D, ATT_T *dK, ATT_T *dV,
+                                      int64_t n, int64_t j0, int nc, ATT_T *work) {
+    ATT(att_bwd) w = ATT(att_bwd_view)(g, Q, K, V, dO, LSE, D, n, work);
+    ATT(att_key_block)(g, &w, n, j0, nc, dK, dV, NULL);
 }
 
 /* dQ of rows i0..i0+nr-1 of head n: dQ_i = scale * sum_j dS_ij k_j. */
@@ -287,45 +297,18 @@ static void ATT(att_backward_q_item)(const att_geom *g, const ATT_T *Q, const AT
 }
 
 /* The whole backward of head n in one work item, for calls with enough heads to share
- * among the threads: per key block, over the query rows that see it, dV and dK as
- * att_backward_kv_item and dQ_i += scale dS_ij k_j straight into the head's dQ rows, so
- * the scores and dP of each tile are computed once (five tile products per tile instead
- * of the two passes' seven). Every sum runs in the two passes' order (dK_j, dV_j over i;
- * dQ_i over j), so the bits are theirs. */
+ * among the threads: every key block as att_key_block, with dQ accumulated straight into
+ * the head's dQ rows, so the scores and dP of each tile are computed once (five tile
+ * products per tile instead of the two passes' seven). Every sum runs in the two passes'
+ * order (dK_j, dV_j over i; dQ_i over j), so the bits are theirs. */
 static void ATT(att_backward_head_item)(const att_geom *g, const ATT_T *Q, const ATT_T *K, const ATT_T *V,
                                         const ATT_T *dO, const ATT_T *LSE, const ATT_T *D, ATT_T *dQ, ATT_T *dK,
                                         ATT_T *dV, int64_t n, ATT_T *work) {
-    const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
     ATT(att_bwd) w = ATT(att_bwd_view)(g, Q, K, V, dO, LSE, D, n, work);
-    const ATT_T *q = w.q, *k = w.k, *v = w.v, *go = w.go, *lse = w.lse, *Dn = w.D;
-    ATT_T *kt = w.kt, *vt = w.vt, *S = w.S, *Z = w.Z, *keep = w.keep, *dP = w.dP, *T = w.T, *gk = w.acc,
-          *gv = gk + ATT_BC * d, *gq = dQ ? dQ + n * Tq * d : NULL;
-    const ATT_T scale = (ATT_T)g->scale;
-    if (gq) memset(gq, 0, (size_t)(Tq * d) * sizeof(ATT_T));
-    for (int64_t j0 = 0; j0 < Tk; j0 += ATT_BC) {
-        const int nc = (int)(Tk - j0 < ATT_BC ? Tk - j0 : ATT_BC);
-        for (int64_t e = 0; e < nc * d; e++) gk[e] = 0;
-        for (int64_t e = 0; e < nc * dv; e++) gv[e] = 0;
-        ATT(att_transpose)(k + j0 * d, d, nc, d, kt, ATT_BC);
-        ATT(att_transpose)(v + j0 * dv, dv, nc, dv, vt, ATT_BC);
-        for (int64_t i0 = g->causal ? j0 : 0; i0 < Tq; i0 += ATT_BR) {
-            const int nr = (int)(Tq - i0 < ATT_BR ? Tq - i0 : ATT_BR);
-            ATT(att_scores)(g, n, q, kt, i0, nr, j0, nc, S);
-            ATT(att_probs)(g, n, lse, i0, nr, j0, nc, S, Z, keep);
-            if (dV) {
-                ATT(att_transpose)(Z, ATT_BC, nr, nc, T, ATT_BR); /* Z^T [nc][nr] */
-                ATT(att_gemm)(nc, dv, nr, 1, T, ATT_BR, go + i0 * dv, dv, false, 1, gv, dv);
-            }
-            ATT(att_dscores)(g, go, Dn, vt, i0, nr, nc, S, keep, dP);
-            if (dK) {
-                ATT(att_transpose)(dP, ATT_BC, nr, nc, T, ATT_BR); /* dS^T */
-                ATT(att_gemm)(nc, d, nr, scale, T, ATT_BR, q + i0 * d, d, false, 1, gk, d);
-            }
-            if (gq) ATT(att_gemm)(nr, d, nc, scale, dP, ATT_BC, k + j0 * d, d, false, 1, gq + i0 * d, d);
-        }
-        if (dK) memcpy(dK + (n * Tk + j0) * d, gk, (size_t)(nc * d) * sizeof(ATT_T));
-        if (dV) memcpy(dV + (n * Tk + j0) * dv, gv, (size_t)(nc * dv) * sizeof(ATT_T));
-    }
+    ATT_T *gq = dQ ? dQ + n * g->Tq * g->d : NULL;
+    if (gq) memset(gq, 0, (size_t)(g->Tq * g->d) * sizeof(ATT_T));
+    for (int64_t j0 = 0; j0 < g->Tk; j0 += ATT_BC)
+        ATT(att_key_block)(g, &w, n, j0, (int)(g->Tk - j0 < ATT_BC ? g->Tk - j0 : ATT_BC), dK, dV, gq);
 }
 
 /* D_i = dO_i . O_i for every row of every head (the softmax backward's row term). */

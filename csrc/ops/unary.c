@@ -61,8 +61,8 @@ static void loop_cast(char **p, const int64_t *s, int64_t n, const void *ctx) {
             for (int64_t i = 0; i < n; i++) *(uint64_t *)(p[0] + i * s[0]) = *(const uint64_t *)(p[1] + i * s[1]);
         } else if (es == 2) {
             for (int64_t i = 0; i < n; i++) *(uint16_t *)(p[0] + i * s[0]) = *(const uint16_t *)(p[1] + i * s[1]);
-        } else {
-            for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1] + i * s[1], es);
+        } else { /* u8, bool: every dtype is 1, 2, 4 or 8 bytes */
+            for (int64_t i = 0; i < n; i++) *(uint8_t *)(p[0] + i * s[0]) = *(const uint8_t *)(p[1] + i * s[1]);
         }
     } else if (!cr_dtype_is_float(from) && !cr_dtype_is_float(to)) {
         for (int64_t i = 0; i < n; i++) /* integers exactly; narrower ones wrap */

@@ -4,7 +4,8 @@
 // the merged dims of ops/iter.c. Dense f32 operands take a vectorised path (float4), and
 // dense operands of one half dtype another (eight halves per 16-byte load where aligned,
 // else four per 8 bytes; f32 arithmetic, core/half.h's rounding on store, the same bits as
-// the general path; the hot ops compiled in), and so do dense casts between f32 and a half. Strided work indexes in 32 bits where it fits. The
+// the general path; the hot ops compiled in), and so do dense casts between f32 and a
+// half. Strided work indexes in 32 bits where it fits. The
 // results follow the CPU reference loops (csrc/ops/elementwise.c, unary_math.c, compare.c):
 // NaN propagation in maximum/minimum/relu/clamp, integer wrap-around in the operand type,
 // zero for non-finite floats stored into integers.

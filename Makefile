@@ -20,7 +20,7 @@ ARCH ?= -march=native
 # flags or errno after math calls, and with them GCC vectorises selects and sqrtf. No
 # -ffast-math: sums keep their order and NaN/inf keep their meaning.
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 $(ARCH) -fPIC -fopenmp -g -fno-trapping-math -fno-math-errno \
-               -Wall -Wextra -Werror -Wno-unused-parameter -Icsrc/include -Icsrc/core -Icsrc/gpu -Icsrc/ops
+               -Wall -Wextra -Werror -Wno-unused-parameter -Icsrc -Icsrc/include -Icsrc/core -Icsrc/gpu -Icsrc/ops -Icsrc/autograd
 # -z defs: every symbol resolved at link time. -z nodelete: LuaJIT dlcloses the library
 # at exit while libgomp's idle threads still run in it, which crashed at exit.
 LDLIBS := -lm -lz -lturbojpeg -lpng -lpthread -fopenmp -Wl,-z,defs -Wl,-z,nodelete
@@ -63,8 +63,8 @@ LDLIBS += -ldl $(SAN)
 SRCS := $(wildcard csrc/core/*.c csrc/gpu/*.c csrc/ops/*.c csrc/autograd/*.c csrc/optim/*.c csrc/data/*.c \
                   csrc/ssl/*.c csrc/io/*.c csrc/dist/*.c)
 OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(SRCS))
-HDRS := $(wildcard csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/gpu/*.h csrc/ops/*.h csrc/optim/*.h \
-                  csrc/data/*.h csrc/loop/*.h csrc/ssl/*.h csrc/io/*.h csrc/dist/*.h)
+HDRS := $(wildcard csrc/*.h csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/gpu/*.h csrc/ops/*.h \
+                  csrc/autograd/*.h csrc/optim/*.h csrc/data/*.h csrc/loop/*.h csrc/ssl/*.h csrc/io/*.h csrc/dist/*.h)
 
 .PHONY: all deps pydeps test bench clean probes lint run install torchenv sanitize fuzz FORCE
 LOOP_SRCS := $(wildcard csrc/loop/*.c)

@@ -2,7 +2,8 @@
 -- module reaches what it uses by require (or through the cr.<name> façade of
 -- lua/crescent/init.lua, counted as a require of that module), never back up through a
 -- package that loads it. Prints each cycle it finds, module by module. In C, core/ calls
--- no function that ops/ or autograd/ define (autograd hands core what it needs).
+-- no function that ops/ or autograd/ define (autograd hands core what it needs), and no
+-- layer includes the private header of a layer above it.
 local root = require('crescent.native_files').root
 
 -- cr.<key> of the façade and the module it loads, as init.lua maps them
@@ -135,5 +136,41 @@ describe('the C layers', function()
         assert.is_nil(defined[name], path .. ' calls ' .. name .. ' from ' .. tostring(defined[name]))
       end
     end
+  end)
+
+  -- The private headers go one way: core/core.h, then ops/call.h, then autograd/node.h
+  -- (internal.h, all three, serves the layers above). A layer's files include no header
+  -- of a layer above it; the CUDA backend fills the call table and needs no graph node.
+  local function includes(path)
+    local out = {}
+    for name in read(root .. '/' .. path):gmatch('#include%s*"([^"]+)"') do out[#out + 1] = name:match('[^/]+$') end
+    return out
+  end
+  local ABOVE = {
+    core = { 'call.h', 'node.h', 'internal.h' },
+    gpu = { 'call.h', 'node.h' },
+    cuda = { 'node.h', 'internal.h' },
+  }
+  for dir, banned in pairs(ABOVE) do
+    it(dir .. '/ includes no header of a layer above it', function()
+      local p, files = io.popen('cd ' .. root .. ' && ls csrc/' .. dir .. '/*.c csrc/' .. dir .. '/*.h 2>/dev/null'), 0
+      for path in p:lines() do
+        files = files + 1
+        for _, name in ipairs(includes(path)) do
+          for _, b in ipairs(banned) do
+            assert.are_not.equal(b, name, path .. ' includes ' .. name)
+          end
+        end
+      end
+      p:close()
+      assert.is_true(files > 3)
+    end)
+  end
+
+  it('the headers nest core.h < call.h < node.h < internal.h', function()
+    assert.are.same({ 'crescent.h', 'half.h' }, includes('csrc/core/core.h'))
+    assert.are.same({ 'core.h' }, includes('csrc/ops/call.h'))
+    assert.are.same({ 'call.h' }, includes('csrc/autograd/node.h'))
+    assert.are.same({ 'core.h', 'call.h', 'node.h' }, includes('csrc/internal.h'))
   end)
 end)

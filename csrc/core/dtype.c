@@ -10,7 +10,7 @@
  * tensor cast to a narrower integer dtype wraps modulo 2^bits, as in PyTorch and C. */
 #include <math.h>
 
-#include "internal.h"
+#include "core.h"
 
 #define NAME_OF(e, name, bytes, is_float) [e] = name,
 #define SIZE_OF(e, name, bytes, is_float) [e] = bytes,

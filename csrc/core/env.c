@@ -1,6 +1,6 @@
 /* env.c — versions of the libraries crescent was linked with, for the environment report
  * (lua/crescent/env.lua). Each answer is a static string; "" means not built in. */
-#include "internal.h"
+#include "core.h"
 
 #ifdef CR_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>

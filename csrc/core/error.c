@@ -2,7 +2,7 @@
  * status; the Lua binding turns it into a Lua error. */
 #include <stdarg.h>
 
-#include "internal.h"
+#include "core.h"
 
 static _Thread_local char last_error[2048];
 

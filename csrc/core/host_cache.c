@@ -17,7 +17,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core.h"
 
 enum { CACHE_MIN_BYTES = 64 << 10, MAX_CLASSES = 256 };
 

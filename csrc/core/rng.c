@@ -2,7 +2,7 @@
  * and restore it with cr_rng_get_state/cr_rng_set_state. */
 #include "rng.h"
 
-#include "internal.h"
+#include "core.h"
 
 static uint64_t rng_seed = 0x5eed, rng_offset = 0;
 

@@ -2,7 +2,7 @@
  * build features. */
 #include <omp.h>
 
-#include "internal.h"
+#include "core.h"
 
 #ifndef CR_VERSION
 #define CR_VERSION "0.1.0"

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_backend.h"
+#include "call.h"
 #include "kernels/kernels.h"
 
 enum { CR_GPU_MAX_DEVICES = 64 };

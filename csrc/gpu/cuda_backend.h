@@ -10,7 +10,7 @@
 #define CR_CUDA_BACKEND_H
 
 #include "gpu_chunks.h"
-#include "internal.h"
+#include "core.h"
 
 enum { CR_CUDA_BACKEND_ABI = 6 };
 

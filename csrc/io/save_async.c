@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/internal.h"
+#include "internal.h"
 #include "crescent_io.h"
 
 struct cr_io_save_job {

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/internal.h"
+#include "internal.h"
 #include "crescent_io.h"
 
 enum { TEE_LINE_MAX = 1 << 16 };

@@ -69,7 +69,7 @@ if want specs || want recipes || want sanitize; then
     # under compute-sanitizer, cuda_spec, cuda_random_spec and cuda_sort_spec aborted early
     # with no report (an H200, 2026-11-26; cause not established), and once
     # cuda_reduce_dim_spec (2026-11-27, beside the four others): the others run under it
-    for n in cuda_attention_spec cuda_index_spec cuda_layer_norm_spec cuda_loss_spec cuda_reduce_dim_spec; do
+    for n in cuda_attention_spec cuda_index_spec cuda_layer_norm_spec cuda_loss_spec cuda_normalize_spec cuda_reduce_dim_spec; do
       part "sanitize_$n" 200 env OMP_NUM_THREADS=2 compute-sanitizer --tool memcheck --error-exitcode 9 \
         $BUSTED -o TAP "spec/$n.lua" &
     done

@@ -1,45 +1,46 @@
-/* normalize.c (cuda) — L2 normalisation along one dim on the GPU, composed of GPU ops
- * (x*x, a f64-accumulated sum, sqrt, clamp, div; the backward's projection and its
- * clamped branch through where), with ops/normalize.c's semantics: y = x / max(||x||, eps),
- * gx = (g - y sum(g y)) / ||x|| where ||x|| >= eps, else g / eps. A fused kernel would
- * save a few passes over the (small) embeddings it is used on. */
+/* normalize.c (cuda) — L2 normalisation along one dim on the GPU (kernels/normalize.cu),
+ * with ops/normalize.c's semantics: y = x / max(||x||, eps), gx = (g - y sum(g y)) / ||x||
+ * where ||x|| >= eps, else g / eps. ops/normalize.c has made x (and the backward's g)
+ * contiguous f32 or f64; the call's tensors go to the kernels as they are. */
 #include "cuda_impl.h"
-#include "elementwise_impl.h"
+#include "kernels/normalize.h"
 
-/* t[k] temporaries, freed together. */
-enum { NTMP = 8 };
-
-static void free_all(cr_tensor **t) {
-    for (int k = 0; k < NTMP; k++) cr_tensor_free(t[k]);
+/* x viewed as [outer, L, inner] around the normalised dim (ops/normalize.c's geometry). */
+static void geometry(const cr_tensor *x, int64_t dim, crk_normalize *p) {
+    p->outer = p->inner = 1;
+    for (int d = 0; d < dim; d++) p->outer *= x->shape[d];
+    for (int d = (int)dim + 1; d < x->ndim; d++) p->inner *= x->shape[d];
+    p->L = x->ndim ? x->shape[dim] : 1;
+    p->f64 = x->dtype == CR_DT_F64;
 }
 
+/* in: x; out: y, norms (keepdim shape); i[0] dim; f[0] eps. */
 cr_status cr_gpu_normalize(cr_call *c) {
-    cr_tensor *x = c->in[0], *t[NTMP] = {0};
-    uint32_t dims = 1u << c->i[0];
-    bool was = cr_grad_set_enabled(false);
-    cr_status st;
-    if (!(st = cr_op_mul(&t[0], x, x)) && !(st = cr_op_sum(&t[1], t[0], dims, true)) &&
-        !(st = cr_op_sqrt(&t[2], t[1])) && !(st = cr_copy_into(c->out[1], t[2])) &&
-        !(st = cr_op_clamp(&t[3], t[2], true, c->f[0], false, 0)) && !(st = cr_op_div(&t[4], x, t[3])))
-        st = cr_copy_into(c->out[0], t[4]);
-    cr_grad_set_enabled(was);
-    free_all(t);
-    return st;
+    int device;
+    cr_status st = cr_gpu_call_device(c, &device);
+    if (st) return st;
+    crk_normalize p;
+    memset(&p, 0, sizeof p);
+    geometry(c->in[0], c->i[0], &p);
+    p.eps = c->f[0];
+    p.x = cr_tensor_ptr(c->in[0]);
+    p.out = cr_tensor_ptr(c->out[0]);
+    p.nrm = cr_tensor_ptr(c->out[1]);
+    return cr_gpu_check(crk_normalize_forward(&p, cr_gpu_stream(device)), "normalize");
 }
 
+/* in: g, y, norms; out: gx; i[0] dim; f[0] eps. */
 cr_status cr_gpu_normalize_backward(cr_call *c) {
-    cr_tensor *g = c->in[0], *y = c->in[1], *nrm = c->in[2], *t[NTMP] = {0}, *eps = NULL;
-    uint32_t dims = 1u << c->i[0];
-    bool was = cr_grad_set_enabled(false);
-    cr_status st = cr_tensor_scalar(&eps, c->f[0], nrm->dtype);
-    if (!st && !(st = cr_op_mul(&t[0], g, y)) && !(st = cr_op_sum(&t[1], t[0], dims, true)) &&
-        !(st = cr_op_mul(&t[2], y, t[1])) && !(st = cr_op_sub(&t[3], g, t[2])) &&
-        !(st = cr_op_div(&t[4], t[3], nrm)) && !(st = cr_op_div(&t[5], g, eps)) &&
-        !(st = cr_op_ge(&t[6], nrm, eps)) && !(st = cr_op_where(&t[7], t[6], t[4], t[5])))
-        st = cr_copy_into(c->out[0], t[7]);
-    cr_grad_set_enabled(was);
-    cr_tensor_free(eps);
-    free_all(t);
-    return st;
+    int device;
+    cr_status st = cr_gpu_call_device(c, &device);
+    if (st) return st;
+    crk_normalize p;
+    memset(&p, 0, sizeof p);
+    geometry(c->in[1], c->i[0], &p);
+    p.eps = c->f[0];
+    p.x = cr_tensor_ptr(c->in[0]);
+    p.y = cr_tensor_ptr(c->in[1]);
+    p.nrm = cr_tensor_ptr(c->in[2]);
+    p.out = cr_tensor_ptr(c->out[0]);
+    return cr_gpu_check(crk_normalize_backward(&p, cr_gpu_stream(device)), "normalize_backward");
 }
-

@@ -177,3 +177,48 @@ describe('the LuaJIT recorder workaround (tools/jit_crash_repro.lua)', function(
     assert.truthy(out:find('ok status=0', 1, true), 'the child run ended with: ' .. out)
   end)
 end)
+
+describe('cr.saved_memory: what a graph keeps for its backward', function()
+  local MB = 2 ^ 20
+  it('counts each op\'s saved storages once, and mul and div keep an operand only for the other\'s grad', function()
+    local x = cr.randn({ 256, 1024 }):requires_grad_()   -- 1 MiB of f32
+    local a = x + 1                                      -- not a leaf: counted as saved
+    local w = cr.randn({ 256, 1024 })                    -- needs no grad
+    local r = cr.saved_memory(a * w)
+    assert.are.equal('mul', r[1].op)
+    assert.are.equal(1 * MB, r.total)                    -- w, for a's grad; not a
+    assert.are.equal(1, r[1].tensors)
+    local v = cr.randn({ 256, 1024 }):requires_grad_()
+    local b = v + 1
+    assert.are.equal(2 * MB, cr.saved_memory(a * b).total)
+    local d = cr.saved_memory(a / 3)                      -- a's grad needs the divisor only
+    assert.is_true(d.total <= 64, 'a / 3 kept ' .. d.total .. ' bytes')
+    assert.are.equal(2 * MB, cr.saved_memory(a / b).total)
+    -- a storage reached twice (a * b, then that times b) counts once
+    assert.are.equal(3 * MB, cr.saved_memory(a * b * b).total)
+    -- a leaf's value is counted apart: the model holds it anyway
+    local leafy = cr.saved_memory(x * v)
+    assert.are.equal(0, leafy.total)
+    assert.are.equal(2 * MB, leafy.leaf_bytes)
+    assert.are.equal(0, #cr.saved_memory(cr.ones(3)))   -- no graph: nothing
+  end)
+
+  it('gives the same grads when an operand is not kept', function()
+    local x0, w = cr.randn({ 5, 7 }, { dtype = 'f64' }), cr.randn({ 5, 7 }, { dtype = 'f64' }) + 3
+    assert.is_true(H.gradcheck(function(x) return x * w end, { x0 }))
+    assert.is_true(H.gradcheck(function(x) return x / w end, { x0 }))
+    assert.is_true(H.gradcheck(function(v) return w / v end, { w:clone() }))
+    assert.is_true(H.gradcheck(function(v) return x0 * v end, { w:clone() }))
+  end)
+
+  it('DropPath keeps no copy of its input', function()
+    local dp = cr.nn.DropPath(0.5)
+    local x = cr.randn({ 64, 50, 192 }):requires_grad_()
+    local r = cr.saved_memory(dp(x))
+    assert.is_true(r.total < 1024, 'DropPath kept ' .. r.total .. ' bytes')
+  end)
+
+  it('refuses what is not a tensor', function()
+    H.assert_error(function() cr.saved_memory(3) end, 'saved_memory: expected a tensor, got number')
+  end)
+end)

@@ -152,6 +152,8 @@ static cr_tensor *detached_alias(const cr_tensor *t) {
     return cr_tensor_alias(t, t->ndim, t->shape, t->stride, t->offset);
 }
 
+bool cr_grad_needed(const cr_tensor *t) { return grad_enabled && t && t->requires_grad; }
+
 bool cr_autograd_needed(const cr_call *c) {
     if (!grad_enabled || cr_grad_table[c->op] == cr_grad_none) return false;
     for (int i = 0; i < c->nin; i++)

@@ -43,6 +43,8 @@ struct cr_node {
 };
 
 bool cr_autograd_needed(const cr_call *c);
+/* Recording is on and t requires grad: an op keeps what t's grad rule needs. */
+bool cr_grad_needed(const cr_tensor *t);
 /* After a successful forward: if any input requires grad and recording is on, builds
  * the node, saving detached aliases of the inputs in save_in (bitmask) and outputs in
  * save_out, and marks the outputs. Outputs that are not float stay grad-free. */

@@ -262,6 +262,11 @@ cr_status cr_autograd_custom(cr_tensor **outs, int nout, cr_tensor **ins, int ni
 /* Ids of Lua functions whose nodes were freed since the last call, so the binding can
  * drop its references. Returns how many were written (at most cap). */
 int cr_autograd_reap_custom(int *ids, int cap);
+/* What the graph behind `root` keeps for its backward, per op (arrays of CR_OP_COUNT):
+ * bytes of the storages its nodes' saved tensors hold (each storage once), how many, and
+ * how many nodes; leaf_bytes: storages saved as leaves' values (parameters). */
+cr_status cr_autograd_saved_memory(const cr_tensor *root, int64_t *bytes, int64_t *tensors,
+                                   int64_t *nodes, int64_t *leaf_bytes);
 
 /* ---- data: IDX reader, sampler order, batch assembly (csrc/data/) ----------- */
 #include "crescent_data.h"

@@ -88,7 +88,9 @@ cr_status cr_op_mul(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     cr_status st = cr_check_binary("mul", a, b);
     if (st) return st;
     cr_dtype dt = cr_result_dtype(a, b);
-    return cr_binary_op(out, CR_OP_MUL, a, b, dt, dt, 3, 0);
+    /* a's grad needs b and b's needs a: a tensor is kept only for the other's grad */
+    unsigned save = (cr_grad_needed(b) ? 1u : 0u) | (cr_grad_needed(a) ? 2u : 0u);
+    return cr_binary_op(out, CR_OP_MUL, a, b, dt, dt, save, 0);
 }
 /* d(a*b) = g*b, g*a, each summed back to its input's shape. */
 cr_status cr_grad_mul(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
@@ -112,13 +114,15 @@ cr_status cr_op_div(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     if (st) return st;
     cr_dtype dt = cr_result_dtype(a, b);
     if (!cr_dtype_is_float(dt)) dt = CR_DT_F32;
-    return cr_binary_op(out, CR_OP_DIV, a, b, dt, dt, 3, 0);
+    /* both grads need b; only b's needs a */
+    unsigned save = (cr_grad_needed(b) ? 1u : 0u) | (cr_grad_needed(a) || cr_grad_needed(b) ? 2u : 0u);
+    return cr_binary_op(out, CR_OP_DIV, a, b, dt, dt, save, 0);
 }
 /* d(a/b) = g/b, -g*a/b^2 */
 cr_status cr_grad_div(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     cr_tensor *a, *b, *t1 = NULL, *t2 = NULL, *t3 = NULL;
     cr_status st;
-    if ((st = cr_saved_in(n, 0, &a)) || (st = cr_saved_in(n, 1, &b))) return st;
+    if ((st = cr_saved_in(n, 1, &b)) || (n->edges[1].node && (st = cr_saved_in(n, 0, &a)))) return st;
     if ((st = cr_op_div(&t1, gout[0], b))) return st; /* g/b */
     if (n->edges[0].node &&
         (st = cr_sum_to_shape(&gin[0], t1, n->in_meta[0].ndim, n->in_meta[0].shape)))

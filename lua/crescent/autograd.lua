@@ -196,6 +196,32 @@ function M.grad(output, inputs, grad)
   return result
 end
 
+-- What the graph behind t keeps alive for its backward: a list of {op, bytes, tensors,
+-- nodes}, largest first, each storage counted once; .total, the bytes of the list, and
+-- .leaf_bytes, storages saved as parameters' values (held by the model anyway).
+--   local y = model(x); for _, r in ipairs(cr.saved_memory(y)) do print(r.op, r.bytes) end
+function M.saved_memory(t)
+  if not is_tensor(t) then error('saved_memory: expected a tensor, got ' .. type(t), 2) end
+  local n = C.CR_OP_COUNT
+  local bytes, tensors, nodes = ffi.new('int64_t[?]', n), ffi.new('int64_t[?]', n), ffi.new('int64_t[?]', n)
+  local leaf = ffi.new('int64_t[1]')
+  check(C.cr_autograd_saved_memory(t, bytes, tensors, nodes, leaf))
+  local out, total = {}, 0
+  for op = 0, n - 1 do
+    if nodes[op] > 0 then
+      out[#out + 1] = { op = ffi.string(C.cr_op_name(op)), bytes = tonumber(bytes[op]), tensors = tonumber(tensors[op]),
+                        nodes = tonumber(nodes[op]) }
+      total = total + tonumber(bytes[op])
+    end
+  end
+  table.sort(out, function(a, b)
+    if a.bytes ~= b.bytes then return a.bytes > b.bytes end
+    return a.op < b.op
+  end)
+  out.total, out.leaf_bytes = total, tonumber(leaf[0])
+  return out
+end
+
 -- ---- cr.Function -------------------------------------------------------------------------------
 -- local Square = cr.Function{ forward = function(ctx, x) ctx:save_for_backward(x) return x*x end,
 --                             backward = function(ctx, g) local x = ctx.saved[1] return 2*x*g end }

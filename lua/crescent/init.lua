@@ -18,6 +18,7 @@ cr.set_grad_enabled = autograd.set_grad_enabled
 cr.is_grad_enabled = autograd.is_grad_enabled
 cr.Function = autograd.Function
 cr.grad = autograd.grad
+cr.saved_memory = autograd.saved_memory
 
 function cr.is_tensor(x) return Tensor._wrap.is_tensor(x) end
 

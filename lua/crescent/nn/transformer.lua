@@ -46,7 +46,8 @@ return function(cr, nn)
     local shape = { x.shape[1] }
     for d = 2, x.ndim do shape[d] = 1 end
     local keep = cr.rand(shape, { dtype = x.dtype, device = x.device }):ge(self.p):to(x.dtype)
-    return x * keep / (1 - self.p)
+    -- timm's order, (x / (1 - p)) * keep: neither product keeps x for the backward
+    return x / (1 - self.p) * keep
   end
   function DropPath:extra_repr() return string.format('p=%g', self.p) end
   nn.DropPath = DropPath

@@ -260,10 +260,11 @@ static cr_status finish_node(cr_engine *e, cr_node *n) {
 }
 
 static cr_status run_rule(cr_engine *e, cr_node *n) {
-    for (int k = 0; k < n->call.nout; k++) {
-        /* integer outputs (indices, masks) never carry grads: they stay NULL */
-        if (n->buf[k] || !cr_dtype_is_float(n->out_meta[k].dtype)) continue;
-        cr_status st = zeros_for(&n->buf[k], &n->out_meta[k]);
+    /* A missing grad of the first output is zeros. The other outputs (statistics, norms,
+     * indices) stay NULL when nothing reached them: no rule reads their grads, and their
+     * zeros were two fills per batch norm per step. */
+    if (n->call.nout > 0 && !n->buf[0] && cr_dtype_is_float(n->out_meta[0].dtype)) {
+        cr_status st = zeros_for(&n->buf[0], &n->out_meta[0]);
         if (st) return st;
     }
     if (n->released)

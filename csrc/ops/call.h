@@ -59,8 +59,9 @@ cr_status cr_full_on(cr_tensor **out, int ndim, const int64_t *shape, double val
 /* Sum `g` down to a broadcast source shape (grad of broadcasting). New reference. */
 cr_status cr_sum_to_shape(cr_tensor **out, cr_tensor *g, int ndim, const int64_t *shape);
 
-/* Derivative rule: given grads of the outputs (never NULL for float outputs: missing
- * ones are zeros; always NULL for integer outputs such as indices or masks),
+/* Derivative rule: given grads of the outputs (gout[0] is never NULL for a float output:
+ * a missing one is zeros; gout[k > 0] is NULL when nothing reached that output, and
+ * always for integer outputs such as indices or masks: rules read gout[0] only),
  * writes new references into gin[i] for each input i with n->edges[i].node != NULL.
  * Runs with grad recording off. */
 typedef cr_status (*cr_grad_fn)(cr_node *n, cr_tensor **gout, cr_tensor **gin);

@@ -4,7 +4,7 @@
  * a driver older than the toolkit crescent was built with, or no device. */
 #include <dlfcn.h>
 
-#include "internal.h"
+#include "core.h"
 
 #ifdef CR_HAVE_CUDA
 #include <cuda.h> /* CUDA_VERSION: the toolkit this build was compiled against */

@@ -18,7 +18,7 @@ require('crescent').ssl.recipe.main('swav', {
   -- 24 + 12 px crops of the 28 px images: the kNN of 28 + 14 px in two thirds of the time.
   -- An embedding of 32 dims, fewer than the 100 prototypes: with 128, the embeddings can
   -- sit where no prototype reaches (28 dims), every prediction uniform, and the loss stays
-  -- at ln 100 (24 px crops stalled there for two epochs).
+  -- at ln 100 (24 px crops stalled there through the first epoch and into the second).
   crops = { size = { 24, 12 } },
   model = { out_dim = 32 },
   optim = { lr = 0.6, weight_decay = 1e-6, warmup_epochs = 1, final_lr = 0.0006 },

@@ -65,21 +65,17 @@ static int count_saved(ptr_set *storages, const cr_tensor *t, bool leaf, int op,
 
 cr_status cr_autograd_saved_memory(const cr_tensor *root, int64_t *bytes, int64_t *tensors,
                                    int64_t *nodes, int64_t *leaf_bytes) {
-    CR_CHECK_TENSOR("autograd.saved_memory", root, "tensor");
+    CR_CHECK_TENSOR("saved_memory", root, "tensor");
     memset(bytes, 0, sizeof(int64_t) * CR_OP_COUNT);
     memset(tensors, 0, sizeof(int64_t) * CR_OP_COUNT);
     memset(nodes, 0, sizeof(int64_t) * CR_OP_COUNT);
     *leaf_bytes = 0;
     if (!root->grad_fn) return CR_OK;
     ptr_set seen = {0}, storages = {0};
-    cr_node **list = NULL;
-    size_t n = 0, cap = 0;
-    int bad = ptr_set_add(&seen, root->grad_fn) < 0;
-    if (!bad && !(list = malloc(64 * sizeof *list))) bad = 1;
-    if (!bad) {
-        cap = 64;
-        list[n++] = root->grad_fn;
-    }
+    size_t n = 0, cap = 64;
+    cr_node **list = malloc(cap * sizeof *list);
+    int bad = !list || ptr_set_add(&seen, root->grad_fn) < 0;
+    if (!bad) list[n++] = root->grad_fn;
     /* every reachable node, by a breadth-first walk over the list itself */
     for (size_t k = 0; !bad && k < n; k++) {
         cr_node *node = list[k];
@@ -119,6 +115,6 @@ cr_status cr_autograd_saved_memory(const cr_tensor *root, int64_t *bytes, int64_
     free(list);
     free(seen.slot);
     free(storages.slot);
-    if (bad) return cr_fail(CR_ERR_OOM, "autograd.saved_memory: out of memory walking the graph");
+    if (bad) return cr_fail(CR_ERR_OOM, "saved_memory: out of memory walking the graph");
     return CR_OK;
 }

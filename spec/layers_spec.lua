@@ -138,6 +138,20 @@ describe('the C layers', function()
     end
   end)
 
+  -- The CUDA backend is a column of kernels under the op layer: it composes nothing
+  -- from op entries (cr_op_<name>, with dispatch and autograd), only from its own kernels.
+  it('cuda/ calls no op entry', function()
+    local p, files = io.popen('cd ' .. root .. ' && ls csrc/cuda/*.c'), 0
+    for path in p:lines() do
+      files = files + 1
+      for name in read(root .. '/' .. path):gmatch('%f[%w_](cr_op_[%w_]+)%s*%(') do
+        assert.are.equal('cr_op_name', name, path .. ' calls the op entry ' .. name)
+      end
+    end
+    p:close()
+    assert.is_true(files > 10)
+  end)
+
   -- The private headers go one way: core/core.h, then ops/call.h, then autograd/node.h
   -- (internal.h, all three, serves the layers above). A layer's files include no header
   -- of a layer above it; the CUDA backend fills the call table and needs no graph node.

@@ -40,10 +40,7 @@ static cr_status readable(cr_tensor **out, cr_tensor *t, int lead) {
         *out = t;
         return CR_OK;
     }
-    bool was = cr_grad_set_enabled(false);
-    cr_status st = cr_op_clone(out, t);
-    cr_grad_set_enabled(was);
-    return st;
+    return cr_gpu_contiguous_copy(out, t);
 }
 
 /* out[batch, n, m] = alpha * a[batch, n, k] @ b[batch, k, m] + beta * out. */

@@ -451,9 +451,9 @@ cr_status cr_gpu_conv2d_backward(cr_call *c) {
     cudnnHandle_t h;
     if ((st = cr_gpu_cudnn(device, &h))) return st;
     if (!c->in[0]->numel || !c->in[1]->numel) { /* nothing flows: zero grads */
-        if (gx_slot) st = cr_op_fill_(gx_slot, 0);
-        if (!st && gw_slot) st = cr_op_fill_(gw_slot, 0);
-        if (!st && gb) st = cr_op_fill_(gb, 0);
+        if (gx_slot) st = cr_gpu_fill_value(gx_slot, 0);
+        if (!st && gw_slot) st = cr_gpu_fill_value(gw_slot, 0);
+        if (!st && gb) st = cr_gpu_fill_value(gb, 0);
         return st;
     }
     cr_tensor *gy = NULL, *x = NULL, *w = NULL, *gx = NULL, *gw = NULL;

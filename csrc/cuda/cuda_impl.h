@@ -47,6 +47,12 @@ cr_status cr_gpu_call_device(const cr_call *c, int *device);
 CR_OPS(CR_GPU_DECLARE_KERNEL)
 #undef CR_GPU_DECLARE_KERNEL
 cr_status cr_gpu_none(cr_call *c);
+/* The elementwise kernels for the backend's own use (elementwise.c), without an op entry:
+ * no dispatch, no autograd. dst = src (converting the dtype); t = value; a fresh
+ * row-major copy of t. */
+cr_status cr_gpu_copy_into(cr_tensor *dst, cr_tensor *src);
+cr_status cr_gpu_fill_value(cr_tensor *t, double value);
+cr_status cr_gpu_contiguous_copy(cr_tensor **out, cr_tensor *t);
 extern const cr_kernel_fn cr_gpu_kernels[CR_OP_COUNT];
 void cr_gpu_set_deterministic(bool on);
 /* Fills the NCCL entries of the table (nccl.c); leaves them NULL without CR_HAVE_NCCL. */

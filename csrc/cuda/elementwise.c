@@ -2,7 +2,8 @@
  * and the in-place copy_, add_ and mul_ (the op rows name them, cr_gpu_<op>): each call
  * becomes one launch of kernels/elementwise.cu's kernel for the op over the operands'
  * merged dims (ops/iter.c does the broadcasting and merging, as on the CPU). Views, cat
- * and to_device need no kernel: their rows name the CPU function for both devices. */
+ * and to_device need no kernel: their rows name the CPU function for both devices. The
+ * backend's other files copy and fill through cr_gpu_copy_into / cr_gpu_fill_value. */
 #include "cuda_impl.h"
 #include "iter.h"
 
@@ -127,3 +128,33 @@ GPU_EW(copy_, CRK_COPY, INPLACE)
 GPU_EW(add_, CRK_AXPY, INPLACE)
 GPU_EW(mul_, CRK_SCALE, INPLACE)
 GPU_EW(fill, CRK_FILL, FILL)
+
+/* ---- for the backend's own files: the kernels without an op entry (no dispatch, no
+ * autograd), so cuda/ composes nothing from the op layer above it ---- */
+cr_status cr_gpu_copy_into(cr_tensor *dst, cr_tensor *src) {
+    cr_call c;
+    cr_status st = cr_call_init(&c, CR_OP_COPY_, 1, 1);
+    if (st) return st;
+    c.in[0] = src;
+    c.out[0] = dst;
+    return gpu_elementwise(&c, CRK_COPY, INPLACE);
+}
+
+cr_status cr_gpu_fill_value(cr_tensor *t, double value) {
+    cr_call c;
+    cr_status st = cr_call_init(&c, CR_OP_FILL, 0, 1);
+    if (st) return st;
+    c.out[0] = t;
+    c.f[0] = value;
+    return gpu_elementwise(&c, CRK_FILL, FILL);
+}
+
+cr_status cr_gpu_contiguous_copy(cr_tensor **out, cr_tensor *t) {
+    cr_status st = cr_tensor_alloc_like(out, t);
+    if (st) return st;
+    if ((st = cr_gpu_copy_into(*out, t))) {
+        cr_tensor_release(*out);
+        *out = NULL;
+    }
+    return st;
+}

@@ -123,14 +123,6 @@ static cr_status scatter_into(int device, cudaStream_t s, crk_move *m, const cha
     return st;
 }
 
-/* out = copy of t, for the scatters (which add into it). */
-static cr_status copy_base(cr_tensor *out, cr_tensor *t) {
-    bool was = cr_grad_set_enabled(false);
-    cr_status st = cr_op_copy_(out, t);
-    cr_grad_set_enabled(was);
-    return st;
-}
-
 /* ---- gathers ------------------------------------------------------------------------- */
 cr_status cr_gpu_index_select(cr_call *c) {
     ENTER(c);
@@ -191,7 +183,7 @@ cr_status cr_gpu_scatter_add(cr_call *c) {
     crk_index x;
     index_desc(idx, &x);
     if ((st = check_range(device, s, CR_OP_SCATTER_ADD, dim, idx, &x, size_along(t, dim))) ||
-        (st = copy_base(o, t)))
+        (st = cr_gpu_copy_into(o, t)))
         return st;
     crk_move m; /* the domain is the index's shape */
     move_desc(&m, idx->ndim, idx->shape, dim, strides_of(o), strides_of(src), strides_of(idx));
@@ -211,7 +203,7 @@ cr_status cr_gpu_index_add(cr_call *c) {
     crk_index x;
     index_desc(idx, &x);
     if ((st = check_range(device, s, CR_OP_INDEX_ADD, dim, idx, &x, size_along(t, dim))) ||
-        (st = copy_base(o, t)))
+        (st = cr_gpu_copy_into(o, t)))
         return st;
     crk_move m; /* the domain is src's shape; position j along dim reads index value j */
     move_desc(&m, src->ndim, src->shape, dim, strides_of(o), strides_of(src), NULL);

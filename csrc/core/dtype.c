@@ -2,7 +2,7 @@
  * rules. The load/store-as-double helpers are the slow universal path used by reference
  * kernels for dtypes that have no typed loop.
  *
- * Cast rules (docs/ARCHITECTURE.md, "Casts"): a value from Lua (cr.tensor, cr.full,
+ * Cast rules (docs/internals/tensors.md, "Casts"): a value from Lua (cr.tensor, cr.full,
  * fill_, a number beside a tensor) that an integer dtype cannot hold (NaN, an infinity,
  * or outside its range) is an error, as in PyTorch; a fraction is truncated toward zero.
  * A float tensor cast to an integer dtype truncates toward zero and saturates at the

@@ -1,6 +1,7 @@
 /* backend.c — the CUDA backend's entry (cr_cuda_backend_open, called by the core's
- * cuda_loader.c), the per-device context (compute stream, copy stream, cuBLAS handle),
- * copies between host and devices, pinned host memory and error mapping.
+ * cuda_loader.c): the function table it fills, copies between host and devices, pinned
+ * host memory, events, the optimizer's chunked updates. The per-device context (streams,
+ * cuBLAS handle, error mapping) is device.c's.
  *
  * Ordering: every kernel, library call and allocation of a device runs on its compute
  * stream, so work is ordered without events. The copy stream carries only asynchronous
@@ -11,105 +12,18 @@
 
 #include "cuda_impl.h"
 
-typedef struct {
-    bool ready;
-    cudaStream_t compute, copy;
-    cublasHandle_t blas;
-} device_ctx;
-
-static device_ctx devices[CR_GPU_MAX_DEVICES];
-static int device_count;
-static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
-static __thread int current_device = -1;
-
-cr_status cr_gpu_check(cudaError_t err, const char *what) {
-    if (err == cudaSuccess) return CR_OK;
-    cudaGetLastError(); /* clear the sticky-free error state */
-    if (err == cudaErrorMemoryAllocation)
-        return cr_fail(CR_ERR_OOM, "%s: out of GPU memory (%s)", what, cudaGetErrorString(err));
-    return cr_fail(CR_ERR_DEVICE, "%s: CUDA error %d (%s)", what, (int)err, cudaGetErrorString(err));
-}
-
-cr_status cr_gpu_check_cublas(cublasStatus_t st, const char *what) {
-    if (st == CUBLAS_STATUS_SUCCESS) return CR_OK;
-    if (st == CUBLAS_STATUS_ALLOC_FAILED)
-        return cr_fail(CR_ERR_OOM, "%s: cuBLAS could not allocate GPU memory", what);
-    return cr_fail(CR_ERR_DEVICE, "%s: cuBLAS error %d (%s)", what, (int)st, cublasGetStatusString(st));
-}
-
-int cr_gpu_device_count(void) { return device_count; }
-
-int cr_gpu_tf32_setting(void) {
-    static int setting = -2;
-    if (setting == -2) {
-        const char *e = getenv("CRESCENT_CUDA_TF32");
-        setting = !e || !*e ? -1 : *e == '1' ? 1 : 0;
-    }
-    return setting;
-}
-
-static cr_status init_device(int device) {
-    device_ctx *d = &devices[device];
-    cr_status st = CR_OK;
-    pthread_mutex_lock(&ctx_lock);
-    if (!d->ready) {
-        st = cr_gpu_check(cudaStreamCreateWithFlags(&d->compute, cudaStreamNonBlocking),
-                          "creating the compute stream");
-        if (!st)
-            st = cr_gpu_check(cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking),
-                              "creating the copy stream");
-        if (!st) __atomic_store_n(&d->ready, true, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&ctx_lock);
-    return st;
-}
-
-cr_status cr_gpu_enter(int device) {
-    if (device < 0 || device >= device_count)
-        return cr_fail(CR_ERR_DEVICE, "cuda:%d does not exist: this machine has %d CUDA device%s",
-                       device, device_count, device_count == 1 ? "" : "s");
-    if (device != current_device) {
-        cr_status st = cr_gpu_check(cudaSetDevice(device), "selecting the GPU");
-        if (st) return st;
-        current_device = device;
-    }
-    return __atomic_load_n(&devices[device].ready, __ATOMIC_ACQUIRE) ? CR_OK : init_device(device);
-}
-
-cudaStream_t cr_gpu_stream(int device) { return devices[device].compute; }
-
-cr_status cr_gpu_cublas(int device, cublasHandle_t *out) {
-    device_ctx *d = &devices[device];
-    cr_status st = CR_OK;
-    pthread_mutex_lock(&ctx_lock);
-    if (!d->blas) {
-        st = cr_gpu_check_cublas(cublasCreate(&d->blas), "creating the cuBLAS handle");
-        if (!st) st = cr_gpu_check_cublas(cublasSetStream(d->blas, d->compute), "cublasSetStream");
-    }
-    pthread_mutex_unlock(&ctx_lock);
-    *out = d->blas;
-    return st;
-}
-
-cr_status cr_gpu_call_device(const cr_call *c, int *device) {
-    const cr_tensor *lead = c->nout && c->out[0] ? c->out[0] : c->in[0];
-    *device = lead->storage->device_index;
-    return cr_gpu_enter(*device);
-}
-
 /* ---- copies ---- */
 static cr_status copy_async_h2d(void *dst, int dd, const void *src, size_t bytes) {
-    device_ctx *d = &devices[dd];
-    cudaEvent_t before = NULL, after = NULL;
+        cudaEvent_t before = NULL, after = NULL;
     cr_status st = cr_gpu_check(cudaEventCreateWithFlags(&before, cudaEventDisableTiming), "event");
     if (!st) st = cr_gpu_check(cudaEventCreateWithFlags(&after, cudaEventDisableTiming), "event");
-    if (!st) st = cr_gpu_check(cudaEventRecord(before, d->compute), "cudaEventRecord");
-    if (!st) st = cr_gpu_check(cudaStreamWaitEvent(d->copy, before, 0), "cudaStreamWaitEvent");
+    if (!st) st = cr_gpu_check(cudaEventRecord(before, cr_gpu_stream(dd)), "cudaEventRecord");
+    if (!st) st = cr_gpu_check(cudaStreamWaitEvent(cr_gpu_copy_stream(dd), before, 0), "cudaStreamWaitEvent");
     if (!st)
-        st = cr_gpu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->copy),
+        st = cr_gpu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cr_gpu_copy_stream(dd)),
                           "copying to the GPU");
-    if (!st) st = cr_gpu_check(cudaEventRecord(after, d->copy), "cudaEventRecord");
-    if (!st) st = cr_gpu_check(cudaStreamWaitEvent(d->compute, after, 0), "cudaStreamWaitEvent");
+    if (!st) st = cr_gpu_check(cudaEventRecord(after, cr_gpu_copy_stream(dd)), "cudaEventRecord");
+    if (!st) st = cr_gpu_check(cudaStreamWaitEvent(cr_gpu_stream(dd), after, 0), "cudaStreamWaitEvent");
     if (before) cudaEventDestroy(before); /* released by the driver once they complete */
     if (after) cudaEventDestroy(after);
     return st;
@@ -124,7 +38,7 @@ static cr_status copy(void *dst, int dd, const void *src, int sd, size_t bytes, 
     if (sd < 0) { /* host -> device */
         if ((st = cr_gpu_enter(dd))) return st;
         if (non_blocking) return copy_async_h2d(dst, dd, src, bytes);
-        cudaStream_t s = devices[dd].compute;
+        cudaStream_t s = cr_gpu_stream(dd);
         st = cr_gpu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s),
                           "copying to the GPU");
         /* the pageable source may be freed as soon as we return */
@@ -132,7 +46,7 @@ static cr_status copy(void *dst, int dd, const void *src, int sd, size_t bytes, 
     }
     if (dd < 0) { /* device -> host: the caller reads the bytes next */
         if ((st = cr_gpu_enter(sd))) return st;
-        cudaStream_t s = devices[sd].compute;
+        cudaStream_t s = cr_gpu_stream(sd);
         st = cr_gpu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s),
                           "copying from the GPU");
         return st ? st : cr_gpu_check(cudaStreamSynchronize(s), "copying from the GPU");
@@ -140,26 +54,26 @@ static cr_status copy(void *dst, int dd, const void *src, int sd, size_t bytes, 
     if (sd == dd) {
         if ((st = cr_gpu_enter(dd))) return st;
         return cr_gpu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
-                                            devices[dd].compute), "copying on the GPU");
+                                            cr_gpu_stream(dd)), "copying on the GPU");
     }
     /* between GPUs: the source's queued work first, then the copy on the target's stream */
     if ((st = cr_gpu_enter(sd)) ||
-        (st = cr_gpu_check(cudaStreamSynchronize(devices[sd].compute), "copying between GPUs")) ||
+        (st = cr_gpu_check(cudaStreamSynchronize(cr_gpu_stream(sd)), "copying between GPUs")) ||
         (st = cr_gpu_enter(dd)))
         return st;
     /* the source block belongs to the source's stream, which may reuse it as soon as the
      * caller frees it: the copy must be over before we return */
-    st = cr_gpu_check(cudaMemcpyPeerAsync(dst, dd, src, sd, bytes, devices[dd].compute),
+    st = cr_gpu_check(cudaMemcpyPeerAsync(dst, dd, src, sd, bytes, cr_gpu_stream(dd)),
                       "copying between GPUs");
-    return st ? st : cr_gpu_check(cudaStreamSynchronize(devices[dd].compute), "copying between GPUs");
+    return st ? st : cr_gpu_check(cudaStreamSynchronize(cr_gpu_stream(dd)), "copying between GPUs");
 }
 
 static cr_status synchronize(int device) {
-    for (int d = device < 0 ? 0 : device; d < (device < 0 ? device_count : device + 1); d++) {
-        if (!__atomic_load_n(&devices[d].ready, __ATOMIC_ACQUIRE)) continue;
+    for (int d = device < 0 ? 0 : device; d < (device < 0 ? cr_gpu_device_count() : device + 1); d++) {
+        if (!cr_gpu_device_ready(d)) continue;
         cr_status st = cr_gpu_enter(d);
-        if (!st) st = cr_gpu_check(cudaStreamSynchronize(devices[d].compute), "synchronize");
-        if (!st) st = cr_gpu_check(cudaStreamSynchronize(devices[d].copy), "synchronize");
+        if (!st) st = cr_gpu_check(cudaStreamSynchronize(cr_gpu_stream(d)), "synchronize");
+        if (!st) st = cr_gpu_check(cudaStreamSynchronize(cr_gpu_copy_stream(d)), "synchronize");
         if (st) return st;
     }
     return CR_OK;
@@ -256,12 +170,12 @@ static cr_status host_alloc(size_t bytes, void **ptr) {
 }
 
 static void host_release(void *ptr, size_t bytes) {
-    int saved = current_device;
+    int saved = cr_gpu_current_device();
     deferred *p = calloc(1, sizeof *p);
     if (!p) { /* no record to defer with: wait for the copies, then free */
-        for (int d = 0; d < device_count; d++)
-            if (__atomic_load_n(&devices[d].ready, __ATOMIC_ACQUIRE) && !cr_gpu_enter(d))
-                cudaStreamSynchronize(devices[d].copy);
+        for (int d = 0; d < cr_gpu_device_count(); d++)
+            if (cr_gpu_device_ready(d) && !cr_gpu_enter(d))
+                cudaStreamSynchronize(cr_gpu_copy_stream(d));
         if (saved >= 0) cr_gpu_enter(saved);
         cudaFreeHost(ptr);
         cudaGetLastError();
@@ -269,10 +183,10 @@ static void host_release(void *ptr, size_t bytes) {
     }
     p->ptr = ptr;
     p->size = cr_host_alloc_size(bytes);
-    for (int d = 0; d < device_count; d++) {
-        if (!__atomic_load_n(&devices[d].ready, __ATOMIC_ACQUIRE) || cr_gpu_enter(d)) continue;
+    for (int d = 0; d < cr_gpu_device_count(); d++) {
+        if (!cr_gpu_device_ready(d) || cr_gpu_enter(d)) continue;
         if (cudaEventCreateWithFlags(&p->done[p->n], cudaEventDisableTiming) != cudaSuccess) break;
-        cudaEventRecord(p->done[p->n], devices[d].copy);
+        cudaEventRecord(p->done[p->n], cr_gpu_copy_stream(d));
         p->n++;
     }
     if (saved >= 0) cr_gpu_enter(saved);
@@ -307,7 +221,7 @@ static cr_status optim_update(int device, const cr_gpu_optim_chunk *chunks, int6
     size_t bytes = sizeof *chunks * (size_t)n;
     void *dev = NULL;
     if (st || (st = upload(device, chunks, bytes, &dev))) return st;
-    st = cr_gpu_check(crk_optim_update(dev, n, devices[device].compute), "optimizer step");
+    st = cr_gpu_check(crk_optim_update(dev, n, cr_gpu_stream(device)), "optimizer step");
     cr_gpu_release(device, dev, bytes); /* stream-ordered: reused only after the kernel */
     return st;
 }
@@ -320,7 +234,7 @@ static cr_status pow_sums(int device, const cr_gpu_norm_chunk *chunks, int64_t n
     size_t bytes = sizeof *chunks * (size_t)n, out_bytes = sizeof(double) * (size_t)n;
     void *dev = NULL, *dout = NULL;
     if (st || (st = upload(device, chunks, bytes, &dev))) return st;
-    cudaStream_t s = devices[device].compute;
+    cudaStream_t s = cr_gpu_stream(device);
     st = cr_gpu_alloc(device, out_bytes, &dout);
     if (!st) st = cr_gpu_check(crk_pow_sums(dev, n, p, dout, s), "gradient norm");
     if (!st)
@@ -382,7 +296,7 @@ cr_status cr_cuda_backend_open(cr_cuda_backend *out, int core_abi, size_t table_
                        cudaGetErrorString(err));
     }
     if (n < 1) return cr_fail(CR_ERR_DEVICE, "the CUDA runtime sees no GPU");
-    device_count = n < CR_GPU_MAX_DEVICES ? n : CR_GPU_MAX_DEVICES;
+    int device_count = cr_gpu_devices_found(n);
     size_t smallest = 0;
     for (int d = 0; d < device_count; d++) {
         struct cudaDeviceProp prop;

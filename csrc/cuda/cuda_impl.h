@@ -13,6 +13,15 @@
 
 enum { CR_GPU_MAX_DEVICES = 64 };
 
+/* ---- the per-device context (device.c) ---- */
+/* Records how many devices the runtime found (capped at CR_GPU_MAX_DEVICES); returns it. */
+int cr_gpu_devices_found(int n);
+/* The device this thread entered last, -1 before any. */
+int cr_gpu_current_device(void);
+/* Whether the device's streams exist (it was entered once). */
+bool cr_gpu_device_ready(int device);
+/* The device's copy stream: asynchronous host-to-device copies from pinned memory only. */
+cudaStream_t cr_gpu_copy_stream(int device);
 /* Makes `device` current on this thread (cudaSetDevice only when it changes). */
 cr_status cr_gpu_enter(int device);
 /* The device's compute stream: every kernel, library call and allocation runs on it. */

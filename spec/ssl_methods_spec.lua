@@ -472,6 +472,40 @@ describe('ssl.npid.NPID', function()
       'NPID:load_extra_state: the saved memory bank is [10, 4] but this run has [12, 4]')
   end)
 
+  it("with bank_init = 'features' fills the bank with the network's embeddings once, before training", function()
+    cr.manual_seed(47)
+    local m = make({ bank_init = 'features' })
+    assert.is_false(m.bank_filled)
+    local ds = cr.data.synthetic { n = 10, shape = { 1, 16, 16 }, num_classes = 2 }
+    m.memory_loader = cr.data.Loader(ds, { batch_size = 4, drop_last = false, views = cr.data.transforms.multicrop {
+      size_crops = { 16 }, num_crops = { 1 }, crop_scales = { { 1, 1 } }, ratio = { 1, 1 } } })
+    local hook = m:hooks()[1]
+    hook.before_phase(nil, { phase_name = 'val', epoch = 0 })
+    assert.is_false(m.bank_filled)
+    hook.before_phase(nil, { phase_name = 'train', epoch = 0 })
+    assert.is_true(m.bank_filled)
+    -- every row is the embedding of its own sample: the same pass again gives the same rows
+    local want = {}
+    cr.no_grad(function()
+      for batch in m.memory_loader:iter(0) do
+        local v, index = m(batch.input).v, batch.index:totable()
+        for b = 1, v.shape[1] do want[index[b] + 1] = v:select(0, b - 1) end
+      end
+    end)
+    for i = 1, 10 do H.assert_close(m.bank:select(0, i - 1), want[i], 1e-6, 1e-6) end
+    local bank = m.bank:clone()
+    hook.before_phase(nil, { phase_name = 'train', epoch = 1 })      -- once only
+    assert.are.equal(0, max_abs(m.bank, bank))
+    local copy = make({ bank_init = 'features' })
+    copy:load_extra_state(m:extra_state())
+    assert.is_true(copy.bank_filled)
+    local fresh = make({ bank_init = 'features' })
+    H.assert_error(function() fresh:hooks()[1].before_phase(nil, { phase_name = 'train', epoch = 0 }) end,
+      "NPID: bank_init = 'features' needs m.memory_loader")
+    H.assert_error(function() make { bank_init = 'zeros' } end, "NPID: bank_init must be 'noise'")
+    assert.is_true(make().bank_filled)   -- noise: the paper's start, nothing to fill
+  end)
+
   it('rejects bad options and input', function()
     H.assert_error(function() make { momentum = 1 } end, 'NPID: momentum must be in [0, 1), got 1')
     H.assert_error(function() make { num_samples = 0 } end, "NPID: 'num_samples' must be an integer >= 1, got 0")

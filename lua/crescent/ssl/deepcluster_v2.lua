@@ -165,14 +165,8 @@ end
 
 -- Fills the memory with one pass over a loader (its batches carry index), under no_grad.
 function DeepClusterV2:fill_memory(loader, device)
-  cr.no_grad(function()
-    for batch in loader:iter(0) do
-      local crops = batch.input
-      if device and device ~= 'cpu' then
-        for i, c in ipairs(crops) do crops[i] = c:to(device) end
-      end
-      self:remember(self:forward(crops).embedding, crops[1].shape[1], batch.index:to(self.assignments.device))
-    end
+  method_parts.memory_pass(self, loader, device, function(out, B, index)
+    self:remember(out.embedding, B, index:to(self.assignments.device))
   end)
   self.memory_filled = true
 end

@@ -109,6 +109,21 @@ function M.write_rows(mem, index, rows)
   end)
 end
 
+-- One pass over `loader` (its batches carry index) under no_grad, for a method that
+-- fills a memory before training: write(method's forward output, batch size, index) per
+-- batch, the crops moved to `device` first.
+function M.memory_pass(method, loader, device, write)
+  cr.no_grad(function()
+    for batch in loader:iter(0) do
+      local crops = batch.input
+      if device and device ~= 'cpu' then
+        for i, c in ipairs(crops) do crops[i] = c:to(device) end
+      end
+      write(method:forward(crops), crops[1].shape[1], batch.index)
+    end
+  end)
+end
+
 -- extra_state and load_extra_state for a method class with no state beyond its
 -- parameters: saves nothing, and refuses a checkpoint that holds method state.
 function M.stateless(class, title)

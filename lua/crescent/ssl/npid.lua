@@ -12,7 +12,11 @@
 --
 -- The paper estimates the full softmax by NCE; the sampled softmax here is the other
 -- usual estimate of it (the bank and its update are the paper's). The bank starts as
--- uniform noise in [-1/sqrt(D/3), 1/sqrt(D/3)], as the official code's. It is method
+-- uniform noise in [-1/sqrt(D/3), 1/sqrt(D/3)], as the official code's (bank_init =
+-- 'noise'), or as the untrained network's embeddings of every sample, one pass over
+-- m.memory_loader before the first epoch (bank_init = 'features'): with noise, each
+-- sample's first target is a random vector, and a schedule of a few epochs spends its
+-- first one fitting the network to random vectors. The bank is method
 -- state: checkpoints save it, and loading one made for a data set of another size is an
 -- error. The negatives come from the global RNG, which checkpoints save too, so a resumed
 -- run draws what the uninterrupted one would. Parameter names: trunk.*, head.*.
@@ -32,7 +36,7 @@ local M = {}
 local function fail(msg) error(msg, util.user_level()) end
 
 local KNOWN = { trunk = true, feat_dim = true, out_dim = true, num_samples = true, negatives = true,
-                temperature = true, momentum = true }
+                temperature = true, momentum = true, bank_init = true }
 
 local NPID = nn.Module:extend('NPID')
 M.NPID = NPID
@@ -51,6 +55,12 @@ function NPID:init(o)
   self.head = nn.Linear(feat, out)
   local stdv = 1 / math.sqrt(out / 3)
   self.bank = cr.rand(N, out) * (2 * stdv) - stdv
+  self.bank_init = o.bank_init or 'noise'
+  if self.bank_init ~= 'noise' and self.bank_init ~= 'features' then
+    fail("NPID: bank_init must be 'noise' (the paper's) or 'features' (one pass of the untrained network), got " ..
+      tostring(o.bank_init))
+  end
+  self.bank_filled = self.bank_init == 'noise'   -- the bank holds its starting values
 end
 
 -- The bank follows the module to a device or dtype (Module:to).
@@ -92,9 +102,31 @@ function NPID:loss(out, batch)
   return loss
 end
 
-function NPID.hooks() return {} end
+-- Fills the bank with the embeddings of one pass over a loader (its batches carry index).
+function NPID:fill_bank(loader, device)
+  method_parts.memory_pass(self, loader, device, function(out, _, index)
+    method_parts.write_rows(self.bank, index:to(self.bank.device), out.v)
+  end)
+  self.bank_filled = true
+end
 
-function NPID:extra_state() return { bank = { memory = self.bank } } end
+-- With bank_init = 'features': the fill pass at the start of the first train phase.
+function NPID:hooks()
+  local method = self
+  return {
+    { name = 'npid', priority = 40,
+      before_phase = function(_, task)
+        if task.phase_name ~= 'train' or method.bank_filled then return end
+        if not method.memory_loader then
+          error("NPID: bank_init = 'features' needs m.memory_loader (a loader of the training set with the same " ..
+            'view) or a call of m:fill_bank(loader) before training', 0)
+        end
+        method:fill_bank(method.memory_loader, task.device)
+      end },
+  }
+end
+
+function NPID:extra_state() return { bank = { memory = self.bank, filled = self.bank_filled and 1 or 0 } } end
 
 function NPID:load_extra_state(states)
   local s = states.bank
@@ -108,28 +140,36 @@ function NPID:load_extra_state(states)
       want[1], want[2]), 0)
   end
   cr.no_grad(function() self.bank:copy_(s.memory:to(self.bank.device)) end)
+  self.bank_filled = s.filled ~= 0   -- checkpoints from before bank_init hold a started bank
 end
 
 function NPID:extra_repr()
-  return string.format('num_samples=%d, negatives=%d, temperature=%g, momentum=%g', self.bank.shape[1],
-    self.negatives, self.temperature, self.momentum)
+  return string.format('num_samples=%d, negatives=%d, temperature=%g, momentum=%g, bank_init=%s', self.bank.shape[1],
+    self.negatives, self.temperature, self.momentum, self.bank_init)
 end
 
 -- ---- recipes ------------------------------------------------------------------------
-M.defaults = { negatives = 4096, temperature = 0.07, momentum = 0.5 }
+M.defaults = { negatives = 4096, temperature = 0.07, momentum = 0.5, bank_init = 'noise' }
 
 M.types = {
   ['npid.negatives'] = { type = 'integer', min = 1, doc = 'bank entries drawn as negatives for each sample' },
   ['npid.temperature'] = { type = 'number', min = 0, doc = "the softmax's temperature" },
   ['npid.momentum'] = { type = 'number', min = 0, max = 0.999999, doc = "the memory bank's update momentum" },
+  ['npid.bank_init'] = { type = 'string', choices = { 'noise', 'features' },
+    doc = "the bank's start: 'noise' (the paper's) or 'features' (one pass of the untrained network before the first epoch)" },
 }
 
 function M.build(cfg, parts)
   method_parts.check_views(cfg, 'npid', 'NPID', 1)
   local n = cfg.npid
-  return NPID { trunk = parts.trunk(), feat_dim = parts.feat_dim, out_dim = cfg.model.out_dim,
-                num_samples = parts.num_samples, negatives = n.negatives, temperature = n.temperature,
-                momentum = n.momentum }
+  local m = NPID { trunk = parts.trunk(), feat_dim = parts.feat_dim, out_dim = cfg.model.out_dim,
+                   num_samples = parts.num_samples, negatives = n.negatives, temperature = n.temperature,
+                   momentum = n.momentum, bank_init = n.bank_init }
+  if n.bank_init == 'features' then
+    m.memory_loader = cr.data.Loader(parts.train_set, { batch_size = cfg.data.batch_size, shuffle = false,
+      drop_last = false, views = parts.views, workers = cfg.data.workers, shard = cr.dist.setup.shard() })
+  end
+  return m
 end
 
 function M.task(cfg) return require('crescent.ssl.recipe').task('npid', cfg) end

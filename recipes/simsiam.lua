@@ -15,5 +15,5 @@ require('crescent').ssl.recipe.main('simsiam', {
   train = { epochs = 3 },
   crops = { size = { 28 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   model = { hidden_dim = 512, out_dim = 512 },
-  optim = { lr = 0.05, weight_decay = 5e-4, warmup_epochs = 0, final_lr = 0 },
+  optim = { lr = 0.2, weight_decay = 5e-4, warmup_epochs = 0, final_lr = 0 },
 })

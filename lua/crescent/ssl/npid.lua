@@ -149,7 +149,7 @@ function NPID:extra_repr()
 end
 
 -- ---- recipes ------------------------------------------------------------------------
-M.defaults = { negatives = 4096, temperature = 0.07, momentum = 0.5, bank_init = 'noise' }
+M.defaults = { negatives = 4096, temperature = 0.07, momentum = 0.5, bank_init = 'features' }
 
 M.types = {
   ['npid.negatives'] = { type = 'integer', min = 1, doc = 'bank entries drawn as negatives for each sample' },

@@ -2,7 +2,8 @@
 -- 16) on Fashion-MNIST: two 28 px views, an online network (trunk, projector, predictor)
 -- regressing the projections of a target network that follows it by EMA (momentum 0.99
 -- raised to 1 along a cosine), LARS without adaptation or decay for biases and norm
--- weights; then a kNN evaluation of the features on the test set.
+-- weights, at solo-learn's CIFAR settings (lr 1.0, trust coefficient 0.02 with the lr
+-- clipped, weight decay 1e-5); then a kNN evaluation of the features on the test set.
 --
 --   luajit recipes/byol.lua
 --   luajit recipes/byol.lua train.epochs=20 byol.momentum=0.996 optim.name=sgd optim.lr=0.05
@@ -16,6 +17,6 @@ require('crescent').ssl.recipe.main('byol', {
   train = { epochs = 3 },
   crops = { size = { 28 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   model = { hidden_dim = 1024, out_dim = 256 },
-  optim = { name = 'lars', lr = 0.2, weight_decay = 1.5e-6, warmup_epochs = 0.5, final_lr = 0,
-            exclude_bias_norm = true, no_decay_bias_norm = true },
+  optim = { name = 'lars', lr = 1.0, weight_decay = 1e-5, warmup_epochs = 0.5, final_lr = 0,
+            trust_coefficient = 0.02, lars_clip = true, exclude_bias_norm = true, no_decay_bias_norm = true },
 })

@@ -2,7 +2,7 @@
 -- ResNet-18 (CIFAR stem, width 16) on Fashion-MNIST, 5 epochs: one augmented 24 px view
 -- per sample, an L2-normalised 128-d embedding, a softmax over the sample's own
 -- memory-bank entry and 4096 drawn ones at temperature 0.07, the bank started from the
--- untrained network's embeddings (npid.bank_init=noise: the paper's noise) and updated
+-- untrained network's embeddings (npid.bank_init=noise starts it as the paper's noise), updated
 -- with momentum 0.5; then a kNN evaluation of the features on the test set.
 --
 --   luajit recipes/npid.lua

@@ -14,16 +14,17 @@
 
 /* ---- copies ---- */
 static cr_status copy_async_h2d(void *dst, int dd, const void *src, size_t bytes) {
-        cudaEvent_t before = NULL, after = NULL;
+    cudaStream_t compute = cr_gpu_stream(dd), copy = cr_gpu_copy_stream(dd);
+    cudaEvent_t before = NULL, after = NULL;
     cr_status st = cr_gpu_check(cudaEventCreateWithFlags(&before, cudaEventDisableTiming), "event");
     if (!st) st = cr_gpu_check(cudaEventCreateWithFlags(&after, cudaEventDisableTiming), "event");
-    if (!st) st = cr_gpu_check(cudaEventRecord(before, cr_gpu_stream(dd)), "cudaEventRecord");
-    if (!st) st = cr_gpu_check(cudaStreamWaitEvent(cr_gpu_copy_stream(dd), before, 0), "cudaStreamWaitEvent");
+    if (!st) st = cr_gpu_check(cudaEventRecord(before, compute), "cudaEventRecord");
+    if (!st) st = cr_gpu_check(cudaStreamWaitEvent(copy, before, 0), "cudaStreamWaitEvent");
     if (!st)
-        st = cr_gpu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cr_gpu_copy_stream(dd)),
+        st = cr_gpu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, copy),
                           "copying to the GPU");
-    if (!st) st = cr_gpu_check(cudaEventRecord(after, cr_gpu_copy_stream(dd)), "cudaEventRecord");
-    if (!st) st = cr_gpu_check(cudaStreamWaitEvent(cr_gpu_stream(dd), after, 0), "cudaStreamWaitEvent");
+    if (!st) st = cr_gpu_check(cudaEventRecord(after, copy), "cudaEventRecord");
+    if (!st) st = cr_gpu_check(cudaStreamWaitEvent(compute, after, 0), "cudaStreamWaitEvent");
     if (before) cudaEventDestroy(before); /* released by the driver once they complete */
     if (after) cudaEventDestroy(after);
     return st;

@@ -131,22 +131,23 @@ GPU_EW(fill, CRK_FILL, FILL)
 
 /* ---- for the backend's own files: the kernels without an op entry (no dispatch, no
  * autograd), so cuda/ composes nothing from the op layer above it ---- */
-cr_status cr_gpu_copy_into(cr_tensor *dst, cr_tensor *src) {
+static cr_status own_launch(cr_op op, crk_op kernel, shape_kind kind, cr_tensor *dst, cr_tensor *src,
+                            double value) {
     cr_call c;
-    cr_status st = cr_call_init(&c, CR_OP_COPY_, 1, 1);
+    cr_status st = cr_call_init(&c, op, src ? 1 : 0, 1);
     if (st) return st;
-    c.in[0] = src;
+    if (src) c.in[0] = src;
     c.out[0] = dst;
-    return gpu_elementwise(&c, CRK_COPY, INPLACE);
+    c.f[0] = value;
+    return gpu_elementwise(&c, kernel, kind);
+}
+
+cr_status cr_gpu_copy_into(cr_tensor *dst, cr_tensor *src) {
+    return own_launch(CR_OP_COPY_, CRK_COPY, INPLACE, dst, src, 0);
 }
 
 cr_status cr_gpu_fill_value(cr_tensor *t, double value) {
-    cr_call c;
-    cr_status st = cr_call_init(&c, CR_OP_FILL, 0, 1);
-    if (st) return st;
-    c.out[0] = t;
-    c.f[0] = value;
-    return gpu_elementwise(&c, CRK_FILL, FILL);
+    return own_launch(CR_OP_FILL, CRK_FILL, FILL, t, NULL, value);
 }
 
 cr_status cr_gpu_contiguous_copy(cr_tensor **out, cr_tensor *t) {

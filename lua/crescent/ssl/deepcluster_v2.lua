@@ -248,8 +248,7 @@ function M.build(cfg, parts)
     out_dim = cfg.model.out_dim, head_bn = cfg.model.head_bn, num_prototypes = d.prototypes,
     temperature = d.temperature, crops_for_assign = d.crops_for_assign, num_crops = total,
     num_samples = parts.num_samples, kmeans_iterations = d.kmeans_iterations }
-  m.memory_loader = cr.data.Loader(parts.train_set, { batch_size = cfg.data.batch_size, shuffle = false,
-    drop_last = false, views = parts.views, workers = cfg.data.workers, shard = cr.dist.setup.shard() })
+  m.memory_loader = method_parts.memory_loader(cfg, parts)
   return m
 end
 

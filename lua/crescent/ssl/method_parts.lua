@@ -109,6 +109,13 @@ function M.write_rows(mem, index, rows)
   end)
 end
 
+-- The loader of a memory's fill pass, for a recipe's build: the training set in order,
+-- every sample once (the last batch kept), with the recipe's views and its rank's shard.
+function M.memory_loader(cfg, parts)
+  return cr.data.Loader(parts.train_set, { batch_size = cfg.data.batch_size, shuffle = false, drop_last = false,
+    views = parts.views, workers = cfg.data.workers, shard = cr.dist.setup.shard() })
+end
+
 -- One pass over `loader` (its batches carry index) under no_grad, for a method that
 -- fills a memory before training: write(method's forward output, batch size, index) per
 -- batch, the crops moved to `device` first.

@@ -165,10 +165,7 @@ function M.build(cfg, parts)
   local m = NPID { trunk = parts.trunk(), feat_dim = parts.feat_dim, out_dim = cfg.model.out_dim,
                    num_samples = parts.num_samples, negatives = n.negatives, temperature = n.temperature,
                    momentum = n.momentum, bank_init = n.bank_init }
-  if n.bank_init == 'features' then
-    m.memory_loader = cr.data.Loader(parts.train_set, { batch_size = cfg.data.batch_size, shuffle = false,
-      drop_last = false, views = parts.views, workers = cfg.data.workers, shard = cr.dist.setup.shard() })
-  end
+  if n.bank_init == 'features' then m.memory_loader = method_parts.memory_loader(cfg, parts) end
   return m
 end
 

@@ -101,6 +101,7 @@ static cr_status gemm_reference(const cr_gemm *g) {
 
 /* ---- the shared kernel body -------------------------------------------------------- */
 
+#ifdef CR_HAVE_DNNL
 /* Strides of a [rows, cols] matrix normalised so size-1 dims do not spoil the layout
  * test: oneDNN takes row-major or column-major matrices with any leading dimension. */
 static bool plain_layout(int64_t rows, int64_t cols, int64_t *s0, int64_t *s1) {
@@ -117,7 +118,6 @@ static bool plain_layout(int64_t rows, int64_t cols, int64_t *s0, int64_t *s1) {
     return false;
 }
 
-#ifdef CR_HAVE_DNNL
 /* Fills a [rows, cols] operand's strides into s {batch, row, col} for the fast path and
  * says whether oneDNN can read it in place (plain matrices, batches that do not overlap
  * or are one shared matrix). */

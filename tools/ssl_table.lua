@@ -1,0 +1,160 @@
+-- tools/ssl_table.lua — the README's table of the self-supervised methods, by one command:
+-- each method's recipe trained with its defaults, then recipes/linear_eval.lua on its
+-- checkpoint (a kNN and a linear probe of the frozen trunk), beside the same two probes of
+-- the untrained network and of the raw pixels. Prints a markdown table (kNN top-1, its gain
+-- over the untrained network, linear top-1, the recipe's wall time and img/s); the last line
+-- is one JSON object with the rows.
+--
+--   luajit tools/ssl_table.lua                               # the eight ResNet methods, ~2.5 hours
+--   luajit tools/ssl_table.lua methods=byol,npid             # some of them
+--   luajit tools/ssl_table.lua methods=simclr data.val_split=10000 train.epochs=1
+--
+-- KEY=VALUE arguments with a dot go to every recipe; data.*, model.arch/width/stem and
+-- train.threads/train.device go to linear_eval as well (the untrained network's probe
+-- builds its trunk from them; a trained one's comes from its checkpoint). Everything lands
+-- in runs/ssl_table (dir=): <method> (the recipe's run), <method>_probe (its probe),
+-- init_probe and pixels_probe, each with its results.json and log. A run whose folder
+-- already holds a results.json is not run again, so a table that was killed goes on where
+-- it stopped (a killed recipe resumes from its checkpoint, and its wall time is then that
+-- of the last part only: the row says so); remove a folder to measure that row again; the
+-- folder keeps the arguments it was made with and refuses others. Times are comparable
+-- only between rows run alone on the same machine with the same threads.
+local root = (debug.getinfo(1, 'S').source:match('^@(.*)/tools/[^/]*$') or '.')
+package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
+local cjson = require 'cjson'
+local util = require 'crescent.util'
+
+local ALL = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2' }
+local USAGE = 'usage: luajit tools/ssl_table.lua [methods=all|' .. table.concat(ALL, ',') .. '] [dir=runs/ssl_table] '
+  .. '[KEY=VALUE ... for the recipes]'
+
+local function fail(msg)
+  io.stderr:write('ssl_table: ', msg, '\n', USAGE, '\n')
+  os.exit(2)
+end
+
+-- The arguments: the tool's own (methods, dir) and the recipes' (with a dot).
+local methods, dir, recipe_args, probe_args = ALL, 'runs/ssl_table', {}, {}
+for _, a in ipairs(arg) do
+  local k, v = a:match('^([%w_%.]+)=(.*)$')
+  if not k then fail('arguments are KEY=VALUE, got ' .. a) end
+  if k == 'methods' then
+    if v ~= 'all' then
+      methods = {}
+      for m in v:gmatch('[^,]+') do
+        if not util.file_exists(root .. '/recipes/' .. m .. '.lua') or m == 'linear_eval' or m == 'extract' then
+          fail('unknown method ' .. m .. '; the methods are ' .. table.concat(ALL, ', '))
+        end
+        methods[#methods + 1] = m
+      end
+    end
+  elseif k == 'dir' then
+    dir = v
+  elseif k:find('.', 1, true) then
+    recipe_args[#recipe_args + 1] = a
+    if k:match('^data%.') or k:match('^model%.arch') or k:match('^model%.width') or k:match('^model%.stem')
+      or k == 'train.threads' or k == 'train.device' then
+      probe_args[#probe_args + 1] = a
+    end
+  else
+    fail('unknown option ' .. k .. ' (the tool takes methods= and dir=; recipe keys have a dot, e.g. train.epochs=1)')
+  end
+end
+
+local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local function now()
+  local f = io.popen('date +%s.%N')
+  local t = tonumber(f:read('*l'))
+  f:close()
+  return t
+end
+
+-- Runs `luajit <script> args...` in run.dir=dir run.name=name unless that run finished
+-- before; echoes its output to stderr. Returns its results.json as a table, the wall
+-- seconds (nil when reused) and whether it resumed a checkpoint.
+local function run(script, name, args)
+  local results_path = dir .. '/' .. name .. '/results.json'
+  if util.file_exists(results_path) then
+    io.stderr:write(string.format('ssl_table: %s done before (%s), reused\n', name, results_path))
+    return cjson.decode(util.read_file(results_path)), nil, false
+  end
+  local words = { 'luajit', quote(root .. '/' .. script), quote('run.dir=' .. dir), quote('run.name=' .. name) }
+  for _, a in ipairs(args) do words[#words + 1] = quote(a) end
+  local cmd = table.concat(words, ' ') .. ' 2>&1'
+  io.stderr:write('ssl_table: ', cmd, '\n')
+  local t0, resumed = now(), false
+  local p = io.popen(cmd)
+  for line in p:lines() do
+    io.stderr:write(line, '\n')
+    if line:match('^resum') then resumed = true end
+  end
+  p:close()
+  local seconds = now() - t0
+  if not util.file_exists(results_path) then
+    io.stderr:write(string.format('ssl_table: %s failed: no %s (its output is above)\n', name, results_path))
+    return nil, seconds, resumed
+  end
+  return cjson.decode(util.read_file(results_path)), seconds, resumed
+end
+
+local function pct(x) return type(x) == 'number' and string.format('%.2f%%', x) or '—' end
+local function minutes(s, failed)
+  if failed then return 'failed' end
+  if not s then return 'reused' end
+  return string.format('%d min %d s', math.floor(s / 60), math.floor(s % 60))
+end
+
+-- One folder holds one table: the arguments it was made with are kept in args.json.
+local args_path, args_text = dir .. '/args.json', cjson.encode(recipe_args)
+if util.file_exists(args_path) and util.read_file(args_path) ~= args_text then
+  fail(string.format("%s holds a table made with the arguments %s, not %s: give another dir= or remove %s", dir,
+    util.read_file(args_path), args_text, dir))
+end
+os.execute('mkdir -p ' .. quote(dir))
+local f = assert(io.open(args_path, 'w'))
+f:write(args_text)
+f:close()
+
+-- probe_args and one more
+local function probe_with(extra)
+  local args = { unpack(probe_args) }
+  args[#args + 1] = extra
+  return args
+end
+
+local init = run('recipes/linear_eval.lua', 'init_probe', probe_args)
+local pixels = run('recipes/linear_eval.lua', 'pixels_probe', probe_with('model.arch=pixels'))
+local init_knn = init and init.knn_top1
+
+local rows = {}
+for _, m in ipairs(methods) do
+  local trained, seconds, resumed = run('recipes/' .. m .. '.lua', m, recipe_args)
+  local probe
+  if trained and trained.checkpoint then
+    probe = run('recipes/linear_eval.lua', m .. '_probe', probe_with('model.init=' .. trained.checkpoint))
+  end
+  rows[#rows + 1] = { method = m, knn_top1 = probe and probe.knn_top1, linear_top1 = probe and probe.linear_top1,
+                      recipe_knn_top1 = trained and trained.knn_top1, seconds = seconds, resumed = resumed or nil,
+                      img_per_s = trained and trained.img_per_s, epochs = trained and trained.epochs,
+                      evaluated_on = probe and probe.evaluated_on, failed = not probe or nil }
+end
+
+print('')
+print('| method | kNN top-1 | over init | linear top-1 | wall time | img/s | epochs |')
+print('|---|---|---|---|---|---|---|')
+for _, r in ipairs(rows) do
+  local gain = (r.knn_top1 and init_knn) and string.format('%+.2f', r.knn_top1 - init_knn) or '—'
+  print(string.format('| %s | %s | %s | %s | %s%s | %s | %s |', r.method, pct(r.knn_top1), gain, pct(r.linear_top1),
+    minutes(r.seconds, r.failed), r.resumed and ' (resumed)' or '', r.img_per_s and string.format('%.0f', r.img_per_s) or '—',
+    r.epochs or '—'))
+end
+print(string.format('| untrained network | %s | | %s | | | |', pct(init_knn), pct(init and init.linear_top1)))
+print(string.format('| raw pixels | %s | | %s | | | |', pct(pixels and pixels.knn_top1), pct(pixels and pixels.linear_top1)))
+print(cjson.encode({ tool = 'ssl_table', rows = rows, init = init, pixels = pixels,
+                     evaluated_on = init and init.evaluated_on, args = recipe_args }))
+local failed = not init or not pixels
+for _, r in ipairs(rows) do failed = failed or r.failed end
+if failed then
+  io.stderr:write('ssl_table: some runs failed (their rows say so; their output is above)\n')
+  os.exit(1)
+end

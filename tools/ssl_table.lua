@@ -2,8 +2,8 @@
 -- each method's recipe trained with its defaults, then recipes/linear_eval.lua on its
 -- checkpoint (a kNN and a linear probe of the frozen trunk), beside the same two probes of
 -- the untrained network and of the raw pixels. Prints a markdown table (kNN top-1, its gain
--- over the untrained network, linear top-1, the recipe's wall time and img/s); the last line
--- is one JSON object with the rows.
+-- over the untrained network, linear top-1, the recipe's wall time, the share of the CPU
+-- time the hypervisor stole meanwhile, img/s); the last line is one JSON object with the rows.
 --
 --   luajit tools/ssl_table.lua                               # the eight ResNet methods, ~2.5 hours
 --   luajit tools/ssl_table.lua methods=byol,npid             # some of them
@@ -69,38 +69,68 @@ local function now()
   return t
 end
 
+-- The machine's CPU counters (/proc/stat's first line: user nice system idle iowait irq
+-- softirq steal), to tell how much of a run's time the hypervisor took (steal) or other
+-- work shared; nil where there is no /proc/stat.
+local function cpu_counters()
+  local f = io.open('/proc/stat')
+  if not f then return nil end
+  local line = f:read('*l')
+  f:close()
+  local t = {}
+  for n in line:gmatch('%d+') do t[#t + 1] = tonumber(n) end
+  return t
+end
+
+-- The share of the CPUs' time between two cpu_counters() readings that the hypervisor
+-- stole (percent).
+local function steal_percent(a, b)
+  if not a or not b or not a[8] then return nil end
+  local total = 0
+  for i = 1, 8 do total = total + (b[i] - a[i]) end
+  return total > 0 and 100 * (b[8] - a[8]) / total or nil
+end
+
 -- Runs `luajit <script> args...` in run.dir=dir run.name=name unless that run finished
--- before; echoes its output to stderr. Returns its results.json as a table, the wall
--- seconds (nil when reused) and whether it resumed a checkpoint.
+-- before; echoes its output to stderr. Returns its results.json as a table (nil when it
+-- failed), which also keeps how the run went here: table_seconds (wall time),
+-- table_resumed (it went on from a checkpoint, so its time is that of the last part),
+-- table_steal_percent and table_finished (UTC).
 local function run(script, name, args)
   local results_path = dir .. '/' .. name .. '/results.json'
   if util.file_exists(results_path) then
     io.stderr:write(string.format('ssl_table: %s done before (%s), reused\n', name, results_path))
-    return cjson.decode(util.read_file(results_path)), nil, false
+    return cjson.decode(util.read_file(results_path))
   end
   local words = { 'luajit', quote(root .. '/' .. script), quote('run.dir=' .. dir), quote('run.name=' .. name) }
   for _, a in ipairs(args) do words[#words + 1] = quote(a) end
   local cmd = table.concat(words, ' ') .. ' 2>&1'
   io.stderr:write('ssl_table: ', cmd, '\n')
-  local t0, resumed = now(), false
+  local t0, resumed, counters = now(), false, cpu_counters()
   local p = io.popen(cmd)
   for line in p:lines() do
     io.stderr:write(line, '\n')
-    if line:match('^resum') then resumed = true end
+    if line:match('^resumed from') then resumed = true end
   end
   p:close()
-  local seconds = now() - t0
   if not util.file_exists(results_path) then
     io.stderr:write(string.format('ssl_table: %s failed: no %s (its output is above)\n', name, results_path))
-    return nil, seconds, resumed
+    return nil
   end
-  return cjson.decode(util.read_file(results_path)), seconds, resumed
+  local results = cjson.decode(util.read_file(results_path))
+  results.table_seconds, results.table_resumed = now() - t0, resumed or nil
+  results.table_steal_percent = steal_percent(counters, cpu_counters())
+  results.table_finished = os.date('!%Y-%m-%d %H:%M')
+  local f = assert(io.open(results_path, 'w'))
+  f:write(cjson.encode(results))
+  f:close()
+  return results
 end
 
 local function pct(x) return type(x) == 'number' and string.format('%.2f%%', x) or '—' end
 local function minutes(s, failed)
   if failed then return 'failed' end
-  if not s then return 'reused' end
+  if not s then return '—' end
   return string.format('%d min %d s', math.floor(s / 60), math.floor(s % 60))
 end
 
@@ -128,28 +158,32 @@ local init_knn = init and init.knn_top1
 
 local rows = {}
 for _, m in ipairs(methods) do
-  local trained, seconds, resumed = run('recipes/' .. m .. '.lua', m, recipe_args)
+  local trained = run('recipes/' .. m .. '.lua', m, recipe_args)
   local probe
   if trained and trained.checkpoint then
     probe = run('recipes/linear_eval.lua', m .. '_probe', probe_with('model.init=' .. trained.checkpoint))
   end
   rows[#rows + 1] = { method = m, knn_top1 = probe and probe.knn_top1, linear_top1 = probe and probe.linear_top1,
-                      recipe_knn_top1 = trained and trained.knn_top1, seconds = seconds, resumed = resumed or nil,
-                      img_per_s = trained and trained.img_per_s, epochs = trained and trained.epochs,
+                      recipe_knn_top1 = trained and trained.knn_top1, seconds = trained and trained.table_seconds,
+                      resumed = trained and trained.table_resumed,
+                      steal_percent = trained and trained.table_steal_percent,
+                      finished = trained and trained.table_finished, img_per_s = trained and trained.img_per_s,
+                      epochs = trained and trained.epochs,
                       evaluated_on = probe and probe.evaluated_on, failed = not probe or nil }
 end
 
 print('')
-print('| method | kNN top-1 | over init | linear top-1 | wall time | img/s | epochs |')
-print('|---|---|---|---|---|---|---|')
+print('| method | kNN top-1 | over init | linear top-1 | wall time | CPU stolen | img/s | epochs |')
+print('|---|---|---|---|---|---|---|---|')
 for _, r in ipairs(rows) do
   local gain = (r.knn_top1 and init_knn) and string.format('%+.2f', r.knn_top1 - init_knn) or '—'
-  print(string.format('| %s | %s | %s | %s | %s%s | %s | %s |', r.method, pct(r.knn_top1), gain, pct(r.linear_top1),
-    minutes(r.seconds, r.failed), r.resumed and ' (resumed)' or '', r.img_per_s and string.format('%.0f', r.img_per_s) or '—',
-    r.epochs or '—'))
+  print(string.format('| %s | %s | %s | %s | %s%s | %s | %s | %s |', r.method, pct(r.knn_top1), gain,
+    pct(r.linear_top1), minutes(r.seconds, r.failed), r.resumed and ' (resumed)' or '',
+    r.steal_percent and string.format('%.0f%%', r.steal_percent) or '—',
+    r.img_per_s and string.format('%.0f', r.img_per_s) or '—', r.epochs or '—'))
 end
-print(string.format('| untrained network | %s | | %s | | | |', pct(init_knn), pct(init and init.linear_top1)))
-print(string.format('| raw pixels | %s | | %s | | | |', pct(pixels and pixels.knn_top1), pct(pixels and pixels.linear_top1)))
+print(string.format('| untrained network | %s | | %s | | | | |', pct(init_knn), pct(init and init.linear_top1)))
+print(string.format('| raw pixels | %s | | %s | | | | |', pct(pixels and pixels.knn_top1), pct(pixels and pixels.linear_top1)))
 print(cjson.encode({ tool = 'ssl_table', rows = rows, init = init, pixels = pixels,
                      evaluated_on = init and init.evaluated_on, args = recipe_args }))
 local failed = not init or not pixels

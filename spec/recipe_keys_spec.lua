@@ -2,7 +2,7 @@
 -- and giving it its own default on the command line is accepted and changes nothing;
 -- the keys listed are exactly the ones the recipe declares; and building a recipe's run
 -- reads no key it does not declare (each config section answers an undeclared key's read
--- by noting it).
+-- by noting it); a recipe's own defaults win over its method module's.
 local H = require 'spec.helper'
 local cr = H.cr
 
@@ -118,5 +118,12 @@ describe('recipe keys', function()
     assert.are.same({}, undeclared_reads('linear_eval', with('train.epochs=1', 'optim.batch_size=16')), 'linear_eval')
     assert.are.same({}, undeclared_reads('extract', with('extract.out=' .. tmp.path('feats'))), 'extract')
     tmp.remove()
+  end)
+
+  it("a recipe's own defaults win over its method module's, for the method's keys too", function()
+    local cfg = cr.config.load('recipes/byol.lua')
+    assert.are.equal(0.9, cfg.byol.momentum)                    -- recipes/byol.lua's, not the module's 0.99
+    assert.are.equal(cr.ssl.byol.defaults.cosine_momentum, cfg.byol.cosine_momentum)   -- the module's, not set there
+    assert.are.equal(0.996, cr.config.load('recipes/byol.lua', { byol = { momentum = 0.996 } }).byol.momentum)
   end)
 end)

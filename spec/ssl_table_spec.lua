@@ -1,7 +1,7 @@
 -- spec/ssl_table_spec.lua — tools/ssl_table.lua, the README's table of SSL methods by one
 -- command: on a tiny synthetic set, a method's row holds its recipe's kNN and its linear
--- probe, finished runs are reused, a folder made with other arguments is refused, and a run
--- that fails marks its row and the exit status.
+-- probe, finished runs are reused, report=true runs nothing, a folder made with other
+-- arguments is refused, and a run that fails marks its row and the exit status.
 local cjson = require 'cjson'
 
 local TINY = 'data.name=synthetic data.size=16 data.limit=256 data.batch_size=64 train.epochs=1 model.width=4 '
@@ -51,6 +51,17 @@ describe('tools/ssl_table.lua', function()
     local out2 = cjson.decode(again[#again])
     assert.are.equal(row.knn_top1, out2.rows[1].knn_top1)
     assert.are.equal(row.seconds, out2.rows[1].seconds)   -- a reused row keeps the time it ran in
+  end)
+
+  it('report=true prints the table of what has run and runs nothing', function()
+    local lines, stderr, status = ssl_table('dir=' .. dir .. ' methods=simclr,npid report=true ' .. TINY)
+    assert.are.equal(0, status, stderr)
+    local text = table.concat(lines, '\n')
+    assert.truthy(text:find('| npid | — | — | — | not run | — |', 1, true), text)
+    local out = cjson.decode(lines[#lines])
+    assert.are.equal('done', out.rows[1].status)
+    assert.are.equal('not run', out.rows[2].status)
+    assert.is_nil(io.open(dir .. '/npid/results.json'))
   end)
 
   it('refuses a folder made with other arguments, naming both', function()

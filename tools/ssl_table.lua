@@ -8,6 +8,7 @@
 --   luajit tools/ssl_table.lua                               # the eight ResNet methods, ~2.5 hours
 --   luajit tools/ssl_table.lua methods=byol,npid             # some of them
 --   luajit tools/ssl_table.lua methods=simclr data.val_split=10000 train.epochs=1
+--   luajit tools/ssl_table.lua report=true                   # the table of what has run, running nothing
 --
 -- KEY=VALUE arguments with a dot go to every recipe; data.*, model.arch/width/stem and
 -- train.threads/train.device go to linear_eval as well (the untrained network's probe
@@ -26,7 +27,7 @@ local util = require 'crescent.util'
 
 local ALL = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2' }
 local USAGE = 'usage: luajit tools/ssl_table.lua [methods=all|' .. table.concat(ALL, ',') .. '] [dir=runs/ssl_table] '
-  .. '[KEY=VALUE ... for the recipes]'
+  .. '[report=false] [KEY=VALUE ... for the recipes]'
 
 local function fail(msg)
   io.stderr:write('ssl_table: ', msg, '\n', USAGE, '\n')
@@ -34,7 +35,7 @@ local function fail(msg)
 end
 
 -- The arguments: the tool's own (methods, dir) and the recipes' (with a dot).
-local methods, dir, recipe_args, probe_args = ALL, 'runs/ssl_table', {}, {}
+local methods, dir, report, recipe_args, probe_args = ALL, 'runs/ssl_table', false, {}, {}
 for _, a in ipairs(arg) do
   local k, v = a:match('^([%w_%.]+)=(.*)$')
   if not k then fail('arguments are KEY=VALUE, got ' .. a) end
@@ -50,6 +51,9 @@ for _, a in ipairs(arg) do
     end
   elseif k == 'dir' then
     dir = v
+  elseif k == 'report' then
+    if v ~= 'true' and v ~= 'false' then fail('report is true or false, got ' .. v) end
+    report = v == 'true'
   elseif k:find('.', 1, true) then
     recipe_args[#recipe_args + 1] = a
     if k:match('^data%.') or k:match('^model%.arch') or k:match('^model%.width') or k:match('^model%.stem')
@@ -92,8 +96,8 @@ local function steal_percent(a, b)
 end
 
 -- Runs `luajit <script> args...` in run.dir=dir run.name=name unless that run finished
--- before; echoes its output to stderr. Returns its results.json as a table (nil when it
--- failed), which also keeps how the run went here: table_seconds (wall time),
+-- before (or report=true); echoes its output to stderr. Returns its results.json as a
+-- table, or nil and 'failed' or 'not run'; results.json also keeps how the run went here: table_seconds (wall time),
 -- table_resumed (it went on from a checkpoint, so its time is that of the last part),
 -- table_steal_percent and table_finished (UTC).
 local function run(script, name, args)
@@ -102,6 +106,7 @@ local function run(script, name, args)
     io.stderr:write(string.format('ssl_table: %s done before (%s), reused\n', name, results_path))
     return cjson.decode(util.read_file(results_path))
   end
+  if report then return nil, 'not run' end
   local words = { 'luajit', quote(root .. '/' .. script), quote('run.dir=' .. dir), quote('run.name=' .. name) }
   for _, a in ipairs(args) do words[#words + 1] = quote(a) end
   local cmd = table.concat(words, ' ') .. ' 2>&1'
@@ -115,7 +120,7 @@ local function run(script, name, args)
   p:close()
   if not util.file_exists(results_path) then
     io.stderr:write(string.format('ssl_table: %s failed: no %s (its output is above)\n', name, results_path))
-    return nil
+    return nil, 'failed'
   end
   local results = cjson.decode(util.read_file(results_path))
   results.table_seconds, results.table_resumed = now() - t0, resumed or nil
@@ -128,8 +133,7 @@ local function run(script, name, args)
 end
 
 local function pct(x) return type(x) == 'number' and string.format('%.2f%%', x) or '—' end
-local function minutes(s, failed)
-  if failed then return 'failed' end
+local function minutes(s)
   if not s then return '—' end
   return string.format('%d min %d s', math.floor(s / 60), math.floor(s % 60))
 end
@@ -140,10 +144,12 @@ if util.file_exists(args_path) and util.read_file(args_path) ~= args_text then
   fail(string.format("%s holds a table made with the arguments %s, not %s: give another dir= or remove %s", dir,
     util.read_file(args_path), args_text, dir))
 end
-os.execute('mkdir -p ' .. quote(dir))
-local f = assert(io.open(args_path, 'w'))
-f:write(args_text)
-f:close()
+if not report then
+  os.execute('mkdir -p ' .. quote(dir))
+  local f = assert(io.open(args_path, 'w'))
+  f:write(args_text)
+  f:close()
+end
 
 -- probe_args and one more
 local function probe_with(extra)
@@ -152,16 +158,18 @@ local function probe_with(extra)
   return args
 end
 
-local init = run('recipes/linear_eval.lua', 'init_probe', probe_args)
-local pixels = run('recipes/linear_eval.lua', 'pixels_probe', probe_with('model.arch=pixels'))
+local init, init_status = run('recipes/linear_eval.lua', 'init_probe', probe_args)
+local pixels, pixels_status = run('recipes/linear_eval.lua', 'pixels_probe', probe_with('model.arch=pixels'))
 local init_knn = init and init.knn_top1
 
 local rows = {}
 for _, m in ipairs(methods) do
-  local trained = run('recipes/' .. m .. '.lua', m, recipe_args)
+  local trained, status = run('recipes/' .. m .. '.lua', m, recipe_args)
   local probe
-  if trained and trained.checkpoint then
-    probe = run('recipes/linear_eval.lua', m .. '_probe', probe_with('model.init=' .. trained.checkpoint))
+  if trained and not trained.checkpoint then
+    status = 'no checkpoint to probe'
+  elseif trained then
+    probe, status = run('recipes/linear_eval.lua', m .. '_probe', probe_with('model.init=' .. trained.checkpoint))
   end
   rows[#rows + 1] = { method = m, knn_top1 = probe and probe.knn_top1, linear_top1 = probe and probe.linear_top1,
                       recipe_knn_top1 = trained and trained.knn_top1, seconds = trained and trained.table_seconds,
@@ -169,7 +177,7 @@ for _, m in ipairs(methods) do
                       steal_percent = trained and trained.table_steal_percent,
                       finished = trained and trained.table_finished, img_per_s = trained and trained.img_per_s,
                       epochs = trained and trained.epochs,
-                      evaluated_on = probe and probe.evaluated_on, failed = not probe or nil }
+                      evaluated_on = probe and probe.evaluated_on, status = status or 'done' }
 end
 
 print('')
@@ -178,7 +186,7 @@ print('|---|---|---|---|---|---|---|---|')
 for _, r in ipairs(rows) do
   local gain = (r.knn_top1 and init_knn) and string.format('%+.2f', r.knn_top1 - init_knn) or '—'
   print(string.format('| %s | %s | %s | %s | %s%s | %s | %s | %s |', r.method, pct(r.knn_top1), gain,
-    pct(r.linear_top1), minutes(r.seconds, r.failed), r.resumed and ' (resumed)' or '',
+    pct(r.linear_top1), r.status == 'done' and minutes(r.seconds) or r.status, r.resumed and ' (resumed)' or '',
     r.steal_percent and string.format('%.0f%%', r.steal_percent) or '—',
     r.img_per_s and string.format('%.0f', r.img_per_s) or '—', r.epochs or '—'))
 end
@@ -186,8 +194,8 @@ print(string.format('| untrained network | %s | | %s | | | | |', pct(init_knn), 
 print(string.format('| raw pixels | %s | | %s | | | | |', pct(pixels and pixels.knn_top1), pct(pixels and pixels.linear_top1)))
 print(cjson.encode({ tool = 'ssl_table', rows = rows, init = init, pixels = pixels,
                      evaluated_on = init and init.evaluated_on, args = recipe_args }))
-local failed = not init or not pixels
-for _, r in ipairs(rows) do failed = failed or r.failed end
+local failed = init_status == 'failed' or pixels_status == 'failed'
+for _, r in ipairs(rows) do failed = failed or r.status == 'failed' end
 if failed then
   io.stderr:write('ssl_table: some runs failed (their rows say so; their output is above)\n')
   os.exit(1)

@@ -15,7 +15,7 @@ package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.pa
 require('crescent').ssl.recipe.main('deepcluster_v2', {
   train = { epochs = 3 },
   -- 24 + 12 px crops of the 28 px images: 28 + 14 px took 24 minutes alone for 3 epochs,
-  -- and the same change made SwAV's step 1.9x faster (not yet timed alone here)
+  -- these 10 (2 threads, tools/ssl_table.lua, 2026-11-27)
   crops = { size = { 24, 12 } },
   optim = { lr = 0.6, weight_decay = 1e-6, warmup_epochs = 1, final_lr = 0.0006 },
 })

@@ -5,7 +5,7 @@
 -- over the untrained network, linear top-1, the recipe's wall time, the share of the CPU
 -- time the hypervisor stole meanwhile, img/s); the last line is one JSON object with the rows.
 --
---   luajit tools/ssl_table.lua                               # the eight ResNet methods, ~2.5 hours
+--   luajit tools/ssl_table.lua                               # the eight ResNet methods, ~1.5 hours on 2 cores
 --   luajit tools/ssl_table.lua methods=byol,npid             # some of them
 --   luajit tools/ssl_table.lua methods=simclr data.val_split=10000 train.epochs=1
 --   luajit tools/ssl_table.lua report=true                   # the table of what has run, running nothing
@@ -14,18 +14,28 @@
 -- train.threads/train.device go to linear_eval as well (the untrained network's probe
 -- builds its trunk from them; a trained one's comes from its checkpoint). Everything lands
 -- in runs/ssl_table (dir=): <method> (the recipe's run), <method>_probe (its probe),
--- init_probe and pixels_probe, each with its results.json and log. A run whose folder
--- already holds a results.json is not run again, so a table that was killed goes on where
--- it stopped (a killed recipe resumes from its checkpoint, and its wall time is then that
--- of the last part only: the row says so); remove a folder to measure that row again; the
--- folder keeps the arguments it was made with and refuses others. Times are comparable
+-- init_probe and pixels_probe, each with its results.json and log, and ssl_table.json: how
+-- the run went here (wall time, whether it resumed, the CPU steal meanwhile, when it
+-- finished). A run whose folder already holds a results.json is not run again, so a table
+-- that was killed goes on where it stopped (a killed recipe resumes from its checkpoint,
+-- and its wall time is then that of the last part only: the row says so); remove a folder
+-- to measure that row again; the folder keeps the arguments it was made with and refuses
+-- others. Times are comparable
 -- only between rows run alone on the same machine with the same threads.
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/tools/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 local cjson = require 'cjson'
+require 'crescent'
 local util = require 'crescent.util'
+local now = require('crescent.engine.loop').now
+local checkpoint = require 'crescent.engine.checkpoint'
 
 local ALL = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2' }
+local IS_METHOD = {}
+for _, m in ipairs(ALL) do IS_METHOD[m] = true end
+-- the recipe keys linear_eval takes too: the data, the untrained network's trunk, the machine
+local PROBE_KEYS = { ['model.arch'] = true, ['model.width'] = true, ['model.stem'] = true, ['train.threads'] = true,
+                     ['train.device'] = true }
 local USAGE = 'usage: luajit tools/ssl_table.lua [methods=all|' .. table.concat(ALL, ',') .. '] [dir=runs/ssl_table] '
   .. '[report=false] [KEY=VALUE ... for the recipes]'
 
@@ -34,7 +44,7 @@ local function fail(msg)
   os.exit(2)
 end
 
--- The arguments: the tool's own (methods, dir) and the recipes' (with a dot).
+-- The arguments: the tool's own (methods, dir, report) and the recipes' (with a dot).
 local methods, dir, report, recipe_args, probe_args = ALL, 'runs/ssl_table', false, {}, {}
 for _, a in ipairs(arg) do
   local k, v = a:match('^([%w_%.]+)=(.*)$')
@@ -43,7 +53,7 @@ for _, a in ipairs(arg) do
     if v ~= 'all' then
       methods = {}
       for m in v:gmatch('[^,]+') do
-        if not util.file_exists(root .. '/recipes/' .. m .. '.lua') or m == 'linear_eval' or m == 'extract' then
+        if not IS_METHOD[m] then
           fail('unknown method ' .. m .. '; the methods are ' .. table.concat(ALL, ', '))
         end
         methods[#methods + 1] = m
@@ -56,22 +66,13 @@ for _, a in ipairs(arg) do
     report = v == 'true'
   elseif k:find('.', 1, true) then
     recipe_args[#recipe_args + 1] = a
-    if k:match('^data%.') or k:match('^model%.arch') or k:match('^model%.width') or k:match('^model%.stem')
-      or k == 'train.threads' or k == 'train.device' then
-      probe_args[#probe_args + 1] = a
-    end
+    if PROBE_KEYS[k] or k:match('^data%.') then probe_args[#probe_args + 1] = a end
   else
-    fail('unknown option ' .. k .. ' (the tool takes methods= and dir=; recipe keys have a dot, e.g. train.epochs=1)')
+    fail('unknown option ' .. k .. ' (the tool takes methods=, dir= and report=; recipe keys have a dot, e.g. train.epochs=1)')
   end
 end
 
 local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-local function now()
-  local f = io.popen('date +%s.%N')
-  local t = tonumber(f:read('*l'))
-  f:close()
-  return t
-end
 
 -- The machine's CPU counters (/proc/stat's first line: user nice system idle iowait irq
 -- softirq steal), to tell how much of a run's time the hypervisor took (steal) or other
@@ -95,40 +96,49 @@ local function steal_percent(a, b)
   return total > 0 and 100 * (b[8] - a[8]) / total or nil
 end
 
+-- A JSON file of a run folder, or nil when absent; a file that does not parse stops the
+-- tool with its name and the fix.
+local function read_json(path)
+  if not util.file_exists(path) then return nil end
+  local ok, value = pcall(cjson.decode, util.read_file(path))
+  if not ok then fail(string.format("'%s' does not parse (%s): remove its folder to run it again", path, value)) end
+  return value
+end
+
 -- Runs `luajit <script> args...` in run.dir=dir run.name=name unless that run finished
--- before (or report=true); echoes its output to stderr. Returns its results.json as a
--- table, or nil and 'failed' or 'not run'; results.json also keeps how the run went here: table_seconds (wall time),
--- table_resumed (it went on from a checkpoint, so its time is that of the last part),
--- table_steal_percent and table_finished (UTC).
+-- before (its results.json) or report=true; echoes its output to stderr. Returns
+-- results.json with `how` (the run folder's ssl_table.json: seconds, resumed,
+-- steal_percent, finished), or nil and 'failed' or 'not run'.
 local function run(script, name, args)
-  local results_path = dir .. '/' .. name .. '/results.json'
-  if util.file_exists(results_path) then
-    io.stderr:write(string.format('ssl_table: %s done before (%s), reused\n', name, results_path))
-    return cjson.decode(util.read_file(results_path))
+  local run_dir = dir .. '/' .. name
+  local results = read_json(run_dir .. '/results.json')
+  if results then
+    io.stderr:write(string.format('ssl_table: %s done before (%s), reused\n', name, run_dir))
+    results.how = read_json(run_dir .. '/ssl_table.json') or {}
+    return results
   end
   if report then return nil, 'not run' end
   local words = { 'luajit', quote(root .. '/' .. script), quote('run.dir=' .. dir), quote('run.name=' .. name) }
   for _, a in ipairs(args) do words[#words + 1] = quote(a) end
   local cmd = table.concat(words, ' ') .. ' 2>&1'
   io.stderr:write('ssl_table: ', cmd, '\n')
-  local t0, resumed, counters = now(), false, cpu_counters()
+  local resumed = #checkpoint.list(run_dir .. '/checkpoints') > 0
+  local t0, counters = now(), cpu_counters()
   local p = io.popen(cmd)
-  for line in p:lines() do
-    io.stderr:write(line, '\n')
-    if line:match('^resumed from') then resumed = true end
-  end
+  for line in p:lines() do io.stderr:write(line, '\n') end
   p:close()
-  if not util.file_exists(results_path) then
-    io.stderr:write(string.format('ssl_table: %s failed: no %s (its output is above)\n', name, results_path))
+  results = read_json(run_dir .. '/results.json')
+  if not results then
+    io.stderr:write(string.format('ssl_table: %s failed: no %s/results.json (its output is above)\n', name, run_dir))
     return nil, 'failed'
   end
-  local results = cjson.decode(util.read_file(results_path))
-  results.table_seconds, results.table_resumed = now() - t0, resumed or nil
-  results.table_steal_percent = steal_percent(counters, cpu_counters())
-  results.table_finished = os.date('!%Y-%m-%d %H:%M')
-  local f = assert(io.open(results_path, 'w'))
-  f:write(cjson.encode(results))
+  results.how = { seconds = now() - t0, resumed = resumed or nil, steal_percent = steal_percent(counters, cpu_counters()),
+                  finished = os.date('!%Y-%m-%d %H:%M') }
+  local tmp = run_dir .. '/ssl_table.json.tmp'
+  local f = assert(io.open(tmp, 'w'))
+  f:write(cjson.encode(results.how))
   f:close()
+  assert(os.rename(tmp, run_dir .. '/ssl_table.json'))
   return results
 end
 
@@ -172,12 +182,12 @@ for _, m in ipairs(methods) do
     probe, status = run('recipes/linear_eval.lua', m .. '_probe', probe_with('model.init=' .. trained.checkpoint))
   end
   rows[#rows + 1] = { method = m, knn_top1 = probe and probe.knn_top1, linear_top1 = probe and probe.linear_top1,
-                      recipe_knn_top1 = trained and trained.knn_top1, seconds = trained and trained.table_seconds,
-                      resumed = trained and trained.table_resumed,
-                      steal_percent = trained and trained.table_steal_percent,
-                      finished = trained and trained.table_finished, img_per_s = trained and trained.img_per_s,
+                      recipe_knn_top1 = trained and trained.knn_top1, img_per_s = trained and trained.img_per_s,
                       epochs = trained and trained.epochs,
                       evaluated_on = probe and probe.evaluated_on, status = status or 'done' }
+  if trained then
+    for k, v in pairs(trained.how) do rows[#rows][k] = v end
+  end
 end
 
 print('')

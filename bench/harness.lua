@@ -159,6 +159,25 @@ function H.ratio_table(pipelines, thread_counts, crescent, torch, digits)
   return rows
 end
 
+-- Whether the CPU reports the /proc/cpuinfo flag (avx512_bf16, amx_bf16, ...); false where
+-- there is no /proc/cpuinfo.
+function H.cpu_has(flag)
+  local f = io.open('/proc/cpuinfo')
+  if not f then return false end
+  local text = f:read('*a')
+  f:close()
+  return text:find('%f[%w_]' .. flag .. '%f[^%w_]') ~= nil
+end
+
+-- 'a 123.4, b 56.7': a mode -> figure table, modes sorted by name; '-' when empty.
+function H.figures_line(figures)
+  local names = {}
+  for k in pairs(figures) do names[#names + 1] = k end
+  table.sort(names)
+  for i, k in ipairs(names) do names[i] = string.format('%s %.1f', k, figures[k]) end
+  return #names > 0 and table.concat(names, ', ') or '-'
+end
+
 function H.run_twin(script, threads, args, python)
   local p = io.popen(string.format('CRESCENT_THREADS=%d %s %s %s 2>&1', threads, python or '/usr/bin/python3', script,
     args or ''))

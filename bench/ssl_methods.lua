@@ -12,7 +12,9 @@
 -- with its memory marked filled (its one-off fill pass is not a step). Figures are
 -- medians of timed windows after warm-up steps.
 --   luajit bench/ssl_methods.lua [methods=all|byol,npid,...] [batch=256] [windows=3] [steps=2] [warmup=2]
---                               [modes=eager,channels_last,compile,bf16]
+--                               [modes=eager,channels_last,compile,bf16] [amp=off,bf16]
+-- `amp` lists crescent's modes (train.amp; bf16 only where the CPU has AVX512-BF16); its best
+-- is the figure of the row, and each mode's figure is printed beside it.
 -- Threads: env CRESCENT_THREADS (default the core count), for both libraries. The twin runs
 -- on build/torchenv's PyTorch (`make torchenv`), or CRESCENT_TORCH_PYTHON.
 -- Last line: {"bench": "ssl_methods", "threads", "batch", "rows": [{"method", "crescent", "torch",
@@ -28,6 +30,7 @@ local R = cr.ssl.recipe
 local ALL = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2', 'dino' }
 
 local args = harness.args('bench/ssl_methods.lua', { { 'methods', 'all' }, { 'modes', 'eager,channels_last,compile,bf16' },
+  { 'amp', 'off,bf16' },
   { 'batch', 256 }, { 'windows', 3 }, { 'steps', 2 }, { 'warmup', 2 } })
 local methods, modes = ALL, args.modes
 if args.methods ~= 'all' then
@@ -52,7 +55,7 @@ end
 
 -- Crescent's img/s for one method: the recipe's module, optimizer and hooks on cycled
 -- synthetic batches.
-local function crescent_rate(name, cfg)
+local function crescent_rate(name, cfg, amp)
   cr.manual_seed(0)
   local mod = cr.ssl[name]
   local train_set = R.datasets(cfg)
@@ -74,7 +77,7 @@ local function crescent_rate(name, cfg)
     batches[i] = { input = crops, size = B, index = cr.randperm(#train_set):narrow(0, (i - 1) * B, B):contiguous() }
   end
   local task = cr.engine.Task {
-    model = method, optimizer = opt, epochs = 1, test_every = 0, handle_signals = false,
+    model = method, optimizer = opt, epochs = 1, test_every = 0, handle_signals = false, amp = amp,
     train_loader = harness.cycled_loader(batches, args.warmup + args.windows * args.steps),
     loss = function(out, batch) return method:loss(out, batch) end,
   }
@@ -107,19 +110,33 @@ end
 
 print(string.format('%-15s %12s %12s %-14s %7s   (img/s, batch %d, %d threads)', 'method', 'crescent', 'torch',
   'torch mode', 'ratio', args.batch, threads))
+local amps = {}
+for a in args.amp:gmatch('[^,]+') do
+  if a ~= 'off' and a ~= 'bf16' then
+    io.stderr:write('ssl_methods: amp=', a, ' is not a CPU mode; use off, bf16 or off,bf16\n')
+    os.exit(2)
+  end
+  if a == 'off' or harness.cpu_has('avx512_bf16') then amps[#amps + 1] = a end
+end
 local rows = {}
 for _, name in ipairs(methods) do
   local cfg = config_of(name)
-  local c = crescent_rate(name, cfg)
+  local c, c_amp, c_modes = nil, nil, {}
+  for _, a in ipairs(amps) do
+    c_modes[a] = crescent_rate(name, cfg, a)
+    if not c or c_modes[a] > c then c, c_amp = c_modes[a], a end
+  end
   local best, best_mode = nil, nil
   local figures = twin_rates(name, cfg)
   for mode, v in pairs(figures) do
     if not best or v > best then best, best_mode = v, mode end
   end
   local ratio = best and c / best or nil
-  print(string.format('%-15s %12.1f %12s %-14s %7s', name, c, best and string.format('%.1f', best) or '-',
-    best_mode or '-', ratio and string.format('%.2f', ratio) or '-'))
-  rows[#rows + 1] = { method = name, crescent = c, torch = best or cjson.null, torch_mode = best_mode or cjson.null,
+  print(string.format('%-15s %12.1f %12s %-14s %7s   crescent %s; torch %s', name, c,
+    best and string.format('%.1f', best) or '-', best_mode or '-', ratio and string.format('%.2f', ratio) or '-',
+    harness.figures_line(c_modes), harness.figures_line(figures)))
+  rows[#rows + 1] = { method = name, crescent = c, crescent_amp = c_amp, crescent_modes = c_modes,
+                      torch = best or cjson.null, torch_mode = best_mode or cjson.null,
                       torch_modes = next(figures) and figures or cjson.null, ratio = ratio or cjson.null }
 end
 print(cjson.encode { bench = 'ssl_methods', threads = threads, batch = args.batch, rows = rows })

@@ -46,5 +46,8 @@ cr_amp_class cr_op_autocast_class(cr_op op);
  * against the plain reference kernels. Returns the previous value. */
 bool cr_set_fast_paths(bool enabled);
 bool cr_fast_paths_enabled(void);
+/* Whether the cpu computes bf16 convolutions and matrix products natively (oneDNN on a CPU
+ * with AVX512-BF16, fast paths on); otherwise they run on f32 copies. */
+bool cr_cpu_bf16_native(void);
 
 #endif

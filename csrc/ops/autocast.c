@@ -4,8 +4,9 @@
  * reductions) cast half inputs up to f32, as each op's row in the op list says (its
  * autocast class, HALF or F32). The entries of those ops call the two helpers below; everything else runs in its inputs' dtypes, and mixed operands promote as usual
  * (bf16 + f32 gives f32). The casts are ordinary recorded ops, so grads flow back to the
- * f32 parameters in f32. */
-#include "internal.h"
+ * f32 parameters in f32. cr_call_via_f32 serves the CPU kernels that compute bf16
+ * natively but meet a problem their fast path declines. */
+#include "elementwise_impl.h"
 
 static __thread cr_dtype autocast_dtype = CR_DT_F32;
 
@@ -41,4 +42,37 @@ cr_status cr_autocast_begin(cr_autocast_scope *s, cr_op op, cr_tensor *a, cr_ten
 void cr_autocast_end(cr_autocast_scope *s) {
     autocast_dtype = s->prev;
     for (int k = 0; k < 3; k++) cr_tensor_free(s->t[k]);
+}
+
+/* An f32 tensor in a half tensor's layout, holding its values when `copy` (t itself,
+ * retained, when t is not half). */
+static cr_status f32_copy(cr_tensor **out, cr_tensor *t, bool copy) {
+    *out = NULL;
+    if (!t) return CR_OK;
+    if (t->dtype != CR_DT_F16 && t->dtype != CR_DT_BF16) {
+        cr_tensor_retain(t);
+        *out = t;
+        return CR_OK;
+    }
+    cr_status st = cr_tensor_alloc_as(out, t->ndim, t->shape, CR_DT_F32, cr_tensor_dev(t), t);
+    return st || !copy ? st : cr_copy_into(*out, t);
+}
+
+cr_status cr_call_via_f32(cr_call *c, cr_kernel_fn kernel) {
+    cr_call f = *c;
+    cr_tensor *in[CR_CALL_SMALL_IN] = {0};
+    if (c->nin > CR_CALL_SMALL_IN)
+        return cr_fail(CR_ERR_UNSUPPORTED, "%s: no f32 route for %d inputs (crescent bug)",
+                       cr_op_name(c->op), c->nin);
+    f.in = in;
+    cr_status st = CR_OK;
+    for (int i = 0; i < c->nin && !st; i++) st = f32_copy(&in[i], c->in[i], true);
+    for (int i = 0; i < c->nout; i++) f.out[i] = NULL;
+    for (int i = 0; i < c->nout && !st; i++) st = f32_copy(&f.out[i], c->out[i], false);
+    if (!st) st = kernel(&f);
+    for (int i = 0; i < c->nout && !st; i++)
+        if (f.out[i] && f.out[i] != c->out[i]) st = cr_copy_into(c->out[i], f.out[i]);
+    for (int i = 0; i < c->nin; i++) cr_tensor_free(in[i]);
+    for (int i = 0; i < c->nout; i++) cr_tensor_free(f.out[i]);
+    return st;
 }

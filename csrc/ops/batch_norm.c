@@ -187,15 +187,19 @@ static bool bn_forward_dnnl(cr_call *c, bool use_batch, double *mean, double *va
 }
 #endif
 
-/* Channels-last f32 (conv2d's output on the oneDNN path): batch_norm_nhwc.c. */
+/* Channels-last f32 or bf16 (conv2d's output on the oneDNN path): batch_norm_nhwc.c. */
 static bool bn_forward_nhwc(cr_call *c, bool use_batch, double *mean, double *var) {
     cr_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *rm = c->in[3], *rv = c->in[4];
     const int64_t C = x->shape[1], M = x->numel / C;
+    const bool bf16 = x->dtype == CR_DT_BF16;
     float *scale = malloc(sizeof(float) * (size_t)(2 * C)), *shift = scale + C;
     if (!scale) return false;
-    const float *xp = (const float *)cr_tensor_ptr(x);
+    const void *xp = cr_tensor_ptr(x);
     if (use_batch) {
-        cr_bn_nhwc_stats(xp, M, C, mean, var);
+        if (!cr_bn_nhwc_stats(xp, bf16, M, C, mean, var)) {
+            free(scale);
+            return false;
+        }
     } else {
         for (int64_t ch = 0; ch < C; ch++) mean[ch] = vec_get(rm, ch), var[ch] = vec_get(rv, ch);
     }
@@ -205,9 +209,9 @@ static bool bn_forward_nhwc(cr_call *c, bool use_batch, double *mean, double *va
         scale[ch] = (float)(invstd * wc);
         shift[ch] = (float)(bc - mean[ch] * invstd * wc);
     }
-    cr_bn_nhwc_apply((float *)cr_tensor_ptr(c->out[0]), xp, M, C, scale, shift, c->i[4]);
+    bool ok = cr_bn_nhwc_apply(cr_tensor_ptr(c->out[0]), xp, bf16, M, C, scale, shift, c->i[4]);
     free(scale);
-    return true;
+    return ok;
 }
 
 /* in: x, weight?, bias?, running_mean?, running_var?; out: y, save_mean, save_invstd;
@@ -221,6 +225,10 @@ cr_status cr_cpu_batch_norm(cr_call *c) {
     if (!mean) return cr_fail(CR_ERR_OOM, "batch_norm: out of memory for %lld channels",
                               (long long)C);
     bool done = cr_tensor_is_channels_last(x);
+    if (!done && (x->dtype == CR_DT_F16 || x->dtype == CR_DT_BF16)) {
+        free(mean);
+        return cr_call_via_f32(c, cr_cpu_batch_norm);
+    }
     if (done && !bn_forward_nhwc(c, use_batch, mean, var)) {
         free(mean);
         return cr_fail(CR_ERR_OOM, "batch_norm: out of memory for %lld channels", (long long)C);
@@ -305,12 +313,15 @@ static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr
             return st;
     }
 
-    /* halves compute in f32, with weight, bias and statistics in f32 (dt): on the cpu
-     * through an f32 copy of x, on a GPU reading and writing the halves themselves (io),
-     * as cuDNN's mixed-precision batch norm does */
+    /* halves compute in f32, with weight, bias and statistics in f32 (dt): on a GPU, and
+     * for channels-last bf16 on a cpu with AVX512-BF16, reading and writing the halves
+     * themselves (io), as cuDNN's mixed-precision batch norm does; otherwise through an
+     * f32 copy of x */
     cr_dtype dt = x->dtype == CR_DT_F64 ? CR_DT_F64 : CR_DT_F32;
     const bool half = x->dtype == CR_DT_F16 || x->dtype == CR_DT_BF16;
-    const cr_dtype io = half && !cr_tensor_on_cpu(x) ? x->dtype : dt;
+    const bool native = !cr_tensor_on_cpu(x) || (x->dtype == CR_DT_BF16 && cr_cpu_bf16_native() &&
+                                                 cr_tensor_is_channels_last(x));
+    const cr_dtype io = half && native ? x->dtype : dt;
     cr_tensor *xc = NULL, *xt = NULL, *wc = NULL, *bc = NULL;
     cr_call c;
     memset(&c, 0, sizeof c);
@@ -536,13 +547,14 @@ static bool bn_backward_dnnl(cr_call *c) {
 }
 #endif
 
-/* Channels-last f32 backward (g, x, y and gx all channels-last): the f32 formulas. */
+/* Channels-last f32 or bf16 backward (g, x, y and gx all channels-last, one dtype): the
+ * f32 formulas. */
 static cr_status bn_backward_nhwc(cr_call *c) {
     cr_tensor *g = c->in[0], *x = c->in[1], *w = c->in[2], *mean = c->in[3], *inv = c->in[4];
     cr_tensor *gx = c->out[0], *gw = c->out[1], *gb = c->out[2];
     const int64_t C = x->shape[1], M = x->numel / C;
-    const bool use_batch = c->i[0];
-    const float *y = c->nin > 5 && c->in[5] ? (const float *)cr_tensor_ptr(c->in[5]) : NULL;
+    const bool use_batch = c->i[0], bf16 = x->dtype == CR_DT_BF16;
+    const void *y = c->nin > 5 && c->in[5] ? cr_tensor_ptr(c->in[5]) : NULL;
     double *m = malloc(sizeof(double) * (size_t)(3 * C)), *sg = m + C, *sgx = m + 2 * C;
     float *a = malloc(sizeof(float) * (size_t)(3 * C)), *bx = a + C, *c0 = a + 2 * C;
     if (!m || !a) {
@@ -552,9 +564,9 @@ static cr_status bn_backward_nhwc(cr_call *c) {
                        (long long)C);
     }
     for (int64_t ch = 0; ch < C; ch++) m[ch] = vec_get(mean, ch);
-    const float *gp = (const float *)cr_tensor_ptr(g), *xp = (const float *)cr_tensor_ptr(x);
-    cr_bn_nhwc_grad_sums(gp, xp, y, m, M, C, sg, sgx);
-    for (int64_t ch = 0; ch < C; ch++) {
+    const void *gp = cr_tensor_ptr(g), *xp = cr_tensor_ptr(x);
+    bool ok = cr_bn_nhwc_grad_sums(gp, xp, y, bf16, m, M, C, sg, sgx);
+    for (int64_t ch = 0; ch < C && ok; ch++) {
         const double is = vec_get(inv, ch), wc = w ? vec_get(w, ch) : 1.0;
         if (gb) vec_set(gb, ch, sg[ch]);
         if (gw) vec_set(gw, ch, sgx[ch] * is);
@@ -564,10 +576,11 @@ static cr_status bn_backward_nhwc(cr_call *c) {
         bx[ch] = (float)(-wc * is * proj);
         c0[ch] = (float)(wc * is * (m[ch] * proj - gmean));
     }
-    if (gx) cr_bn_nhwc_grad_input((float *)cr_tensor_ptr(gx), gp, xp, y, M, C, a, bx, c0);
+    if (ok && gx) ok = cr_bn_nhwc_grad_input(cr_tensor_ptr(gx), gp, xp, y, bf16, M, C, a, bx, c0);
     free(m);
     free(a);
-    return CR_OK;
+    return ok ? CR_OK : cr_fail(CR_ERR_OOM, "batch_norm backward: out of memory for the "
+                                "per-thread rows of %lld channels", (long long)C);
 }
 
 /* in: g, x, weight?, save_mean, save_invstd, and y when the forward fused a relu (the
@@ -575,6 +588,8 @@ static cr_status bn_backward_nhwc(cr_call *c) {
  * out: gx?, gw?, gb?; i[0] batch statistics were used; f[0] eps. */
 cr_status cr_cpu_batch_norm_backward(cr_call *c) {
     if (cr_tensor_is_channels_last(c->in[1])) return bn_backward_nhwc(c);
+    if (c->in[1]->dtype == CR_DT_F16 || c->in[1]->dtype == CR_DT_BF16)
+        return cr_call_via_f32(c, cr_cpu_batch_norm_backward);
 #ifdef CR_HAVE_DNNL
     const cr_tensor *x = c->in[1];
     if (c->nin == 5 && bn_use_dnnl(x) && bn_backward_dnnl(c))
@@ -587,8 +602,15 @@ cr_status cr_cpu_batch_norm_backward(cr_call *c) {
     return CR_OK;
 }
 
-/* The grad in x's layout: channels-last for a channels-last x, else row-major. */
+/* The grad in x's dtype and layout: channels-last for a channels-last x, else row-major. */
 static cr_status grad_like(cr_tensor **out, cr_tensor *g, const cr_tensor *x) {
+    if (g->dtype != x->dtype) {
+        cr_tensor *cast = NULL;
+        cr_status st = cr_op_to(&cast, g, x->dtype);
+        if (!st) st = grad_like(out, cast, x);
+        cr_tensor_free(cast);
+        return st;
+    }
     if (!cr_tensor_is_channels_last(x)) return cr_op_contiguous(out, g);
     if (cr_tensor_is_channels_last(g)) {
         cr_tensor_retain(g);

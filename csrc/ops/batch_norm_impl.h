@@ -20,18 +20,22 @@ bool cr_dnnl_batch_norm_backward(float *gx, float *gw, float *gb, const float *g
                                  const float *var, int64_t N, int64_t C, int64_t S,
                                  bool use_global, double eps);
 
-/* Channels-last f32 data as rows [M = N*H*W, C] (batch_norm_nhwc.c, any build). */
+/* Channels-last f32 or (bf16 true) bf16 data as rows [M = N*H*W, C] (batch_norm_nhwc.c,
+ * any build); statistics and per-channel vectors stay f64/f32. Each returns false when out
+ * of memory. */
 /* Batch mean and biased variance per channel (two passes, f64). */
-void cr_bn_nhwc_stats(const float *x, int64_t M, int64_t C, double *mean, double *var);
+bool cr_bn_nhwc_stats(const void *x, bool bf16, int64_t M, int64_t C, double *mean,
+                      double *var);
 /* y = x*scale + shift per channel, then relu when asked. */
-void cr_bn_nhwc_apply(float *y, const float *x, int64_t M, int64_t C, const float *scale,
-                      const float *shift, bool relu);
+bool cr_bn_nhwc_apply(void *y, const void *x, bool bf16, int64_t M, int64_t C,
+                      const float *scale, const float *shift, bool relu);
 /* sum_g = sum g, sum_gx = sum g*(x - mean) per channel; g masked where y <= 0 when y is
  * given (the fused relu). */
-void cr_bn_nhwc_grad_sums(const float *g, const float *x, const float *y, const double *mean,
-                          int64_t M, int64_t C, double *sum_g, double *sum_gx);
+bool cr_bn_nhwc_grad_sums(const void *g, const void *x, const void *y, bool bf16,
+                          const double *mean, int64_t M, int64_t C, double *sum_g,
+                          double *sum_gx);
 /* gx = g*a + x*bx + c0 per channel (g masked as above). */
-void cr_bn_nhwc_grad_input(float *gx, const float *g, const float *x, const float *y,
+bool cr_bn_nhwc_grad_input(void *gx, const void *g, const void *x, const void *y, bool bf16,
                            int64_t M, int64_t C, const float *a, const float *bx,
                            const float *c0);
 

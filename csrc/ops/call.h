@@ -47,6 +47,9 @@ typedef struct {
 } cr_autocast_scope;
 cr_status cr_autocast_begin(cr_autocast_scope *s, cr_op op, cr_tensor *a, cr_tensor *b, cr_tensor *c);
 void cr_autocast_end(cr_autocast_scope *s);
+/* Runs a cpu kernel on f32 copies of the call's f16/bf16 inputs and outputs and writes the
+ * results back: the route of a kernel whose native half path declines a problem. */
+cr_status cr_call_via_f32(cr_call *c, cr_kernel_fn kernel);
 
 /* The tail of an op's entry point: cr_dispatch, then cr_autograd_record(c, save_in,
  * save_out); on success *out = c->out[0] (out may be NULL: the caller takes c->out),

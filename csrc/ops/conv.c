@@ -1,6 +1,7 @@
 /* conv.c — conv2d on NCHW tensors: argument checks, the reference loops (a direct
  * convolution, one output or input plane per OpenMP task), the choice between them and
- * oneDNN (conv_dnnl.c, f32 only), and the derivative rule, which calls the
+ * oneDNN (conv_dnnl.c: f32, and bf16 where the CPU has AVX512-BF16; other half
+ * convolutions run on f32 copies), and the derivative rule, which calls the
  * conv2d_backward op so that each device can bring its own backward kernels. */
 #include "conv_impl.h"
 #include "elementwise_impl.h"
@@ -295,6 +296,12 @@ static cr_status conv_check(const char *op, const cr_tensor *x, const cr_tensor 
 
 static bool is_half(cr_dtype dt) { return dt == CR_DT_F16 || dt == CR_DT_BF16; }
 
+/* Half tensors the cpu does not convolve natively (f16; bf16 without AVX512-BF16). */
+static bool half_via_f32(const cr_tensor *x) {
+    return is_half(x->dtype) && cr_tensor_on_cpu(x) &&
+           !(x->dtype == CR_DT_BF16 && cr_cpu_bf16_native());
+}
+
 /* ---- conv2d ------------------------------------------------------------------------- */
 /* oneDNN computes f32 convolutions; their activations are channels-last (see
  * conv_dnnl.c), and conv2d's output stays so, which the ops after it keep. */
@@ -303,7 +310,7 @@ static bool is_half(cr_dtype dt) { return dt == CR_DT_F16 || dt == CR_DT_BF16; }
 static bool conv_fast(const cr_tensor *x) {
     if (!cr_tensor_on_cpu(x)) return true;
 #ifdef CR_HAVE_DNNL
-    return x->dtype == CR_DT_F32 && cr_fast_paths_enabled();
+    return cr_fast_paths_enabled() && (x->dtype == CR_DT_F32 || x->dtype == CR_DT_BF16);
 #else
     (void)x;
     return false;
@@ -340,11 +347,12 @@ cr_status cr_cpu_conv2d(cr_call *c) {
     conv_layouts(&g, c->in[0], c->out[0]);
     cr_dtype dt = c->in[0]->dtype;
     const char *b = c->in[2] ? cr_tensor_ptr(c->in[2]) : NULL;
-    if (dt == CR_DT_F32 && cr_fast_paths_enabled() && c->out[0]->numel > 0 &&
-        cr_conv2d_dnnl_forward(&g, (const float *)cr_tensor_ptr(c->in[0]),
-                               (const float *)cr_tensor_ptr(c->in[1]), (const float *)b,
-                               (float *)cr_tensor_ptr(c->out[0])) == CR_OK)
+    g.bf16 = dt == CR_DT_BF16;
+    if ((dt == CR_DT_F32 || g.bf16) && cr_fast_paths_enabled() && c->out[0]->numel > 0 &&
+        cr_conv2d_dnnl_forward(&g, cr_tensor_ptr(c->in[0]), cr_tensor_ptr(c->in[1]), b,
+                               cr_tensor_ptr(c->out[0])) == CR_OK)
         return CR_OK;
+    if (is_half(dt)) return cr_call_via_f32(c, cr_cpu_conv2d);
     cr_tensor *x = NULL, *y = c->out[0];
     cr_status st = rowmajor(&x, c->in[0]);
     if (!st && g.dst_cl) st = cr_tensor_alloc(&y, 4, y->shape, dt, CR_CPU);
@@ -408,7 +416,7 @@ static cr_status conv2d_entry(cr_tensor **out, cr_tensor *x, cr_tensor *w, cr_te
                            ":to('%s')", cr_dtype_name(bias->dtype), cr_dtype_name(x->dtype),
                            cr_dtype_name(x->dtype));
     }
-    if (is_half(x->dtype) && cr_tensor_on_cpu(x)) return conv2d_through_f32(out, x, w, bias, p);
+    if (half_via_f32(x)) return conv2d_through_f32(out, x, w, bias, p);
 
     cr_tensor *xc = NULL, *wc = NULL, *bc = NULL;
     cr_call c;
@@ -459,18 +467,33 @@ cr_status cr_cpu_conv2d_backward(cr_call *c) {
     geom_from_call(c, x, w, &g);
     conv_layouts(&g, x, gy);
     cr_dtype dt = x->dtype;
-    bool fast = dt == CR_DT_F32 && cr_fast_paths_enabled() && gy->numel > 0 && x->numel > 0;
-    bool gx_done = !gx || (fast && cr_conv2d_dnnl_backward_data(
-                                       &g, (const float *)cr_tensor_ptr(gy),
-                                       (const float *)cr_tensor_ptr(w),
-                                       (float *)cr_tensor_ptr(gx)) == CR_OK);
-    bool gw_done = !gw || (fast && cr_conv2d_dnnl_backward_weights(
-                                       &g, (const float *)cr_tensor_ptr(x),
-                                       (const float *)cr_tensor_ptr(gy),
-                                       (float *)cr_tensor_ptr(gw),
-                                       gb ? (float *)cr_tensor_ptr(gb) : NULL) == CR_OK);
-    if (gw && gw_done) gb = NULL; /* oneDNN wrote the bias grad too */
+    g.bf16 = dt == CR_DT_BF16;
+    bool fast = (dt == CR_DT_F32 || g.bf16) && cr_fast_paths_enabled() && gy->numel > 0 &&
+                x->numel > 0;
+    const bool small = fast && cr_conv2d_small_wanted(&g);
+    bool gx_done = !gx ||
+                   (small && cr_conv2d_small_backward_data(&g, cr_tensor_ptr(gy), cr_tensor_ptr(w),
+                                                           cr_tensor_ptr(gx)) == CR_OK) ||
+                   (fast && cr_conv2d_dnnl_backward_data(&g, cr_tensor_ptr(gy), cr_tensor_ptr(w),
+                                                         cr_tensor_ptr(gx)) == CR_OK);
+    bool gw_gemm = gw && small &&
+                   cr_conv2d_small_backward_weights(&g, cr_tensor_ptr(x), cr_tensor_ptr(gy),
+                                                    cr_tensor_ptr(gw)) == CR_OK;
+    bool gw_done = !gw || gw_gemm ||
+                   (fast && cr_conv2d_dnnl_backward_weights(
+                                &g, cr_tensor_ptr(x), cr_tensor_ptr(gy), cr_tensor_ptr(gw),
+                                gb ? cr_tensor_ptr(gb) : NULL) == CR_OK);
+    if (gw && gw_done && !gw_gemm) gb = NULL; /* oneDNN wrote the bias grad too */
     if (gx_done && gw_done && !gb) return CR_OK;
+    if (is_half(dt)) { /* the f32 route for what oneDNN declined */
+        cr_call rest = *c;
+        rest.in = rest.in_small;
+        memcpy(rest.in_small, c->in, sizeof(cr_tensor *) * 3);
+        if (gx_done) rest.out[0] = NULL;
+        if (gw_done) rest.out[1] = NULL;
+        rest.out[2] = gb;
+        return cr_call_via_f32(&rest, cr_cpu_conv2d_backward);
+    }
     /* the reference loops, on row-major copies of channels-last operands */
     cr_tensor *gyr = NULL, *xr = NULL, *gxr = gx;
     cr_status st = rowmajor(&gyr, gy);
@@ -509,9 +532,9 @@ cr_status cr_op_conv2d_backward(cr_tensor **gx, cr_tensor **gw, cr_tensor **gb,
     if (st) return st;
     int64_t oshape[4];
     if ((st = conv_check(op, x, w, p, oshape))) return st;
-    if (is_half(x->dtype) && cr_tensor_on_cpu(x))
-        return cr_fail(CR_ERR_ARG, "%s: %s is computed in f32; convert the tensors with "
-                       ":float()", op, cr_dtype_name(x->dtype));
+    if (half_via_f32(x))
+        return cr_fail(CR_ERR_ARG, "%s: %s is computed in f32 on this cpu; convert the tensors "
+                       "with :float()", op, cr_dtype_name(x->dtype));
     if (gout->ndim != 4 || memcmp(gout->shape, oshape, sizeof oshape) || gout->dtype != x->dtype) {
         char a[160], b[160];
         return cr_fail(CR_ERR_ARG, "%s: grad_output must be %s %s (the conv2d output), got %s "
@@ -526,8 +549,14 @@ cr_status cr_op_conv2d_backward(cr_tensor **gx, cr_tensor **gw, cr_tensor **gb,
     cr_tensor *gc = NULL, *xc = NULL, *wc = NULL;
     bool prev = cr_grad_set_enabled(false); /* a non-differentiable op: copies need no graph */
     bool fast = conv_fast(x);
-    st = conv_operand(&gc, gout, fast);
-    if (!st) st = conv_operand(&xc, x, fast);
+    st = conv_operand(&xc, x, fast);
+    /* the grad in x's layout: the kernels read both channels-last or both row-major */
+    if (!st && fast && cr_tensor_is_channels_last(xc) && !cr_tensor_is_channels_last(gout)) {
+        st = cr_tensor_alloc_layout(&gc, 4, gout->shape, gout->dtype, cr_tensor_dev(gout), true);
+        if (!st) st = cr_copy_into(gc, gout);
+    } else if (!st) {
+        st = conv_operand(&gc, gout, fast);
+    }
     if (!st) st = cr_op_contiguous(&wc, w);
     cr_grad_set_enabled(prev);
     c.in[0] = gc, c.in[1] = xc, c.in[2] = wc;

@@ -1,5 +1,5 @@
-/* conv_dnnl.c — the oneDNN fast path of conv2d (f32): forward, backward data and
- * backward weights (+ bias) through the C API.
+/* conv_dnnl.c — the oneDNN fast path of conv2d (f32, and bf16 on CPUs with AVX512-BF16):
+ * forward, backward data and backward weights (+ bias) through the C API.
  *
  * Activations are channels-last (nhwc) inside the primitive, and conv2d keeps them so
  * between layers (conv.c), so the common case runs without reorders: on the SwAV step
@@ -13,16 +13,16 @@
 
 #ifndef CR_HAVE_DNNL
 
-cr_status cr_conv2d_dnnl_forward(const cr_conv_geom *g, const float *x, const float *w,
-                                 const float *b, float *y) {
+cr_status cr_conv2d_dnnl_forward(const cr_conv_geom *g, const void *x, const void *w,
+                                 const void *b, void *y) {
     return CR_ERR_UNSUPPORTED;
 }
-cr_status cr_conv2d_dnnl_backward_data(const cr_conv_geom *g, const float *gy, const float *w,
-                                       float *gx) {
+cr_status cr_conv2d_dnnl_backward_data(const cr_conv_geom *g, const void *gy, const void *w,
+                                       void *gx) {
     return CR_ERR_UNSUPPORTED;
 }
-cr_status cr_conv2d_dnnl_backward_weights(const cr_conv_geom *g, const float *x,
-                                          const float *gy, float *gw, float *gb) {
+cr_status cr_conv2d_dnnl_backward_weights(const cr_conv_geom *g, const void *x,
+                                          const void *gy, void *gw, void *gb) {
     return CR_ERR_UNSUPPORTED;
 }
 int64_t cr_conv2d_dnnl_runs(void) { return 0; }
@@ -85,10 +85,11 @@ static void entry_clear(conv_entry *e) {
 }
 
 /* ---- descriptors ---- */
-static bool md_init(dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_tag_t tag) {
+static bool md_init(dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_tag_t tag,
+                    dnnl_data_type_t dt) {
     dnnl_dims_t d;
     for (int i = 0; i < nd; i++) d[i] = dims[i];
-    return dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, tag) == dnnl_success;
+    return dnnl_memory_desc_init_by_tag(md, nd, d, dt, tag) == dnnl_success;
 }
 
 typedef struct {
@@ -103,21 +104,22 @@ static bool conv_mds_init(conv_mds *m, const cr_conv_geom *g) {
     const int64_t wei5[5] = {g->groups, g->o / g->groups, g->c / g->groups, g->kh, g->kw};
     const int64_t bias[1] = {g->o};
     bool grouped = g->groups > 1;
+    const dnnl_data_type_t dt = g->bf16 ? dnnl_bf16 : dnnl_f32;
     /* one channel or one pixel: nchw and nhwc are the same bytes, so no reorder */
     bool src_nhwc = g->src_cl || g->c == 1 || g->h * g->w == 1;
     bool dst_nhwc = g->dst_cl || g->o == 1 || g->oh * g->ow == 1;
-    bool ok = md_init(&m->src, 4, src, dnnl_nhwc) &&
-              md_init(&m->src_u, 4, src, src_nhwc ? dnnl_nhwc : dnnl_nchw) &&
-              md_init(&m->dst, 4, dst, dnnl_nhwc) &&
-              md_init(&m->dst_u, 4, dst, dst_nhwc ? dnnl_nhwc : dnnl_nchw) &&
-              md_init(&m->bias, 1, bias, dnnl_a) && md_init(&m->bias_u, 1, bias, dnnl_a);
+    bool ok = md_init(&m->src, 4, src, dnnl_nhwc, dt) &&
+              md_init(&m->src_u, 4, src, src_nhwc ? dnnl_nhwc : dnnl_nchw, dt) &&
+              md_init(&m->dst, 4, dst, dnnl_nhwc, dt) &&
+              md_init(&m->dst_u, 4, dst, dst_nhwc ? dnnl_nhwc : dnnl_nchw, dt) &&
+              md_init(&m->bias, 1, bias, dnnl_a, dt) && md_init(&m->bias_u, 1, bias, dnnl_a, dt);
     /* PyTorch's [O, C/g, kh, kw] is, byte for byte, oneDNN's [g, O/g, C/g, kh, kw] */
     if (grouped)
-        ok = ok && md_init(&m->wei, 5, wei5, dnnl_format_tag_any) &&
-             md_init(&m->wei_u, 5, wei5, dnnl_goihw);
+        ok = ok && md_init(&m->wei, 5, wei5, dnnl_format_tag_any, dt) &&
+             md_init(&m->wei_u, 5, wei5, dnnl_goihw, dt);
     else
-        ok = ok && md_init(&m->wei, 4, wei4, dnnl_format_tag_any) &&
-             md_init(&m->wei_u, 4, wei4, dnnl_oihw);
+        ok = ok && md_init(&m->wei, 4, wei4, dnnl_format_tag_any, dt) &&
+             md_init(&m->wei_u, 4, wei4, dnnl_oihw, dt);
     /* oneDNN counts dilation from 0 and wants the right padding that makes its output
      * size formula land exactly on ours (it may be negative when the stride drops rows) */
     const int64_t in[2] = {g->h, g->w}, out[2] = {g->oh, g->ow}, k[2] = {g->kh, g->kw};
@@ -178,7 +180,7 @@ static bool entry_build(conv_entry *e, const conv_key *k) {
         dnnl_memory_desc_t src = m.src;
         if (g->kh == 1 && g->kw == 1 && (g->sh > 1 || g->sw > 1) && g->c % 16 != 0) {
             const int64_t dims[4] = {g->n, g->c, g->h, g->w};
-            if (!md_init(&src, 4, dims, dnnl_format_tag_any)) return false;
+            if (!md_init(&src, 4, dims, dnnl_format_tag_any, src.data_type)) return false;
         }
         if (dnnl_dilated_convolution_backward_weights_desc_init(
                 &bd, dnnl_convolution_direct, &src, &m.wei, k->has_bias ? &m.bias : NULL,
@@ -186,6 +188,12 @@ static bool entry_build(conv_entry *e, const conv_key *k) {
             dnnl_primitive_desc_create(&e->pd, &bd, NULL, engine, e->fwd_pd) != dnnl_success)
             return false;
     }
+    /* oneDNN's reference kernels are far slower than converting to f32 and back */
+    const char *impl = NULL;
+    if (k->g.bf16 && (dnnl_primitive_desc_query(e->pd, dnnl_query_impl_info_str, 0, &impl) !=
+                          dnnl_success ||
+                      !impl || !strncmp(impl, "ref", 3)))
+        return false;
     if (dnnl_primitive_create(&e->prim, e->pd) != dnnl_success) return false;
     /* argument order is the order of the pointers entry_run receives */
     switch (k->kind) {
@@ -304,20 +312,20 @@ static cr_status run(int kind, const cr_conv_geom *g, bool has_bias, void *const
     return st;
 }
 
-cr_status cr_conv2d_dnnl_forward(const cr_conv_geom *g, const float *x, const float *w,
-                                 const float *b, float *y) {
+cr_status cr_conv2d_dnnl_forward(const cr_conv_geom *g, const void *x, const void *w,
+                                 const void *b, void *y) {
     void *const ptrs[4] = {(void *)x, (void *)w, y, (void *)b};
     return run(KIND_FWD, g, b != NULL, ptrs);
 }
 
-cr_status cr_conv2d_dnnl_backward_data(const cr_conv_geom *g, const float *gy, const float *w,
-                                       float *gx) {
+cr_status cr_conv2d_dnnl_backward_data(const cr_conv_geom *g, const void *gy, const void *w,
+                                       void *gx) {
     void *const ptrs[3] = {(void *)gy, (void *)w, gx};
     return run(KIND_BWD_DATA, g, false, ptrs);
 }
 
-cr_status cr_conv2d_dnnl_backward_weights(const cr_conv_geom *g, const float *x,
-                                          const float *gy, float *gw, float *gb) {
+cr_status cr_conv2d_dnnl_backward_weights(const cr_conv_geom *g, const void *x,
+                                          const void *gy, void *gw, void *gb) {
     void *const ptrs[4] = {(void *)x, (void *)gy, gw, gb};
     return run(KIND_BWD_WEIGHTS, g, gb != NULL, ptrs);
 }

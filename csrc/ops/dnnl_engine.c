@@ -1,4 +1,6 @@
-/* dnnl_engine.c — see dnnl_engine.h. */
+/* dnnl_engine.c — see dnnl_engine.h; and whether the CPU computes bf16 natively. */
+#include "internal.h"
+
 #ifdef CR_HAVE_DNNL
 #include "dnnl_engine.h"
 
@@ -26,6 +28,11 @@ bool cr_dnnl_engine(dnnl_engine_t *engine, dnnl_stream_t *stream) {
     *stream = shared_stream;
     return shared_engine != NULL;
 }
+
+bool cr_cpu_bf16_native(void) {
+    const dnnl_cpu_isa_t bf16 = dnnl_cpu_isa_avx512_core_bf16;
+    return cr_fast_paths_enabled() && (dnnl_get_effective_cpu_isa() & bf16) == bf16;
+}
 #else
-typedef int cr_dnnl_engine_unused; /* ISO C wants a translation unit to declare something */
+bool cr_cpu_bf16_native(void) { return false; }
 #endif

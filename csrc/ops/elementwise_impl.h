@@ -61,10 +61,19 @@ cr_status cr_copy_into(cr_tensor *dst, cr_tensor *src);
  * identity-like (uint8_t) for bool outputs). */
 #define CR_BIN_LOOP_HALF(TO, LOAD, STORE, EXPR)                                      \
     do {                                                                             \
-        for (int64_t i = 0; i < n; i++) {                                            \
-            float a = LOAD(*(const uint16_t *)(p[1] + i * s[1]));                    \
-            float b = LOAD(*(const uint16_t *)(p[2] + i * s[2]));                    \
-            *(TO *)(p[0] + i * s[0]) = STORE(EXPR);                                  \
+        if (s[0] == (int64_t)sizeof(TO) && s[1] == 2 && s[2] == 2) { /* dense: vectorises */ \
+            TO *o = (TO *)p[0];                                                      \
+            const uint16_t *xp = (const uint16_t *)p[1], *yp = (const uint16_t *)p[2]; \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                float a = LOAD(xp[i]), b = LOAD(yp[i]);                              \
+                o[i] = STORE(EXPR);                                                  \
+            }                                                                        \
+        } else {                                                                     \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                float a = LOAD(*(const uint16_t *)(p[1] + i * s[1]));                \
+                float b = LOAD(*(const uint16_t *)(p[2] + i * s[2]));                \
+                *(TO *)(p[0] + i * s[0]) = STORE(EXPR);                              \
+            }                                                                        \
         }                                                                            \
     } while (0)
 

@@ -2,7 +2,9 @@
  * the composites matmul and linear, which are built from them and from views so that
  * autograd needs nothing more. The reference kernel is a cache-blocked loop; the f32
  * fast path is oneDNN (matmul_dnnl.c), which reads transposed and strided views in place.
- * f16/bf16 operands are converted to f32 (recorded casts) and the result back. */
+ * bf16 operands multiply natively where the CPU has AVX512-BF16 (f32 accumulation; what
+ * oneDNN declines runs on f32 copies); other half operands are converted to f32 (recorded
+ * casts) and the result back. */
 #include "elementwise_impl.h"
 #include "matmul_impl.h"
 
@@ -134,8 +136,11 @@ static bool dnnl_operand(const cr_tensor *t, bool batched, int64_t batch, int64_
 }
 #endif
 
+static bool is_half(cr_dtype dt) { return dt == CR_DT_F16 || dt == CR_DT_BF16; }
+
 /* out = beta * bias + alpha * (a @ b) for [n,k]@[k,m] (batched: [B,n,k]@[B,k,m]); bias
- * may be NULL (then beta is unused). out is a fresh contiguous tensor. */
+ * may be NULL (then beta is unused). out is a fresh contiguous tensor. A bf16 product
+ * oneDNN does not take returns CR_ERR_UNSUPPORTED without a message (see gemm_kernel). */
 static cr_status run_gemm(cr_tensor *out, cr_tensor *a, cr_tensor *b, bool batched,
                           cr_tensor *bias, double beta, double alpha) {
     int o = batched ? 1 : 0;
@@ -150,6 +155,7 @@ static cr_status run_gemm(cr_tensor *out, cr_tensor *a, cr_tensor *b, bool batch
     g.c = cr_tensor_ptr(out);
     if (out->numel == 0) return CR_OK;
     size_t es = cr_dtype_size(g.dt);
+    const bool half = is_half(g.dt);
 
     /* c starts as beta * bias broadcast to [n, m] (or as the fused oneDNN bias row) */
 #ifdef CR_HAVE_DNNL
@@ -165,10 +171,11 @@ static cr_status run_gemm(cr_tensor *out, cr_tensor *a, cr_tensor *b, bool batch
         }
         const char *bp = cr_tensor_ptr(bias);
 #ifdef CR_HAVE_DNNL
-        if (fast && g.dt == CR_DT_F32 && g.k > 0 && beta == 1.0 && alpha == 1.0 && bs0 == 0 &&
-            bs1 == 1 && !batched)
+        if (fast && (g.dt == CR_DT_F32 || g.dt == CR_DT_BF16) && g.k > 0 && beta == 1.0 &&
+            alpha == 1.0 && bs0 == 0 && bs1 == 1 && !batched)
             g.bias = bp;
 #endif
+        if (!g.bias && half) return CR_ERR_UNSUPPORTED;
         if (!g.bias) {
             for (int64_t p = 0; p < g.batch; p++)
                 for (int64_t i = 0; i < g.n; i++) {
@@ -190,7 +197,7 @@ static cr_status run_gemm(cr_tensor *out, cr_tensor *a, cr_tensor *b, bool batch
     }
 
 #ifdef CR_HAVE_DNNL
-    if (fast && g.dt == CR_DT_F32) {
+    if (fast && (g.dt == CR_DT_F32 || g.dt == CR_DT_BF16)) {
         /* layouts oneDNN cannot read in place are copied once (without recording) */
         cr_tensor *ca = NULL, *cb = NULL;
         cr_status st = CR_OK;
@@ -211,11 +218,12 @@ static cr_status run_gemm(cr_tensor *out, cr_tensor *a, cr_tensor *b, bool batch
         }
         cr_tensor_free(ca);
         cr_tensor_free(cb);
-        if (st != CR_ERR_UNSUPPORTED) return st;
+        if (st != CR_ERR_UNSUPPORTED || half) return st;
         if (g.bias) return cr_fail(CR_ERR_UNSUPPORTED, "addmm: oneDNN declined a fused bias "
                                    "(crescent bug)");
     }
 #endif
+    if (half) return CR_ERR_UNSUPPORTED;
     g.a = cr_tensor_ptr(a);
     g.b = cr_tensor_ptr(b);
     g.sa[0] = batched ? a->stride[0] : 0;
@@ -262,7 +270,11 @@ static cr_status check_operands(const char *op, cr_tensor *a, cr_tensor *b, cons
     return CR_OK;
 }
 
-static bool is_half(cr_dtype dt) { return dt == CR_DT_F16 || dt == CR_DT_BF16; }
+/* Half tensors the cpu does not multiply natively (f16; bf16 without AVX512-BF16). */
+static bool half_via_f32(const cr_tensor *a) {
+    return is_half(a->dtype) && cr_tensor_on_cpu(a) &&
+           !(a->dtype == CR_DT_BF16 && cr_cpu_bf16_native());
+}
 
 /* Half operands on the cpu: the same op on f32 copies (recorded casts), the result cast
  * back. On a GPU, cuBLAS multiplies them natively (f32 accumulation). */
@@ -367,12 +379,20 @@ static cr_status product_grads(cr_node *n, int ia, cr_tensor *g, double alpha,
 }
 
 /* ---- mm ---- */
-cr_status cr_cpu_mm(cr_call *c) { return run_gemm(c->out[0], c->in[0], c->in[1], false, NULL, 0, 1); }
+/* A kernel's result, or its run on f32 copies where a bf16 product was declined. */
+static cr_status gemm_kernel(cr_call *c, cr_kernel_fn self, cr_status st) {
+    if (st == CR_ERR_UNSUPPORTED && is_half(c->out[0]->dtype)) return cr_call_via_f32(c, self);
+    return st;
+}
+
+cr_status cr_cpu_mm(cr_call *c) {
+    return gemm_kernel(c, cr_cpu_mm, run_gemm(c->out[0], c->in[0], c->in[1], false, NULL, 0, 1));
+}
 static cr_status mm_entry(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     *out = NULL;
     cr_status st = check_operands("mm", a, b, "self", "mat2", 2);
     if (st) return st;
-    if (is_half(a->dtype) && cr_tensor_on_cpu(a)) return via_f32(out, CR_OP_MM, NULL, a, b, 0, 1);
+    if (half_via_f32(a)) return via_f32(out, CR_OP_MM, NULL, a, b, 0, 1);
     cr_call c;
     cr_call_init(&c, CR_OP_MM, 2, 1);
     c.in[0] = a;
@@ -394,12 +414,14 @@ cr_status cr_grad_mm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
 }
 
 /* ---- bmm ---- */
-cr_status cr_cpu_bmm(cr_call *c) { return run_gemm(c->out[0], c->in[0], c->in[1], true, NULL, 0, 1); }
+cr_status cr_cpu_bmm(cr_call *c) {
+    return gemm_kernel(c, cr_cpu_bmm, run_gemm(c->out[0], c->in[0], c->in[1], true, NULL, 0, 1));
+}
 static cr_status bmm_entry(cr_tensor **out, cr_tensor *a, cr_tensor *b) {
     *out = NULL;
     cr_status st = check_operands("bmm", a, b, "self", "mat2", 3);
     if (st) return st;
-    if (is_half(a->dtype) && cr_tensor_on_cpu(a)) return via_f32(out, CR_OP_BMM, NULL, a, b, 0, 1);
+    if (half_via_f32(a)) return via_f32(out, CR_OP_BMM, NULL, a, b, 0, 1);
     cr_call c;
     cr_call_init(&c, CR_OP_BMM, 2, 1);
     c.in[0] = a;
@@ -422,7 +444,8 @@ cr_status cr_grad_bmm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
 
 /* ---- addmm ---- */
 cr_status cr_cpu_addmm(cr_call *c) {
-    return run_gemm(c->out[0], c->in[1], c->in[2], false, c->in[0], c->f[0], c->f[1]);
+    return gemm_kernel(c, cr_cpu_addmm,
+                       run_gemm(c->out[0], c->in[1], c->in[2], false, c->in[0], c->f[0], c->f[1]));
 }
 static cr_status addmm_entry(cr_tensor **out, cr_tensor *bias, cr_tensor *a, cr_tensor *b,
                       double beta, double alpha) {
@@ -446,8 +469,7 @@ static cr_status addmm_entry(cr_tensor **out, cr_tensor *bias, cr_tensor *a, cr_
     }
     if (beta != beta || alpha != alpha)
         return cr_fail(CR_ERR_ARG, "addmm: beta and alpha must be numbers (got NaN)");
-    if (is_half(a->dtype) && cr_tensor_on_cpu(a))
-        return via_f32(out, CR_OP_ADDMM, bias, a, b, beta, alpha);
+    if (half_via_f32(a)) return via_f32(out, CR_OP_ADDMM, bias, a, b, beta, alpha);
     cr_call c;
     cr_call_init(&c, CR_OP_ADDMM, 3, 1);
     c.in[0] = bias;

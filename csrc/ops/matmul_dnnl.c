@@ -1,4 +1,4 @@
-/* matmul_dnnl.c — the f32 fast path of mm/bmm/addmm: oneDNN's matmul primitive through
+/* matmul_dnnl.c — the f32 and bf16 fast path of mm/bmm/addmm: oneDNN's matmul primitive through
  * its C API. Transposed and strided operands are described to oneDNN by their strides,
  * never copied. Creating a primitive costs far more than a small product, so primitives
  * live in a small LRU cache keyed by the whole geometry (dims, strides, dtype, alpha,
@@ -53,7 +53,7 @@ static void slot_clear(gemm_slot *s) {
 
 /* A [rows, cols] matrix (with a leading batch dim when nd == 3). */
 static dnnl_status_t matrix_md(dnnl_memory_desc_t *md, int nd, int64_t batch, int64_t rows,
-                               int64_t cols, const int64_t *s) {
+                               int64_t cols, const int64_t *s, dnnl_data_type_t dt) {
     dnnl_dims_t dims = {0}, strides = {0};
     if (nd == 3) {
         dims[0] = batch;
@@ -69,7 +69,7 @@ static dnnl_status_t matrix_md(dnnl_memory_desc_t *md, int nd, int64_t batch, in
         strides[0] = s[1];
         strides[1] = s[2];
     }
-    return dnnl_memory_desc_init_by_strides(md, nd, dims, dnnl_f32, strides);
+    return dnnl_memory_desc_init_by_strides(md, nd, dims, dt, strides);
 }
 
 /* Builds the primitive and its memory objects into s; leaves s->prim NULL when oneDNN
@@ -78,10 +78,11 @@ static void slot_build(gemm_slot *s, const gemm_key *k, const cr_gemm *g) {
     int nd = k->batch > 1 ? 3 : 2;
     dnnl_memory_desc_t md[4];
     int64_t sc[3] = {k->n * k->m, k->m, 1}, sbias[3] = {k->m, k->m, 1};
-    if (matrix_md(&md[0], nd, k->ba, k->n, k->k, k->sa) ||
-        matrix_md(&md[1], nd, k->bb, k->k, k->m, k->sb) ||
-        matrix_md(&md[2], nd, k->batch, k->n, k->m, sc) ||
-        matrix_md(&md[3], nd, 1, 1, k->m, sbias))
+    const dnnl_data_type_t dt = k->dt == CR_DT_BF16 ? dnnl_bf16 : dnnl_f32;
+    if (matrix_md(&md[0], nd, k->ba, k->n, k->k, k->sa, dt) ||
+        matrix_md(&md[1], nd, k->bb, k->k, k->m, k->sb, dt) ||
+        matrix_md(&md[2], nd, k->batch, k->n, k->m, sc, dt) ||
+        matrix_md(&md[3], nd, 1, 1, k->m, sbias, dt))
         return;
     dnnl_matmul_desc_t desc;
     if (dnnl_matmul_desc_init(&desc, &md[0], &md[1], k->has_bias ? &md[3] : NULL, &md[2]))
@@ -148,7 +149,7 @@ static gemm_slot *slot_for(const gemm_key *k, const cr_gemm *g) {
 }
 
 cr_status cr_gemm_dnnl(const cr_gemm *g) {
-    if (g->dt != CR_DT_F32) return CR_ERR_UNSUPPORTED;
+    if (g->dt != CR_DT_F32 && g->dt != CR_DT_BF16) return CR_ERR_UNSUPPORTED;
     gemm_key k;
     memset(&k, 0, sizeof k);
     k.dt = g->dt;

@@ -9,7 +9,7 @@
  * c contiguous [batch, n, m]. Strides are in elements: sa = {batch, row, col}; a batch
  * stride of 0 means one matrix shared by every batch entry. */
 typedef struct cr_gemm {
-    cr_dtype dt; /* f32 or f64 */
+    cr_dtype dt; /* f32 or f64; bf16 on the fast path only */
     int64_t batch, n, k, m;
     const char *a, *b;
     char *c;

@@ -39,6 +39,19 @@ cr_status cr_grad_neg(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
 }
 
 /* ---- to(dtype) ---- */
+/* One conversion loop between f32 and a half type, with a dense run apart. */
+#define HALF_CAST(TI, TO, CONVERT)                                                   \
+    do {                                                                             \
+        if (s[0] == (int64_t)sizeof(TO) && s[1] == (int64_t)sizeof(TI)) {          \
+            TO *o = (TO *)p[0];                                                      \
+            const TI *x = (const TI *)p[1];                                          \
+            for (int64_t i = 0; i < n; i++) o[i] = CONVERT(x[i]);                    \
+        } else {                                                                     \
+            for (int64_t i = 0; i < n; i++)                                          \
+                *(TO *)(p[0] + i * s[0]) = CONVERT(*(const TI *)(p[1] + i * s[1]));  \
+        }                                                                            \
+    } while (0)
+
 static void loop_cast(char **p, const int64_t *s, int64_t n, const void *ctx) {
     const cr_call *c = ctx;
     cr_dtype from = c->in[0]->dtype, to = c->out[0]->dtype;
@@ -64,6 +77,14 @@ static void loop_cast(char **p, const int64_t *s, int64_t n, const void *ctx) {
         } else { /* u8, bool: every dtype is 1, 2, 4 or 8 bytes */
             for (int64_t i = 0; i < n; i++) *(uint8_t *)(p[0] + i * s[0]) = *(const uint8_t *)(p[1] + i * s[1]);
         }
+    } else if (from == CR_DT_F32 && to == CR_DT_BF16) { /* autocast's casts: typed, so they vectorise */
+        HALF_CAST(float, uint16_t, cr_f32_to_bf16);
+    } else if (from == CR_DT_BF16 && to == CR_DT_F32) {
+        HALF_CAST(uint16_t, float, cr_bf16_to_f32);
+    } else if (from == CR_DT_F32 && to == CR_DT_F16) {
+        HALF_CAST(float, uint16_t, cr_f32_to_f16);
+    } else if (from == CR_DT_F16 && to == CR_DT_F32) {
+        HALF_CAST(uint16_t, float, cr_f16_to_f32);
     } else if (!cr_dtype_is_float(from) && !cr_dtype_is_float(to)) {
         for (int64_t i = 0; i < n; i++) /* integers exactly; narrower ones wrap */
             cr_store_i64(p[0] + i * s[0], to, cr_load_i64(p[1] + i * s[1], from));
@@ -178,6 +199,12 @@ static void loop_axpy(char **p, const int64_t *s, int64_t n, const void *ctx) {
     } else if (dt == CR_DT_F64) {
         for (int64_t i = 0; i < n; i++)
             *(double *)(p[0] + i * s[0]) += alpha * *(const double *)(p[1] + i * s[1]);
+    } else if (dt == CR_DT_BF16 && c->in[0]->dtype == CR_DT_BF16) { /* grad sums under autocast */
+        float a = (float)alpha;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t *o = (uint16_t *)(p[0] + i * s[0]);
+            *o = cr_f32_to_bf16(cr_bf16_to_f32(*o) + a * cr_bf16_to_f32(*(const uint16_t *)(p[1] + i * s[1])));
+        }
     } else {
         for (int64_t i = 0; i < n; i++)
             cr_store_f64(p[0] + i * s[0], dt,

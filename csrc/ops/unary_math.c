@@ -214,9 +214,18 @@ static inline float fast_gelu_tanhf(float x) {
 
 #define UN_LOOP_HALF(LOAD, STORE, EXPR)                                              \
     do {                                                                             \
-        for (int64_t i = 0; i < n; i++) {                                            \
-            const float x = LOAD(*(const uint16_t *)(p[1] + i * s[1]));              \
-            *(uint16_t *)(p[0] + i * s[0]) = STORE(EXPR);                            \
+        if (s[0] == 2 && s[1] == 2) { /* dense: typed, so it vectorises */           \
+            uint16_t *o = (uint16_t *)p[0];                                          \
+            const uint16_t *xp = (const uint16_t *)p[1];                             \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                const float x = LOAD(xp[i]);                                         \
+                o[i] = STORE(EXPR);                                                  \
+            }                                                                        \
+        } else {                                                                     \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                const float x = LOAD(*(const uint16_t *)(p[1] + i * s[1]));          \
+                *(uint16_t *)(p[0] + i * s[0]) = STORE(EXPR);                        \
+            }                                                                        \
         }                                                                            \
     } while (0)
 
@@ -644,10 +653,19 @@ done:
 
 #define BW_LOOP_HALF(LOAD, STORE, EXPR)                                              \
     do {                                                                             \
-        for (int64_t i = 0; i < n; i++) {                                            \
-            const float g = LOAD(*(const uint16_t *)(p[1] + i * s[1]));              \
-            const float v = LOAD(*(const uint16_t *)(p[2] + i * s[2]));              \
-            *(uint16_t *)(p[0] + i * s[0]) = STORE(EXPR);                            \
+        if (s[0] == 2 && s[1] == 2 && s[2] == 2) { /* dense: typed, so it vectorises */ \
+            uint16_t *o = (uint16_t *)p[0];                                          \
+            const uint16_t *gp = (const uint16_t *)p[1], *vp = (const uint16_t *)p[2]; \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                const float g = LOAD(gp[i]), v = LOAD(vp[i]);                        \
+                o[i] = STORE(EXPR);                                                  \
+            }                                                                        \
+        } else {                                                                     \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                const float g = LOAD(*(const uint16_t *)(p[1] + i * s[1]));          \
+                const float v = LOAD(*(const uint16_t *)(p[2] + i * s[2]));          \
+                *(uint16_t *)(p[0] + i * s[0]) = STORE(EXPR);                        \
+            }                                                                        \
         }                                                                            \
     } while (0)
 

@@ -53,6 +53,9 @@ function cr.memory_cache_limit(bytes)
 end
 -- Fast paths (oneDNN, fused kernels) on by default; specs compare them with the reference.
 function cr.set_fast_paths(flag) return C.cr_set_fast_paths(flag and true or false) end
+-- Whether the cpu computes bf16 convolutions and matrix products natively (oneDNN on a CPU
+-- with AVX512-BF16, fast paths on): cr.autocast('bf16') and train.amp=bf16 are fast only there.
+function cr.cpu_bf16_native() return C.cr_cpu_bf16_native() end
 -- 'onednn=1 cuda=1 mpi=1': what libcrescent.so was built with, and whether the MPI
 -- transport (build/libcrescent_mpi.so, a library of its own) was built beside it.
 function cr.features()

@@ -2,8 +2,8 @@
 -- (cr.train: the C step loop, the standard step, the method's hooks), beside the same step
 -- of its PyTorch twin where one exists (bench/ssl_reference_torch.py --bench: MoCo v2,
 -- SwAV, SimCLR, BYOL, Barlow Twins) in each of its modes (eager, channels_last,
--- torch.compile, and bf16 autocast where the CPU has AVX512-BF16); the ratio is against the
--- twin's fastest mode. DINO's twin (bench/dino_torch.py --bench, timm's ViT) runs eager
+-- torch.compile, and where the CPU has AVX512-BF16 bf16 autocast with channels_last, also
+-- compiled); the ratio is of crescent's fastest mode against the twin's fastest. DINO's twin (bench/dino_torch.py --bench, timm's ViT) runs eager
 -- only. The settings: a method with a twin runs the parity settings on both
 -- sides (bench/parity_settings.lua over the recipe's defaults: the same resolved config
 -- goes to the twin as JSON), the others their recipe's defaults. Crops are fixed synthetic
@@ -12,7 +12,7 @@
 -- with its memory marked filled (its one-off fill pass is not a step). Figures are
 -- medians of timed windows after warm-up steps.
 --   luajit bench/ssl_methods.lua [methods=all|byol,npid,...] [batch=256] [windows=3] [steps=2] [warmup=2]
---                               [modes=eager,channels_last,compile,bf16] [amp=off,bf16]
+--                               [modes=eager,channels_last,compile,bf16,bf16_compile] [amp=off,bf16]
 -- `amp` lists crescent's modes (train.amp; bf16 only where the CPU has AVX512-BF16); its best
 -- is the figure of the row, and each mode's figure is printed beside it.
 -- Threads: env CRESCENT_THREADS (default the core count), for both libraries. The twin runs
@@ -29,7 +29,7 @@ local R = cr.ssl.recipe
 
 local ALL = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2', 'dino' }
 
-local args = harness.args('bench/ssl_methods.lua', { { 'methods', 'all' }, { 'modes', 'eager,channels_last,compile,bf16' },
+local args = harness.args('bench/ssl_methods.lua', { { 'methods', 'all' }, { 'modes', 'eager,channels_last,compile,bf16,bf16_compile' },
   { 'amp', 'off,bf16' },
   { 'batch', 256 }, { 'windows', 3 }, { 'steps', 2 }, { 'warmup', 2 } })
 local methods, modes = ALL, args.modes

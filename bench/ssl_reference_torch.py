@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageFilter
 from torchvision import transforms
 
-from harness_torch import median_seconds
+from harness_torch import CPU_MODES, autocast, cpu_mode, cpu_modes, median_seconds
 
 DATA_DIR = '/usr/share/datasets/fashion-mnist'
 
@@ -584,34 +584,25 @@ def train(method, cfg, workers):
 
 
 # ---- step throughput (bench/ssl_methods.lua) -------------------------------------------
-def has_avx512_bf16():
-    try:
-        with open('/proc/cpuinfo') as f:
-            return 'avx512_bf16' in f.read()
-    except OSError:
-        return False
-
-
 def bench_step(method, cfg, batch, steps, windows, warmup, modes):
     """Median img/s of whole train steps (forward, loss, backward, optimizer, and the
-    method's own updates) on fixed synthetic crops of the config's sizes, per mode:
-    eager, channels_last, compile (torch.compile), bf16 (autocast, where the CPU has
-    AVX512-BF16). One JSON line per mode: {"bench": "<mode>", "value": img/s}."""
+    method's own updates) on fixed synthetic crops of the config's sizes, per mode of
+    harness_torch.CPU_MODES that runs on this CPU. One JSON line per mode:
+    {"bench": "<mode>", "value": img/s}."""
     check_supported(method, cfg)
     c = cfg['crops']
     sizes = [s for s, n in zip(c['size'], c['num']) for _ in range(n)]
     data = [[torch.randn(batch, 1, s, s) for s in sizes] for _ in range(2)]
-    for mode in modes:
-        if mode == 'bf16' and not has_avx512_bf16():
-            continue
+    for mode in cpu_modes(modes):
+        channels_last, compiled, bf16 = cpu_mode(mode)
         torch.manual_seed(0)
         model = METHODS[method](cfg)
         views = data
-        if mode == 'channels_last':
+        if channels_last:
             model = model.to(memory_format=torch.channels_last)
             views = [[v.contiguous(memory_format=torch.channels_last) for v in vs] for vs in data]
         model.train()
-        forward = torch.compile(model) if mode == 'compile' else model
+        forward = torch.compile(model) if compiled else model
         opt = optimizer(model, cfg['optim'])
         it = [0]
 
@@ -619,7 +610,7 @@ def bench_step(method, cfg, batch, steps, windows, warmup, modes):
             for _ in range(steps):
                 if method == 'swav':
                     model.normalize_prototypes()
-                with torch.autocast('cpu', dtype=torch.bfloat16, enabled=mode == 'bf16'):
+                with autocast(bf16):
                     loss = forward(views[it[0] % 2])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -823,7 +814,7 @@ def main():
     ap.add_argument('--steps', type=int, default=2, help='--bench: steps per timed window')
     ap.add_argument('--windows', type=int, default=3, help='--bench: timed windows (the median is reported)')
     ap.add_argument('--warmup', type=int, default=1, help='--bench: untimed windows first')
-    ap.add_argument('--modes', default='eager,channels_last,compile,bf16', help='--bench: the modes to time')
+    ap.add_argument('--modes', default=','.join(CPU_MODES), help='--bench: the modes to time')
     a = ap.parse_args()
     with open(a.config) as f:
         cfg = json.load(f)
@@ -838,7 +829,7 @@ def main():
         lr_schedule(cfg, a.lr_schedule)
         return
     if a.bench:
-        bench_step(a.method, cfg, a.batch, a.steps, a.windows, a.warmup, a.modes.split(','))
+        bench_step(a.method, cfg, a.batch, a.steps, a.windows, a.warmup, a.modes)
         return
     workers = a.workers if a.workers is not None else cfg['data']['workers']
     print(json.dumps(train(a.method, cfg, workers)), flush=True)

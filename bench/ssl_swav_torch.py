@@ -17,17 +17,20 @@ antialiased bilinear (PIL's triangle filter), as per-sample separable weight mat
 applied with two bmm; the blur is a per-sample separable gaussian with reflect padding.
 
 Modes (threads: --threads, else env CRESCENT_THREADS, else the core count):
-  --bench [--batch 256 --steps 6 --warmup 2]
-      median time of full SwAV train steps on fixed synthetic crops, and of the
-      multi-crop augmentation of 256 random u8 images; prints the JSON lines
-      {"bench": "swav_step_img_per_s", "value": x} and
+  --bench [--batch 256 --steps 6 --warmup 2 --modes eager,channels_last,compile,bf16,bf16_compile]
+      median time of full SwAV train steps on fixed synthetic crops in each speed mode
+      (harness_torch.CPU_MODES; the bf16 ones where the CPU has AVX512-BF16), the step's
+      FLOPs per image, and the multi-crop augmentation of 256 random u8 images; prints
+      the JSON lines {"bench": "<mode>", "value": img/s},
+      {"bench": "swav_step_gflop_per_img", "value": g} (PyTorch 2.x) and
       {"bench": "swav_augment_samples_per_s", "value": y}
   --train [--epochs 5 --batch 256 --limit 0 --seed 0 --knn-at-start]
       trains the recipe (log every 50 steps on stderr), then the kNN top-1; last line
       {"recipe": "swav_torch", "epochs", "knn_top1", ["knn_top1_init",] "train_seconds",
        "img_per_s", "loss"}. --limit N: the first N train images, and the first N of
       the train and test sets for the kNN.
-Run by /usr/bin/python3 (Debian's python3-torch)."""
+Run by build/torchenv's current PyTorch (`make torchenv`); the training mode also runs on
+Debian's python3-torch."""
 import argparse
 import gzip
 import json
@@ -40,7 +43,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from harness_torch import median_seconds, threads as default_threads
+from harness_torch import CPU_MODES, autocast, cpu_mode, cpu_modes, median_seconds, step_flops, \
+    threads as default_threads
 from train_supervised_torch import ResNet18
 
 DATA_DIR = '/usr/share/datasets/fashion-mnist'
@@ -308,17 +312,40 @@ def knn_top1(model, train_x, train_y, test_x, test_y, k=200, temperature=0.1, nu
 
 
 def bench(args):
-    torch.manual_seed(args.seed)
+    """Per mode of harness_torch.CPU_MODES that runs here: the median img/s of SwAV train
+    steps on fixed synthetic crops. Then the step's FLOPs per image (PyTorch's counter,
+    eager f32) and the augmentation's samples/s."""
     b = args.batch
+    base = [torch.randn(2 * b, 1, 28, 28), torch.randn(4 * b, 1, 14, 14)]
+    for mode in cpu_modes(args.modes):
+        channels_last, compiled, bf16 = cpu_mode(mode)
+        torch.manual_seed(args.seed)
+        model = SwAV()
+        groups = base
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
+            groups = [g.contiguous(memory_format=torch.channels_last) for g in base]
+        forward = torch.compile(model) if compiled else model
+        opt = make_optimizer(model)
+        for g in opt.param_groups:
+            g['lr'] = 0.1
+
+        def step():
+            with autocast(bf16):
+                loss = swav_loss(forward(groups), b)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            model.normalize_prototypes()
+        seconds = median_seconds(step, args.steps, args.warmup)
+        print(f'torch {torch.__version__} threads {torch.get_num_threads()} batch {b} {mode}: '
+              f'swav step {1e3 * seconds:.1f} ms', file=sys.stderr)
+        print(json.dumps({'bench': mode, 'value': b / seconds}), flush=True)
+    torch.manual_seed(args.seed)
     model = SwAV()
-    opt = make_optimizer(model)
-    for g in opt.param_groups:
-        g['lr'] = 0.1
-    groups = [torch.randn(2 * b, 1, 28, 28), torch.randn(4 * b, 1, 14, 14)]
-    step = median_seconds(lambda: train_step(model, opt, groups, b, False), args.steps, args.warmup)
-    print(f'torch {torch.__version__} threads {torch.get_num_threads()} batch {b}: '
-          f'swav step {1e3 * step:.1f} ms', file=sys.stderr)
-    print(json.dumps({'bench': 'swav_step_img_per_s', 'value': b / step}), flush=True)
+    flops = step_flops(lambda: swav_loss(model(base), b).backward())
+    if flops:
+        print(json.dumps({'bench': 'swav_step_gflop_per_img', 'value': flops / b / 1e9}), flush=True)
     gen = torch.Generator().manual_seed(args.seed)
     images = torch.randint(0, 256, (256, 28, 28), dtype=torch.uint8, generator=gen)
     aug = median_seconds(lambda: multicrop(images, SWAV_MULTICROP, gen), 7, 2)
@@ -374,6 +401,7 @@ def main():
     mode.add_argument('--bench', action='store_true')
     mode.add_argument('--train', action='store_true')
     p.add_argument('--batch', type=int, default=256)
+    p.add_argument('--modes', default=','.join(CPU_MODES), help='--bench: the modes to time')
     p.add_argument('--steps', type=int, default=6)
     p.add_argument('--warmup', type=int, default=2)
     p.add_argument('--epochs', type=int, default=5)

@@ -3,10 +3,11 @@
 -- of its PyTorch twin where one exists (bench/ssl_reference_torch.py --bench: MoCo v2,
 -- SwAV, SimCLR, BYOL, Barlow Twins) in each of its modes (eager, channels_last,
 -- torch.compile, and where the CPU has AVX512-BF16 bf16 autocast with channels_last, also
--- compiled); the ratio is of crescent's fastest mode against the twin's fastest. DINO's twin (bench/dino_torch.py --bench, timm's ViT) runs eager
--- only. The settings: a method with a twin runs the parity settings on both
--- sides (bench/parity_settings.lua over the recipe's defaults: the same resolved config
--- goes to the twin as JSON), the others their recipe's defaults. Crops are fixed synthetic
+-- compiled); the ratio is of crescent's fastest mode against the twin's fastest. DINO's
+-- twin (bench/dino_torch.py --bench, timm's ViT) runs eager only. The settings: a method
+-- with a twin runs the parity settings on both sides (bench/parity_settings.lua over the
+-- recipe's defaults: the same resolved config goes to the twin as JSON), the others their
+-- recipe's defaults. Crops are fixed synthetic
 -- tensors of the config's sizes (augmentation is bench/data_pipeline.lua's); NPID and
 -- DeepCluster-v2 take batch indices into the full training set, and DeepCluster-v2 starts
 -- with its memory marked filled (its one-off fill pass is not a step). Figures are
@@ -29,9 +30,9 @@ local R = cr.ssl.recipe
 
 local ALL = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2', 'dino' }
 
-local args = harness.args('bench/ssl_methods.lua', { { 'methods', 'all' }, { 'modes', 'eager,channels_last,compile,bf16,bf16_compile' },
-  { 'amp', 'off,bf16' },
-  { 'batch', 256 }, { 'windows', 3 }, { 'steps', 2 }, { 'warmup', 2 } })
+local args = harness.args('bench/ssl_methods.lua', { { 'methods', 'all' },
+  { 'modes', 'eager,channels_last,compile,bf16,bf16_compile' }, { 'amp', 'off,bf16' }, { 'batch', 256 }, { 'windows', 3 },
+  { 'steps', 2 }, { 'warmup', 2 } })
 local methods, modes = ALL, args.modes
 if args.methods ~= 'all' then
   methods = {}

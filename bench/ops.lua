@@ -1,7 +1,8 @@
 -- bench/ops.lua — op benchmarks beside PyTorch (bench/ops_torch.py, run from here so one
 -- run gives both figures on the same machine and thread count):
 --   * per-op overhead of add on 1-element tensors, without and with grad recording;
---   * 1024x1024 f32 matmul throughput;
+--   * 1024x1024 f32 matmul throughput, and the machine's matrix-product peak: 2048x2048 in
+--     f32 and, where the cpu computes bf16 natively (AVX512-BF16), in bf16;
 --   * conv2d forward+backward on three ResNet-shaped layers;
 --   * fused scaled dot-product attention forward+backward at ViT shapes (ViT-tiny on 28 px
 --     images with 4 px patches, ViT-small at 224 px), against torch's
@@ -116,6 +117,8 @@ local function main()
   report('add_overhead_nograd', bench_add(false), 'us/op', false)
   report('add_overhead_grad', bench_add(true), 'us/op', false)
   report('matmul_1024_f32', bench_matmul(1024), 'GFLOP/s', true)
+  report('matmul_2048_f32', harness.matmul_peak('f32'), 'GFLOP/s', true)
+  if cr.cpu_bf16_native() then report('matmul_2048_bf16', harness.matmul_peak('bf16'), 'GFLOP/s', true) end
   if cr.conv2d then
     for _, l in ipairs(CONV_LAYERS) do
       local ok, ms = pcall(bench_conv, l[2], l[3], l[4], l[5])

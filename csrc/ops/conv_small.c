@@ -3,10 +3,10 @@
  * (ResNet-18 width 16, batch 256, 2 threads, Xeon with AMX) its backward weights took
  * 23 ms per call at [1024, 128, 2, 2] against 3.3 ms for the forward, and were 45% of the
  * step; its backward data took 8.7 ms there (ONEDNN_VERBOSE=1).
- *   - weight grad as one matrix product: gw[o, (kh, kw, c)] = gy^T [o, P] @ cols [P, (kh,
- *     kw, c)] over the P = N*OH*OW output pixels, the im2col columns gathered from x
- *     (whole channel runs per kernel tap), the product on oneDNN's matmul (AMX), then
- *     permuted to [o, c, kh, kw];
+ *   - weight grad as matrix products: gw[o, (kh, kw, c)] = gy^T [o, P] @ cols [P, (kh, kw,
+ *     c)] over the P = N*OH*OW output pixels, the im2col columns gathered from x (whole
+ *     channel runs per kernel tap) a cache-sized chunk of pixels at a time, the products
+ *     on oneDNN's matmul (AMX) summed in f32, then permuted to [o, c, kh, kw];
  *   - input grad of a stride-1 convolution as the forward convolution of gy with the
  *     flipped, transposed weights wf[c, o, kh, kw] = w[o, c, K-1-kh, K-1-kw] and padding
  *     (K-1)*dilation - padding, on oneDNN's forward kernel.
@@ -52,14 +52,16 @@ static uint16_t *buffer_get(size_t elems) {
     return buffer;
 }
 
-/* cols[p, (kh, kw, c)] for output pixel p = (n, oh, ow): x[n, ih, iw, :] or zeros. */
-static void gather_columns(const cr_conv_geom *g, const uint16_t *x, uint16_t *cols) {
-    const int64_t C = g->c, K = g->kh * g->kw * C, P = g->n * g->oh * g->ow;
-    bool par = P * K >= CR_PAR_GRAIN;
+/* cols[p - p0, (kh, kw, c)] for output pixels p in [p0, p0 + np), p = (n, oh, ow):
+ * x[n, ih, iw, :] or zeros. */
+static void gather_columns(const cr_conv_geom *g, const uint16_t *x, int64_t p0, int64_t np,
+                           uint16_t *cols) {
+    const int64_t C = g->c, K = g->kh * g->kw * C;
+    bool par = np * K >= CR_PAR_GRAIN;
 #pragma omp parallel for if (par) schedule(static)
-    for (int64_t p = 0; p < P; p++) {
+    for (int64_t p = p0; p < p0 + np; p++) {
         const int64_t n = p / (g->oh * g->ow), oh = p / g->ow % g->oh, ow = p % g->ow;
-        uint16_t *row = cols + p * K;
+        uint16_t *row = cols + (p - p0) * K;
         for (int64_t kh = 0; kh < g->kh; kh++) {
             const int64_t ih = oh * g->sh - g->ph + kh * g->dh;
             for (int64_t kw = 0; kw < g->kw; kw++) {
@@ -74,36 +76,51 @@ static void gather_columns(const cr_conv_geom *g, const uint16_t *x, uint16_t *c
     }
 }
 
+/* Pixels per product: columns of about COLUMN_BYTES stay in the cores' caches between the
+ * gather and the product, and the partial products add up in f32. */
+enum { COLUMN_BYTES = 1 << 20 };
+
 cr_status cr_conv2d_small_backward_weights(const cr_conv_geom *g, const void *x, const void *gy,
-                                          void *gw) {
+                                           void *gw) {
     const int64_t C = g->c, O = g->o, taps = g->kh * g->kw, K = taps * C;
     const int64_t P = g->n * g->oh * g->ow;
+    int64_t chunk = COLUMN_BYTES / (K * (int64_t)sizeof(uint16_t));
+    chunk = chunk < 64 ? 64 : chunk / 64 * 64;
+    if (chunk > P) chunk = P;
     pthread_mutex_lock(&lock);
-    uint16_t *cols = buffer_get((size_t)(P * K + O * K));
+    /* the columns, then the f32 sums [O, (kh, kw, c)] */
+    uint16_t *cols = buffer_get((size_t)(chunk * K + 2 * O * K));
     if (!cols) {
         pthread_mutex_unlock(&lock);
         return cr_fail(CR_ERR_OOM, "conv2d backward: out of memory for the %lld x %lld "
-                       "columns of the weight grad", (long long)P, (long long)K);
+                       "columns of the weight grad", (long long)chunk, (long long)K);
     }
-    uint16_t *gw_taps = cols + P * K; /* [O, (kh, kw, c)] */
-    gather_columns(g, (const uint16_t *)x, cols);
-    cr_gemm m;
-    memset(&m, 0, sizeof m);
-    m.dt = CR_DT_BF16;
-    m.batch = 1;
-    m.n = O, m.k = P, m.m = K;
-    m.a = gy; /* gy^T: gy is [P, O] row-major */
-    m.sa[1] = 1, m.sa[2] = O;
-    m.b = (const char *)cols;
-    m.sb[1] = K, m.sb[2] = 1;
-    m.c = (char *)gw_taps;
-    m.alpha = 1.0;
-    cr_status st = cr_gemm_dnnl(&m);
-    if (!st) { /* [O, kh, kw, C] -> [O, C, kh, kw] */
+    float *sums = (float *)(void *)(cols + chunk * K);
+    cr_status st = CR_OK;
+    for (int64_t p0 = 0; p0 < P && !st; p0 += chunk) {
+        const int64_t np = P - p0 < chunk ? P - p0 : chunk;
+        gather_columns(g, (const uint16_t *)x, p0, np, cols);
+        cr_gemm m;
+        memset(&m, 0, sizeof m);
+        m.dt = CR_DT_BF16;
+        m.c_f32 = true;
+        m.accumulate = p0 > 0;
+        m.batch = 1;
+        m.n = O, m.k = np, m.m = K;
+        m.a = (const char *)gy + p0 * O * (int64_t)sizeof(uint16_t); /* gy^T: gy is [P, O] */
+        m.sa[1] = 1, m.sa[2] = O;
+        m.b = (const char *)cols;
+        m.sb[1] = K, m.sb[2] = 1;
+        m.c = (char *)sums;
+        m.alpha = 1.0;
+        st = cr_gemm_dnnl(&m);
+    }
+    if (!st) { /* [O, kh, kw, C] -> [O, C, kh, kw], rounded to bf16 */
         uint16_t *out = gw;
         for (int64_t o = 0; o < O; o++)
             for (int64_t t = 0; t < taps; t++)
-                for (int64_t c = 0; c < C; c++) out[(o * C + c) * taps + t] = gw_taps[(o * taps + t) * C + c];
+                for (int64_t c = 0; c < C; c++)
+                    out[(o * C + c) * taps + t] = cr_f32_to_bf16(sums[(o * taps + t) * C + c]);
     }
     pthread_mutex_unlock(&lock);
     return st;

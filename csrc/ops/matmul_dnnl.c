@@ -20,7 +20,7 @@ enum { CACHE_SLOTS = 128 };
 /* memcmp-compared: built from a zeroed struct so padding bytes match. */
 typedef struct gemm_key {
     cr_dtype dt;
-    bool accumulate, has_bias;
+    bool accumulate, has_bias, c_f32;
     int threads; /* oneDNN fixes its blocking for the thread count at creation */
     int64_t batch, ba, bb, n, k, m;
     int64_t sa[3], sb[3];
@@ -81,7 +81,7 @@ static void slot_build(gemm_slot *s, const gemm_key *k, const cr_gemm *g) {
     const dnnl_data_type_t dt = k->dt == CR_DT_BF16 ? dnnl_bf16 : dnnl_f32;
     if (matrix_md(&md[0], nd, k->ba, k->n, k->k, k->sa, dt) ||
         matrix_md(&md[1], nd, k->bb, k->k, k->m, k->sb, dt) ||
-        matrix_md(&md[2], nd, k->batch, k->n, k->m, sc, dt) ||
+        matrix_md(&md[2], nd, k->batch, k->n, k->m, sc, k->c_f32 ? dnnl_f32 : dt) ||
         matrix_md(&md[3], nd, 1, 1, k->m, sbias, dt))
         return;
     dnnl_matmul_desc_t desc;
@@ -154,6 +154,7 @@ cr_status cr_gemm_dnnl(const cr_gemm *g) {
     memset(&k, 0, sizeof k);
     k.dt = g->dt;
     k.accumulate = g->accumulate;
+    k.c_f32 = g->c_f32 && g->dt == CR_DT_BF16;
     k.has_bias = g->bias != NULL;
     k.threads = cr_threads();
     k.batch = g->batch;

@@ -16,6 +16,7 @@ typedef struct cr_gemm {
     int64_t sa[3], sb[3];
     double alpha;
     bool accumulate;  /* c already holds beta * bias: add the product to it */
+    bool c_f32;       /* fast path, bf16 operands only: c is f32 (f32 sums across calls) */
     const void *bias; /* fast path only: a contiguous row of m values added to each row */
 } cr_gemm;
 

@@ -122,8 +122,9 @@ end
 -- 5e-4, a cosine lr, 8 synthetic [batch, 1, 28, 28] batches cycled, the schedule and
 -- timer hooks and a window hook. `wrap(model)` (optional) runs before the optimizer takes
 -- the parameters (DDP), and `data_seed` seeds the batches (default: the model's seed 0
--- stream goes on). Returns the task and the list the window hook fills with samples/s.
-function H.supervised_task(o)
+-- stream goes on). `amp` is the task's train.amp ('off' or nil, 'bf16'). Returns the task
+-- and the list the window hook fills with samples/s.
+function H.supervised_task(o, amp)
   cr.manual_seed(0)
   local B = o.batch
   local model = cr.nn.models.resnet18 { stem = 'cifar', width = o.width, in_channels = 1, num_classes = 10 }
@@ -133,7 +134,7 @@ function H.supervised_task(o)
   local data = {}
   for i = 1, 8 do data[i] = { input = cr.randn(B, 1, 28, 28), target = cr.randint(0, 10, { B }) } end
   local task = cr.engine.Task {
-    model = model, optimizer = opt, epochs = 1, test_every = 0,
+    model = model, optimizer = opt, epochs = 1, test_every = 0, amp = amp,
     train_loader = H.cycled_loader(data, o.warmup + o.windows * o.steps),
     loss = function(out, batch) return cr.cross_entropy(out, batch.target) end,
     schedules = { lr = cr.schedule.cosine { from = 0.1, to = 0 } },

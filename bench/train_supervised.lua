@@ -1,13 +1,19 @@
 -- bench/train_supervised.lua — training images/s of ResNet-18 (CIFAR stem, base width W,
 -- 1 input channel, 10 classes; SGD momentum 0.9 nesterov, weight decay 5e-4) through the
 -- whole engine (cr.train: the C step loop, the standard step, the schedule and timer
--- hooks), beside the same model, batch, data and threads in PyTorch
--- (bench/train_supervised_torch.py). Data: 8 synthetic [B, 1, 28, 28] batches, cycled,
--- on both sides (the loader is not what is measured). Figures are the medians of several
--- timed windows after warm-up steps.
+-- hooks), in f32 and in train.amp=bf16 (where the cpu computes bf16 natively), beside the
+-- same model, batch, data and threads in PyTorch (bench/train_supervised_torch.py on
+-- build/torchenv's current PyTorch, `make torchenv`, or CRESCENT_TORCH_PYTHON) in each of
+-- its speed modes (eager, channels_last, torch.compile, and bf16 autocast with
+-- channels_last, also compiled, where the CPU has AVX512-BF16): the ratio is crescent's
+-- fastest mode against PyTorch's fastest. Data: 8 synthetic [B, 1, 28, 28] batches,
+-- cycled, on both sides (the loader is not what is measured). Figures are the medians of
+-- several timed windows after warm-up steps.
 -- Threads: env CRESCENT_THREADS, default the machine's core count, for both libraries.
---   luajit bench/train_supervised.lua [width=16] [batch=128] [windows=5] [steps=5] [warmup=3]
--- Last line: {"bench": "train_supervised", "crescent": x, "torch": y, "unit": "img/s", "ratio": x/y}
+--   luajit bench/train_supervised.lua [width=16] [batch=128] [windows=5] [steps=5] [warmup=3] [amp=off,bf16]
+--                                     [modes=eager,channels_last,compile,bf16,bf16_compile]
+-- Last line: {"bench": "train_supervised", "crescent": x, "crescent_mode", "crescent_modes", "torch": y,
+-- "torch_mode", "torch_modes", "unit": "img/s", "ratio": x/y}
 package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
 local cjson = require 'cjson'
 local cr = require 'crescent'
@@ -15,45 +21,53 @@ package.path = 'bench/?.lua;' .. package.path
 local harness = require 'harness'
 
 local args = harness.args('bench/train_supervised.lua',
-  { { 'width', 16 }, { 'batch', 128 }, { 'windows', 5 }, { 'steps', 5 }, { 'warmup', 3 } })
+  { { 'width', 16 }, { 'batch', 128 }, { 'windows', 5 }, { 'steps', 5 }, { 'warmup', 3 }, { 'amp', 'off,bf16' },
+    { 'modes', 'eager,channels_last,compile,bf16,bf16_compile' } })
 
 local threads = harness.threads()
-local median = harness.median
+local python = os.getenv('CRESCENT_TORCH_PYTHON') or 'build/torchenv/bin/python'
 
-local function crescent_rate()
-  local task, rates = harness.supervised_task(args)
+local function crescent_rate(amp)
+  local task, rates = harness.supervised_task(args, amp)
   cr.train(task)
   local tm = task.timing
   local n = tm.steps
-  return median(rates), rates, {
+  return harness.median(rates), rates, {
     data_ms = 1e3 * tm.data_total / n, forward_backward_ms = 1e3 * tm.forward_backward_total / n,
     optimizer_ms = 1e3 * tm.optimizer_total / n, hooks_ms = 1e3 * tm.hooks_total / n,
   }
 end
 
-local function torch_rate()
-  local cmd = string.format('CRESCENT_THREADS=%d /usr/bin/python3 bench/train_supervised_torch.py width=%d batch=%d ' ..
-    'windows=%d steps=%d warmup=%d 2>&1', threads, args.width, args.batch, args.windows, args.steps, args.warmup)
-  local p = io.popen(cmd)
-  local out = p:read('*a')
-  p:close()
-  local v = tonumber(out:match('torch_img_per_s ([%d.]+)'))
-  if not v then print('torch twin gave no figure (is python3-torch installed?): ' .. out:gsub('\n', ' | ')) end
-  return v, out:match('[^\n]*windows[^\n]*')
+local c, c_mode, c_modes = nil, nil, {}
+for a in args.amp:gmatch('[^,]+') do
+  if a ~= 'off' and a ~= 'bf16' then
+    error('train_supervised: amp=' .. a .. ' is not a CPU mode; use off, bf16 or off,bf16', 0)
+  end
+  if a == 'off' or cr.cpu_bf16_native() then
+    local rate, windows, split = crescent_rate(a)
+    c_modes[a] = rate
+    if not c or rate > c then c, c_mode = rate, a end
+    local wl = {}
+    for i, r in ipairs(windows) do wl[i] = string.format('%.0f', r) end
+    print(string.format('crescent %s threads %d width %d batch %d amp %s: windows [%s]', cr.version, threads, args.width,
+      args.batch, a, table.concat(wl, ', ')))
+    print(string.format('  per step: data %.2f ms, forward+backward %.1f ms, optimizer %.2f ms, hooks %.3f ms',
+      split.data_ms, split.forward_backward_ms, split.optimizer_ms, split.hooks_ms))
+  end
 end
-
-local c, windows, split = crescent_rate()
-local wl = {}
-for i, r in ipairs(windows) do wl[i] = string.format('%.0f', r) end
-print(string.format('crescent %s threads %d width %d batch %d: windows [%s]', cr.version, threads, args.width,
-  args.batch, table.concat(wl, ', ')))
-print(string.format('  per step: data %.2f ms, forward+backward %.1f ms, optimizer %.2f ms, hooks %.3f ms',
-  split.data_ms, split.forward_backward_ms, split.optimizer_ms, split.hooks_ms))
-local t, tline = torch_rate()
-if tline then print(tline) end
+local figures = harness.run_twin('bench/train_supervised_torch.py', threads, string.format(
+  'width=%d batch=%d windows=%d steps=%d warmup=%d modes=%s', args.width, args.batch, args.windows, args.steps, args.warmup,
+  args.modes), python)
+local t, t_mode
+for mode, v in pairs(figures) do
+  if not t or v > t then t, t_mode = v, mode end
+end
 local ratio = (t and t > 0) and c / t or nil
-print(string.format('train_supervised (resnet18 cifar stem, width %d, batch %d, %d threads): crescent %.1f img/s, ' ..
-  'torch %s img/s, ratio %s', args.width, args.batch, threads, c, t and string.format('%.1f', t) or '-',
-  ratio and string.format('%.2f', ratio) or '-'))
-print(cjson.encode { bench = 'train_supervised', crescent = c, torch = t or cjson.null, unit = 'img/s',
+print(string.format('train_supervised (resnet18 cifar stem, width %d, batch %d, %d threads): crescent %.1f img/s (%s), ' ..
+  'torch %s img/s (%s), ratio %s   crescent %s; torch %s', args.width, args.batch, threads, c,
+  c_mode == 'off' and 'f32' or c_mode, t and string.format('%.1f', t) or '-', t_mode or '-',
+  ratio and string.format('%.2f', ratio) or '-', harness.figures_line(c_modes), harness.figures_line(figures)))
+print(cjson.encode { bench = 'train_supervised', crescent = c, crescent_mode = c_mode, crescent_modes = c_modes,
+                     torch = t or cjson.null, torch_mode = t_mode or cjson.null,
+                     torch_modes = next(figures) and figures or cjson.null, unit = 'img/s',
                      ratio = ratio or cjson.null, threads = threads, width = args.width, batch = args.batch })

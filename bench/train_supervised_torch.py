@@ -1,8 +1,12 @@
 """bench/train_supervised_torch.py — the PyTorch twin of bench/train_supervised.lua:
 training images/s of ResNet-18 (CIFAR stem: 3x3/1 conv, no max pool; base width W;
 1 input channel; 10 classes) with SGD (momentum 0.9, nesterov, weight decay 5e-4) on
-the same synthetic 28x28 batches, same batch size and thread count. Prints
-`torch_img_per_s <x>` as its last line. Run by /usr/bin/python3 (Debian's torch)."""
+the same synthetic 28x28 batches, same batch size and thread count, in each speed mode
+(harness_torch.CPU_MODES: eager, channels_last, compile, and bf16 autocast with
+channels_last, also compiled, where the CPU has AVX512-BF16; `modes=a,b` picks some).
+Prints one JSON line {"bench": "<mode>", "value": img/s} per mode. Run by build/torchenv's
+current PyTorch; ResNet18 is also imported by the other twins."""
+import json
 import statistics
 import sys
 import time
@@ -11,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from harness_torch import threads as default_threads
+from harness_torch import CPU_MODES, autocast, cpu_mode, cpu_modes, threads as default_threads
 
 
 class BasicBlock(nn.Module):
@@ -50,11 +54,15 @@ class ResNet18(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def window_seconds(model, opt, batch, warmup, windows, steps):
-    """Trains on 8 synthetic batches, cycled (as the crescent side does); returns the
-    seconds of each window of `steps` steps after `warmup` steps."""
+def window_seconds(model, opt, batch, warmup, windows, steps, forward=None, channels_last=False, bf16=False):
+    """Trains on 8 synthetic batches, cycled (as the crescent side does), calling
+    forward (default model) under bf16 autocast when asked; returns the seconds of each
+    window of `steps` steps after `warmup` steps."""
+    forward = forward or model
     nb = 8
     xs = [torch.randn(batch, 1, 28, 28) for _ in range(nb)]
+    if channels_last:
+        xs = [x.contiguous(memory_format=torch.channels_last) for x in xs]
     ys = [torch.randint(0, 10, (batch,)) for _ in range(nb)]
     i = 0
 
@@ -63,7 +71,8 @@ def window_seconds(model, opt, batch, warmup, windows, steps):
         x, y = xs[i % nb], ys[i % nb]
         i += 1
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        with autocast(bf16):
+            loss = F.cross_entropy(forward(x), y)
         loss.backward()
         opt.step()
 
@@ -84,15 +93,20 @@ def main():
     warmup, windows, steps = int(args.get('warmup', 3)), int(args.get('windows', 5)), int(args.get('steps', 5))
     threads = default_threads()
     torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    model = ResNet18(width)
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
-    seconds = window_seconds(model, opt, batch, warmup, windows, steps)
-    rates = [steps * batch / t for t in seconds]
-    print(f'torch {torch.__version__} threads {threads} width {width} batch {batch}: '
-          f'windows {[round(r) for r in rates]}')
-    print(f'torch_img_per_s {statistics.median(rates):.1f}')
+    for mode in cpu_modes(args.get('modes', ','.join(CPU_MODES))):
+        channels_last, compiled, bf16 = cpu_mode(mode)
+        torch.manual_seed(0)
+        model = ResNet18(width)
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        model.train()
+        forward = torch.compile(model) if compiled else model
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+        seconds = window_seconds(model, opt, batch, warmup, windows, steps, forward, channels_last, bf16)
+        rates = [steps * batch / t for t in seconds]
+        print(f'torch {torch.__version__} threads {threads} width {width} batch {batch} {mode}: '
+              f'windows {[round(r) for r in rates]}', file=sys.stderr)
+        print(json.dumps({'bench': mode, 'value': statistics.median(rates)}), flush=True)
 
 
 if __name__ == '__main__':

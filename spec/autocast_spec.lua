@@ -41,6 +41,40 @@ describe('cr.autocast', function()
     end)
   end)
 
+  it('casts a parameter once per autocast region and version, and its uses\' grads add up', function()
+    local w = b:clone():requires_grad_()
+    local x1, x2 = a:clone(), (a * 2):clone()
+    local function casts(f)
+      cr.profiler.start()
+      local out = f()
+      cr.profiler.stop()
+      local n = 0
+      for _, e in ipairs(cr.profiler.events()) do if e.name == 'to' then n = n + 1 end end
+      return n, out
+    end
+    -- two products with w: one cast of w (a cast of each activation is not cached)
+    local n, loss = casts(function()
+      return cr.autocast('bf16', function() return x1:mm(w):float():sum() + x2:mm(w):float():sum() end)
+    end)
+    assert.are.equal(1 + 4, n)   -- w once; x1, x2 down and both products up
+    loss:backward()
+    local w2 = b:clone():requires_grad_()
+    local l1 = cr.autocast('bf16', function() return x1:mm(w2):float():sum() end)
+    local l2 = cr.autocast('bf16', function() return x2:mm(w2):float():sum() end)
+    l1:add(l2):backward()
+    -- (their sum is rounded to bf16 once before the cast back, as in PyTorch)
+    H.assert_close(w.grad, w2.grad, 0, 2 ^ -7, 'the cached cast passes both grads back')
+    -- an in-place update between uses (a new version) casts again; a new region too
+    n = casts(function()
+      cr.autocast('bf16', function()
+        x1:mm(w)
+        cr.no_grad(function() w:add_(1) end)
+        x1:mm(w)
+      end)
+    end)
+    assert.are.equal(2 + 2, n)   -- w twice, x1 twice
+  end)
+
   it('sends f32 grads to f32 leaves through the casts', function()
     local w = b:clone():requires_grad_()
     local x = a:clone():requires_grad_()

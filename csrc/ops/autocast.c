@@ -10,9 +10,57 @@
 
 static __thread cr_dtype autocast_dtype = CR_DT_F32;
 
+/* The weight cast cache: the half copy of an f32 leaf that requires grad (a parameter),
+ * made once per autocast region and reused by its later uses (a trunk run on each crop
+ * size of a multi-crop batch casts each weight once, and autograd sums the grads of its
+ * uses before the one cast back), as PyTorch's autocast does. An entry holds the source
+ * (retained, so its address names it) at one storage version, dtype and grad mode; the
+ * cache empties when autocast is switched off, so it lives no longer than the region. */
+enum { CAST_CACHE_SLOTS = 256 };
+typedef struct {
+    cr_tensor *src, *half;
+    uint64_t version;
+    cr_dtype dt;
+    bool grad;
+} cast_entry;
+static __thread cast_entry cast_cache[CAST_CACHE_SLOTS];
+static __thread int cast_cache_used;
+
+static void cast_cache_clear(void) {
+    for (int i = 0; i < cast_cache_used; i++) {
+        cr_tensor_free(cast_cache[i].src);
+        cr_tensor_free(cast_cache[i].half);
+    }
+    memset(cast_cache, 0, sizeof(cast_entry) * (size_t)cast_cache_used);
+    cast_cache_used = 0;
+}
+
+/* *out: a new reference to t's cached half copy in dt, made on a miss (a full cache casts
+ * without caching). */
+static cr_status cached_cast(cr_tensor **out, cr_tensor *t, cr_dtype dt) {
+    const bool grad = cr_grad_is_enabled();
+    const uint64_t version = t->storage->version;
+    for (int i = 0; i < cast_cache_used; i++) {
+        cast_entry *e = &cast_cache[i];
+        if (e->src == t && e->dt == dt && e->grad == grad && e->version == version) {
+            cr_tensor_retain(e->half);
+            *out = e->half;
+            return CR_OK;
+        }
+    }
+    cr_status st = cr_op_to(out, t, dt);
+    if (st || cast_cache_used == CAST_CACHE_SLOTS) return st;
+    cast_entry *e = &cast_cache[cast_cache_used++];
+    cr_tensor_retain(t);
+    cr_tensor_retain(*out);
+    *e = (cast_entry){t, *out, version, dt, grad};
+    return CR_OK;
+}
+
 cr_dtype cr_autocast_set(cr_dtype dt) {
     cr_dtype old = autocast_dtype;
     autocast_dtype = (dt == CR_DT_F16 || dt == CR_DT_BF16) ? dt : CR_DT_F32;
+    if (autocast_dtype != old) cast_cache_clear();
     return old;
 }
 
@@ -20,6 +68,8 @@ cr_dtype cr_autocast_get(void) { return autocast_dtype; }
 
 static cr_status cast_one(cr_tensor **out, cr_tensor *t, bool down, cr_dtype amp) {
     bool half = t && (t->dtype == CR_DT_F16 || t->dtype == CR_DT_BF16);
+    if (t && down && t->dtype == CR_DT_F32 && t->requires_grad && !t->grad_fn && !t->is_view)
+        return cached_cast(out, t, amp);
     if (t && down && t->dtype == CR_DT_F32) return cr_op_to(out, t, amp);
     if (t && !down && half) return cr_op_to(out, t, CR_DT_F32);
     cr_tensor_retain(t);

@@ -58,7 +58,7 @@ def window_seconds(model, opt, batch, warmup, windows, steps, forward=None, chan
     """Trains on 8 synthetic batches, cycled (as the crescent side does), calling
     forward (default model) under bf16 autocast when asked; returns the seconds of each
     window of `steps` steps after `warmup` steps."""
-    forward = forward or model
+    forward = model if forward is None else forward
     nb = 8
     xs = [torch.randn(batch, 1, 28, 28) for _ in range(nb)]
     if channels_last:

@@ -73,3 +73,18 @@ def step_flops(step):
     with counter:
         step()
     return counter.get_total_flops()
+
+
+def matmul_peak(dtype, n=2048, repeats=7):
+    """GFLOP/s of torch.mm on n x n matrices of dtype, the fastest of `repeats` after two
+    warm-ups (a peak: the best run, on machines whose speed drifts)."""
+    import torch
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    for _ in range(2):
+        torch.mm(a, b)
+    best = float('inf')
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * n ** 3 / best / 1e9

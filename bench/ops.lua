@@ -2,7 +2,8 @@
 -- run gives both figures on the same machine and thread count):
 --   * per-op overhead of add on 1-element tensors, without and with grad recording;
 --   * 1024x1024 f32 matmul throughput, and the machine's matrix-product peak: 2048x2048 in
---     f32 and, where the cpu computes bf16 natively (AVX512-BF16), in bf16;
+--     f32 and, where the cpu computes bf16 natively (AVX512-BF16), in bf16, the best of 7
+--     runs (harness.matmul_peak);
 --   * conv2d forward+backward on three ResNet-shaped layers;
 --   * fused scaled dot-product attention forward+backward at ViT shapes (ViT-tiny on 28 px
 --     images with 4 px patches, ViT-small at 224 px), against torch's

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """ops_torch.py — the PyTorch twin of bench/ops.lua: the same op benchmarks (per-op
 overhead of add on 1-element tensors, 1024x1024 f32 matmul, the 2048x2048 matmul peak in
-f32 and (where the CPU has AVX512-BF16) bf16, conv2d forward+backward on ResNet-shaped
+f32 and (where the CPU has AVX512-BF16) bf16 (the best of 7 runs), conv2d forward+backward on ResNet-shaped
 layers, scaled_dot_product_attention forward+backward at ViT shapes), the same repeats,
 medians and thread count (env CRESCENT_THREADS, default the machine's core count). Prints one JSON line per measurement,
 {"bench": name, "value": x, "unit": u}, then a summary line {"bench": "ops_torch", ...}.
@@ -10,7 +10,7 @@ import json
 
 import torch
 
-from harness_torch import has_avx512_bf16, median_seconds, threads as default_threads
+from harness_torch import has_avx512_bf16, matmul_peak, median_seconds, threads as default_threads
 
 REPEATS = 7
 CONV_LAYERS = [  # name, input shape, out channels, kernel, padding (same as ops.lua)
@@ -32,10 +32,10 @@ def bench_add(requires_grad, n=100000):
     return median_seconds(loop, REPEATS) / n * 1e6
 
 
-def bench_matmul(size=1024, dtype=torch.float32, repeats=11):
-    a = torch.randn(size, size).to(dtype)
-    b = torch.randn(size, size).to(dtype)
-    t = median_seconds(lambda: torch.mm(a, b), repeats, 2)
+def bench_matmul(size=1024):
+    a = torch.randn(size, size)
+    b = torch.randn(size, size)
+    t = median_seconds(lambda: torch.mm(a, b), 11)
     return 2.0 * size ** 3 / t / 1e9
 
 
@@ -83,9 +83,9 @@ def main():
     emit("add_overhead_nograd", bench_add(False), "us/op")
     emit("add_overhead_grad", bench_add(True), "us/op")
     emit("matmul_1024_f32", bench_matmul(), "GFLOP/s")
-    emit("matmul_2048_f32", bench_matmul(2048, torch.float32, 5), "GFLOP/s")
+    emit("matmul_2048_f32", matmul_peak(torch.float32), "GFLOP/s")
     if has_avx512_bf16():
-        emit("matmul_2048_bf16", bench_matmul(2048, torch.bfloat16, 5), "GFLOP/s")
+        emit("matmul_2048_bf16", matmul_peak(torch.bfloat16), "GFLOP/s")
     for name, shape, cout, k, pad in CONV_LAYERS:
         emit(name, bench_conv(shape, cout, k, pad), "ms/iter")
     for name, b, h, t, d in ATTENTION_SHAPES:

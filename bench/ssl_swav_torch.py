@@ -20,9 +20,10 @@ Modes (threads: --threads, else env CRESCENT_THREADS, else the core count):
   --bench [--batch 256 --steps 6 --warmup 2 --modes eager,channels_last,compile,bf16,bf16_compile]
       median time of full SwAV train steps on fixed synthetic crops in each speed mode
       (harness_torch.CPU_MODES; the bf16 ones where the CPU has AVX512-BF16), the step's
-      FLOPs per image, and the multi-crop augmentation of 256 random u8 images; prints
-      the JSON lines {"bench": "<mode>", "value": img/s},
-      {"bench": "swav_step_gflop_per_img", "value": g} (PyTorch 2.x) and
+      FLOPs per image, torch's 2048^2 matmul peak in f32 and bf16, and the multi-crop
+      augmentation of 256 random u8 images; prints the JSON lines
+      {"bench": "<mode>", "value": img/s}, {"bench": "swav_step_gflop_per_img", "value": g}
+      (PyTorch 2.x), {"bench": "matmul_2048_<dtype>", "value": GFLOP/s} and
       {"bench": "swav_augment_samples_per_s", "value": y}
   --train [--epochs 5 --batch 256 --limit 0 --seed 0 --knn-at-start]
       trains the recipe (log every 50 steps on stderr), then the kNN top-1; last line
@@ -43,8 +44,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from harness_torch import CPU_MODES, autocast, cpu_mode, cpu_modes, median_seconds, step_flops, \
-    threads as default_threads
+from harness_torch import CPU_MODES, autocast, cpu_mode, cpu_modes, has_avx512_bf16, matmul_peak, median_seconds, \
+    step_flops, threads as default_threads
 from train_supervised_torch import ResNet18
 
 DATA_DIR = '/usr/share/datasets/fashion-mnist'
@@ -346,6 +347,9 @@ def bench(args):
     flops = step_flops(lambda: swav_loss(model(base), b).backward())
     if flops:
         print(json.dumps({'bench': 'swav_step_gflop_per_img', 'value': flops / b / 1e9}), flush=True)
+    print(json.dumps({'bench': 'matmul_2048_f32', 'value': matmul_peak(torch.float32)}), flush=True)
+    if has_avx512_bf16():
+        print(json.dumps({'bench': 'matmul_2048_bf16', 'value': matmul_peak(torch.bfloat16)}), flush=True)
     gen = torch.Generator().manual_seed(args.seed)
     images = torch.randint(0, 256, (256, 28, 28), dtype=torch.uint8, generator=gen)
     aug = median_seconds(lambda: multicrop(images, SWAV_MULTICROP, gen), 7, 2)

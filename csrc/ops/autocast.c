@@ -109,9 +109,10 @@ static cr_status f32_copy(cr_tensor **out, cr_tensor *t, bool copy) {
 }
 
 cr_status cr_call_via_f32(cr_call *c, cr_kernel_fn kernel) {
+    enum { MAX_IN = 8 }; /* batch norm's backward has six */
     cr_call f = *c;
-    cr_tensor *in[CR_CALL_SMALL_IN] = {0};
-    if (c->nin > CR_CALL_SMALL_IN)
+    cr_tensor *in[MAX_IN] = {0};
+    if (c->nin > MAX_IN)
         return cr_fail(CR_ERR_UNSUPPORTED, "%s: no f32 route for %d inputs (crescent bug)",
                        cr_op_name(c->op), c->nin);
     f.in = in;

@@ -550,8 +550,10 @@ cr_status cr_op_conv2d_backward(cr_tensor **gx, cr_tensor **gw, cr_tensor **gb,
     bool prev = cr_grad_set_enabled(false); /* a non-differentiable op: copies need no graph */
     bool fast = conv_fast(x);
     st = conv_operand(&xc, x, fast);
-    /* the grad in x's layout: the kernels read both channels-last or both row-major */
-    if (!st && fast && cr_tensor_is_channels_last(xc) && !cr_tensor_is_channels_last(gout)) {
+    /* on the cpu the grad in x's layout: oneDNN then reorders nothing, and the small-image
+     * paths (conv_small.c) read both channels-last */
+    if (!st && fast && cr_tensor_on_cpu(x) && cr_tensor_is_channels_last(xc) &&
+        !cr_tensor_is_channels_last(gout)) {
         st = cr_tensor_alloc_layout(&gc, 4, gout->shape, gout->dtype, cr_tensor_dev(gout), true);
         if (!st) st = cr_copy_into(gc, gout);
     } else if (!st) {

@@ -158,6 +158,18 @@ describe('unary math', function()
     H.assert_close(e:log(), big, 1e-5, 1e-5)
     local fast, ref = both_paths(cr.gelu, big)
     H.assert_close(fast, ref, 1e-30, 1e-6)
+    -- halves take the fast f32 formulas too (a rounding apart at most), forward and backward
+    local hb = big:bfloat16()
+    fast, ref = both_paths(cr.gelu, hb)
+    assert.are.equal('bf16', fast.dtype)
+    H.assert_close(fast:float(), ref:float(), 1e-30, 2 ^ -7)
+    local function gelu_grad(x)
+      local l = x:detach():requires_grad_()
+      cr.gelu(l):backward(cr.ones(l.shape):to(l.dtype))
+      return l.grad
+    end
+    fast, ref = both_paths(gelu_grad, hb)
+    H.assert_close(fast:float(), ref:float(), 1e-30, 2 ^ -7)
   end)
 end)
 

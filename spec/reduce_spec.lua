@@ -36,6 +36,19 @@ describe('sum and mean', function()
     end
   end)
 
+  it('sums bf16 in the fast layouts as the reference walk does, in f64, rounded once', function()
+    local cases = { { { 200003 }, nil }, { { 300, 500 }, 1 }, { { 500, 300 }, 0 }, { { 7, 600, 30 }, 1 },
+                    { { 8, 16, 20, 20 }, { 0, 2, 3 } } }
+    for k, case in ipairs(cases) do
+      local x = rnd(case[1], 31 + k, 'f32'):bfloat16()
+      local fs, rs = both(function() return x:sum(case[2]) end)
+      assert.are.equal('bf16', fs.dtype)
+      -- the same f64 sum up to its order, then one rounding to bf16
+      H.assert_close(fs:float(), rs:float(), 1e-6, 2 ^ -7, 'bf16 sum case ' .. k)
+      H.assert_close(fs:float(), x:double():sum(case[2]):float(), 1e-6, 2 ^ -7, 'bf16 sum vs f64 case ' .. k)
+    end
+  end)
+
   it('accumulates f32 in double: a million 0.1s sum to 100000', function()
     local x = cr.full({ 1000000 }, 0.1)
     assert.is_true(math.abs(x:sum():item() - 100000) < 0.02)

@@ -71,11 +71,12 @@ static inline CR_HD uint16_t cr_f32_to_f16(float f) {
 
 static inline CR_HD float cr_bf16_to_f32(uint16_t h) { return cr_bits_f32((uint32_t)h << 16); }
 
+/* Branch-free, so loops over it vectorise: a NaN keeps its top bits and is made quiet. */
 static inline CR_HD uint16_t cr_f32_to_bf16(float f) {
-    uint32_t x = cr_f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
-    x += 0x7fff + ((x >> 16) & 1);
-    return (uint16_t)(x >> 16);
+    const uint32_t x = cr_f32_bits(f);
+    const uint32_t rounded = x + 0x7fffu + ((x >> 16) & 1u);
+    const uint32_t quiet_nan = x | 0x00400000u;
+    return (uint16_t)(((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded) >> 16);
 }
 
 #endif

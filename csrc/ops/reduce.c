@@ -64,6 +64,9 @@ double cr_reduce_sum_f64(const cr_reduce_plan *p, const char *base, cr_dtype dt)
         } else if (dt == CR_DT_F64) {
             const double *f = (const double *)q;
             for (int64_t i = 0; i < inner; i++) acc += f[i * istride];
+        } else if (dt == CR_DT_BF16) {
+            const uint16_t *h = (const uint16_t *)q;
+            for (int64_t i = 0; i < inner; i++) acc += cr_bf16_to_f32(h[i * istride]);
         } else {
             for (int64_t i = 0; i < inner; i++) acc += cr_load_f64(q + i * istride * es, dt);
         }
@@ -190,7 +193,8 @@ static void sum_reference(cr_call *c, double scale) {
     }
 }
 
-/* ---- sum: fast paths for contiguous f32/f64 inputs ----
+/* ---- sum: fast paths for contiguous f32/f64/bf16 inputs (bf16 summed in f64 too; the
+ * grads of a bf16 network's biases) ----
  * A contiguous input's non-trivial dims merge into runs of reduced (R) and kept (K) dims;
  * the layouts that dominate training get their own loops, each accumulating in double
  * with `omp simd` lanes (so the compiler may reorder the f64 adds and vectorise):
@@ -206,6 +210,10 @@ static double sum_run(const char *x, cr_dtype dt, int64_t n) {
         const float *f = (const float *)x;
 #pragma omp simd reduction(+ : acc)
         for (int64_t i = 0; i < n; i++) acc += (double)f[i];
+    } else if (dt == CR_DT_BF16) {
+        const uint16_t *h = (const uint16_t *)x;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t i = 0; i < n; i++) acc += (double)cr_bf16_to_f32(h[i]);
     } else {
         const double *f = (const double *)x;
 #pragma omp simd reduction(+ : acc)
@@ -220,6 +228,10 @@ static void sum_tile_add(double *acc, const char *x, cr_dtype dt, int64_t n) {
         const float *f = (const float *)x;
 #pragma omp simd
         for (int64_t j = 0; j < n; j++) acc[j] += (double)f[j];
+    } else if (dt == CR_DT_BF16) {
+        const uint16_t *h = (const uint16_t *)x;
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) acc[j] += (double)cr_bf16_to_f32(h[j]);
     } else {
         const double *f = (const double *)x;
 #pragma omp simd
@@ -229,6 +241,7 @@ static void sum_tile_add(double *acc, const char *x, cr_dtype dt, int64_t n) {
 
 static void store_scaled(char *out, cr_dtype dt, int64_t k, double v) {
     if (dt == CR_DT_F32) ((float *)out)[k] = (float)v;
+    else if (dt == CR_DT_BF16) ((uint16_t *)out)[k] = cr_f32_to_bf16((float)v);
     else ((double *)out)[k] = v;
 }
 
@@ -341,7 +354,8 @@ static bool sum_fast(cr_call *c, double scale, cr_status *st) {
     cr_tensor *x = c->in[0], *o = c->out[0];
     cr_dtype dt = x->dtype;
     *st = CR_OK;
-    if ((dt != CR_DT_F32 && dt != CR_DT_F64) || o->dtype != dt || !cr_tensor_is_contiguous(x) ||
+    if ((dt != CR_DT_F32 && dt != CR_DT_F64 && dt != CR_DT_BF16) || o->dtype != dt ||
+        !cr_tensor_is_contiguous(x) ||
         x->numel == 0)
         return false;
     int64_t run[4];

@@ -23,12 +23,16 @@
  * the Makefile sets for every file (nothing in crescent reads the FP exception flags). */
 
 /* ---- fast f32 approximations ---------------------------------------------------- */
-static inline uint32_t f2u(float f) {
+/* Each is forced inline: called from many loops (f32 and the halves, forward and
+ * backward), GCC stopped inlining fast_phif into the bf16 GELU loop, which then made a
+ * call per element and ran at a tenth of the f32 loop's speed. */
+#define FAST_FN static inline __attribute__((always_inline))
+FAST_FN uint32_t f2u(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
-static inline float u2f(uint32_t u) {
+FAST_FN float u2f(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
@@ -37,7 +41,7 @@ static inline float u2f(uint32_t u) {
 /* e^r * 2^k for |r| <= ln2/2: Cephes' polynomial, then 2^k applied as two factors so
  * that results down in the subnormals and up to the overflow to inf come out right
  * without branches. */
-static inline float exp_scaled(float r, int32_t k) {
+FAST_FN float exp_scaled(float r, int32_t k) {
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
@@ -51,7 +55,7 @@ static inline float exp_scaled(float r, int32_t k) {
 
 /* e^x = 2^k * e^r with k = round(x/ln2); ln2 is split in two so that r = x - k*ln2 is
  * exact. NaN propagates through r. */
-static inline float fast_expf(float x) {
+FAST_FN float fast_expf(float x) {
     x = x < -104.0f ? -104.0f : x; /* e^-104 rounds to 0 */
     x = x > 89.0f ? 89.0f : x;     /* e^89 overflows to inf */
     const float magic = 12582912.0f; /* 1.5*2^23: adding it rounds to an integer */
@@ -64,7 +68,7 @@ static inline float fast_expf(float x) {
 
 /* e^(hi + lo) for hi in [-130, 0] and |lo| < 2, without rounding hi + lo: the reduction
  * works on hi, where it is exact, and lo joins the small remainder. */
-static inline float fast_expf_sum(float hi, float lo) {
+FAST_FN float fast_expf_sum(float hi, float lo) {
     const float magic = 12582912.0f;
     float t = (hi + lo) * 1.44269504088896341f + magic;
     float k = t - magic;
@@ -75,7 +79,7 @@ static inline float fast_expf_sum(float hi, float lo) {
 
 /* log x = e*ln2 + log m with x = m*2^e, m in [sqrt(1/2), sqrt(2)); subnormals are scaled
  * up first. Special values are patched at the end with selects. */
-static inline float fast_logf(float x) {
+FAST_FN float fast_logf(float x) {
     const int sub = x < 1.17549435e-38f;
     uint32_t u = f2u(sub ? x * 8388608.0f : x);
     int32_t e = (int32_t)((u >> 23) & 0xff) - 126 - (sub ? 23 : 0);
@@ -106,7 +110,7 @@ static inline float fast_logf(float x) {
 }
 
 /* An odd polynomial near 0 (where 1 - 2/(e^2x + 1) would cancel), the exp form beyond. */
-static inline float fast_tanhf(float x) {
+FAST_FN float fast_tanhf(float x) {
     float ax = fabsf(x), z = x * x;
     float p = -5.70498872745e-3f;
     p = p * z + 2.06390887954e-2f;
@@ -118,7 +122,7 @@ static inline float fast_tanhf(float x) {
     return ax < 0.625f ? near0 : far;
 }
 
-static inline float fast_sigmoidf(float x) { return 1.0f / (1.0f + fast_expf(-x)); }
+FAST_FN float fast_sigmoidf(float x) { return 1.0f / (1.0f + fast_expf(-x)); }
 
 /* sqrt or 1/sqrt over contiguous f32. GCC will not vectorise sqrtf (it may set errno),
  * so the AVX instruction is spelled out; it is correctly rounded like sqrtf, so this
@@ -143,7 +147,7 @@ static void sqrt_f32(float *o, const float *x, int64_t n, bool recip) {
  * cancelling in 1 + erf(x). The exponent -x^2/2 + P(t) is kept as an unrounded sum,
  * and x^2 carries its rounding error (one FMA): at x = -4 rounding either would cost
  * 15 ulp. Beyond |x| = 16, Phi is 0 or 1. */
-static inline float fast_phif(float x) {
+FAST_FN float fast_phif(float x) {
     float ax = fabsf(x);
     ax = ax > 16.0f ? 16.0f : ax;
     const float t = 1.0f / (1.0f + 0.5f * SQRT1_2F * ax);
@@ -177,7 +181,7 @@ static inline double ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 static inline double ref_phi(double x) { return 0.5 * erfc(-x * SQRT1_2); }
 static inline float ref_phif(float x) { return (float)ref_phi(x); }
 static inline float ref_geluf(float x) { return x * ref_phif(x); }
-static inline float fast_geluf(float x) { return x * fast_phif(x); }
+FAST_FN float fast_geluf(float x) { return x * fast_phif(x); }
 static inline double ref_gelu(double x) { return x * ref_phi(x); }
 /* The tanh approximation: x/2 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed as
  * x sigmoid(2u) = x / (1 + exp(-2u)), the same function without 1 + tanh's cancellation
@@ -187,7 +191,7 @@ static inline double ref_gelu(double x) { return x * ref_phi(x); }
 static inline double gelu_tanh_u2(double x) { return 2.0 * GELU_TANH_K * (x + GELU_TANH_C * x * x * x); }
 static inline double ref_gelu_tanh(double x) { return x / (1.0 + exp(-gelu_tanh_u2(x))); }
 static inline float ref_gelu_tanhf(float x) { return (float)ref_gelu_tanh(x); }
-static inline float fast_gelu_tanhf(float x) {
+FAST_FN float fast_gelu_tanhf(float x) {
     return x / (1.0f + fast_expf(-2.0f * (float)GELU_TANH_K * (x + (float)GELU_TANH_C * x * x * x)));
 }
 
@@ -229,7 +233,8 @@ static inline float fast_gelu_tanhf(float x) {
         }                                                                            \
     } while (0)
 
-/* Float dtypes; f32 takes FAST32 or REF32 by the fast-path switch. */
+/* Float dtypes; f32 and the halves (computed in f32) take FAST32 or REF32 by the
+ * fast-path switch (REF32's libm calls made a bf16 ViT's GELU half of its step). */
 #define UN_FLOAT_TYPES(FAST32, REF32, REF64)                                         \
     switch (dt) {                                                                    \
     case CR_DT_F32:                                                                  \
@@ -237,8 +242,14 @@ static inline float fast_gelu_tanhf(float x) {
         else UN_LOOP(float, REF32);                                                  \
         break;                                                                       \
     case CR_DT_F64: UN_LOOP(double, REF64); break;                                   \
-    case CR_DT_F16: UN_LOOP_HALF(cr_f16_to_f32, cr_f32_to_f16, REF32); break;        \
-    case CR_DT_BF16: UN_LOOP_HALF(cr_bf16_to_f32, cr_f32_to_bf16, REF32); break;     \
+    case CR_DT_F16:                                                                  \
+        if (fast) UN_LOOP_HALF(cr_f16_to_f32, cr_f32_to_f16, FAST32);                \
+        else UN_LOOP_HALF(cr_f16_to_f32, cr_f32_to_f16, REF32);                      \
+        break;                                                                       \
+    case CR_DT_BF16:                                                                 \
+        if (fast) UN_LOOP_HALF(cr_bf16_to_f32, cr_f32_to_bf16, FAST32);              \
+        else UN_LOOP_HALF(cr_bf16_to_f32, cr_f32_to_bf16, REF32);                    \
+        break;                                                                       \
     default: break;                                                                  \
     }
 
@@ -676,8 +687,14 @@ done:
         else BW_LOOP(float, REF32);                                                  \
         break;                                                                       \
     case CR_DT_F64: BW_LOOP(double, REF64); break;                                   \
-    case CR_DT_F16: BW_LOOP_HALF(cr_f16_to_f32, cr_f32_to_f16, REF32); break;        \
-    case CR_DT_BF16: BW_LOOP_HALF(cr_bf16_to_f32, cr_f32_to_bf16, REF32); break;     \
+    case CR_DT_F16:                                                                  \
+        if (fast) BW_LOOP_HALF(cr_f16_to_f32, cr_f32_to_f16, FAST32);                \
+        else BW_LOOP_HALF(cr_f16_to_f32, cr_f32_to_f16, REF32);                      \
+        break;                                                                       \
+    case CR_DT_BF16:                                                                 \
+        if (fast) BW_LOOP_HALF(cr_bf16_to_f32, cr_f32_to_bf16, FAST32);              \
+        else BW_LOOP_HALF(cr_bf16_to_f32, cr_f32_to_bf16, REF32);                    \
+        break;                                                                       \
     default: break;                                                                  \
     }
 
@@ -691,7 +708,7 @@ static inline double ref_gelu_grad(double g, double x) {
     return g * (ref_phi(x) + x * INV_SQRT_2PI * exp(-0.5 * x * x));
 }
 static inline float ref_gelu_gradf(float g, float x) { return (float)ref_gelu_grad(g, x); }
-static inline float fast_gelu_gradf(float g, float x) {
+FAST_FN float fast_gelu_gradf(float g, float x) {
     return g * (fast_phif(x) + x * (float)INV_SQRT_2PI * fast_expf(-0.5f * x * x));
 }
 
@@ -702,7 +719,7 @@ static inline double ref_gelu_tanh_grad(double g, double x) {
     return g * (sg + 2.0 * x * sg * (1.0 - sg) * GELU_TANH_K * (1.0 + 3.0 * GELU_TANH_C * x * x));
 }
 static inline float ref_gelu_tanh_gradf(float g, float x) { return (float)ref_gelu_tanh_grad(g, x); }
-static inline float fast_gelu_tanh_gradf(float g, float x) {
+FAST_FN float fast_gelu_tanh_gradf(float g, float x) {
     const float k = (float)GELU_TANH_K, c = (float)GELU_TANH_C;
     const float sg = 1.0f / (1.0f + fast_expf(-2.0f * k * (x + c * x * x * x)));
     return g * (sg + 2.0f * x * sg * (1.0f - sg) * k * (1.0f + 3.0f * c * x * x));

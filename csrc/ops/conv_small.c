@@ -37,8 +37,8 @@ bool cr_conv2d_small_wanted(const cr_conv_geom *g) {
 }
 
 #ifdef CR_HAVE_DNNL
-/* The columns and the transposed grad live in one buffer kept across calls (page faults
- * on a fresh multi-megabyte buffer per call cost as much as the product). */
+/* The columns and the f32 sums live in one buffer kept across calls (page faults on a
+ * fresh multi-megabyte buffer per call cost as much as the product). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uint16_t *buffer;
 static size_t buffer_elems;
@@ -90,10 +90,9 @@ cr_status cr_conv2d_small_backward_weights(const cr_conv_geom *g, const void *x,
     pthread_mutex_lock(&lock);
     /* the columns, then the f32 sums [O, (kh, kw, c)] */
     uint16_t *cols = buffer_get((size_t)(chunk * K + 2 * O * K));
-    if (!cols) {
+    if (!cols) { /* oneDNN's own kernel then takes the weight grad */
         pthread_mutex_unlock(&lock);
-        return cr_fail(CR_ERR_OOM, "conv2d backward: out of memory for the %lld x %lld "
-                       "columns of the weight grad", (long long)chunk, (long long)K);
+        return CR_ERR_UNSUPPORTED;
     }
     float *sums = (float *)(void *)(cols + chunk * K);
     cr_status st = CR_OK;
@@ -137,7 +136,8 @@ cr_status cr_conv2d_small_backward_data(const cr_conv_geom *g, const void *gy, c
     const uint16_t *wp = w;
     for (int64_t o = 0; o < O; o++)
         for (int64_t c = 0; c < C; c++)
-            for (int64_t t = 0; t < taps; t++) wf[(c * O + o) * taps + t] = wp[(o * C + c) * taps + taps - 1 - t];
+            for (int64_t t = 0; t < taps; t++)
+                wf[(c * O + o) * taps + t] = wp[(o * C + c) * taps + taps - 1 - t];
     cr_conv_geom f = *g;
     f.c = O, f.h = g->oh, f.w = g->ow;
     f.o = C, f.oh = g->h, f.ow = g->w;

@@ -29,8 +29,10 @@ on timm's VisionTransformer:
   build/torchenv/bin/python bench/dino_torch.py --config cfg.json --bench  # step img/s
 cfg.json is the resolved crescent config (cr.config.load('recipes/dino.lua', ...)). The
 last line on stdout is one JSON object: {"side": "pytorch", "method": "dino", "knn_top1",
-"train_seconds", "loss"} (training) or {"bench": "eager", "value": img/s} (--bench, the
-mode as bench/ssl_methods.lua reads it)."""
+"train_seconds", "loss"} (training); with --bench one line per speed mode
+(--modes: eager, compile, bf16 autocast, bf16 under torch.compile; the bf16 ones where the
+CPU has AVX512-BF16), {"bench": "<mode>", "value": img/s}, as bench/ssl_methods.lua reads
+them."""
 import argparse
 import json
 import math
@@ -45,7 +47,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import ssl_reference_torch as ref
-from harness_torch import median_seconds
+from harness_torch import autocast, cpu_mode, cpu_modes, median_seconds
 
 
 class DINOHead(nn.Module):
@@ -190,6 +192,8 @@ class Trainer:
         self.lr = dict(self.o, lr=self.o['lr'] * f, final_lr=self.o['final_lr'] * f)
         self.student.train()
         self.teacher.train()
+        # the speed modes of --bench: bf16 autocast, and the forwards under torch.compile
+        self.bf16, self.student_fwd, self.teacher_fwd = False, self.student, self.teacher
 
     def step(self, crops, it, epoch):
         o, d = self.o, self.d
@@ -198,10 +202,11 @@ class Trainer:
             g['lr'] = ref.lr_at(it, self.total, self.warmup, self.lr)
             if i == 0:
                 g['weight_decay'] = cosine(o['weight_decay'], wd_end, it, self.total)
-        with torch.no_grad():
-            teacher_output = self.teacher(crops[:self.global_crops])
-        student_output = self.student(crops)
-        loss = self.loss_fn(student_output, teacher_output, epoch, self.global_crops)
+        with autocast(self.bf16):
+            with torch.no_grad():
+                teacher_output = self.teacher_fwd(crops[:self.global_crops])
+            student_output = self.student_fwd(crops)
+            loss = self.loss_fn(student_output, teacher_output, epoch, self.global_crops)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         if d['clip_grad'] > 0:
@@ -246,8 +251,9 @@ def train(cfg, workers):
             'torch': torch.__version__, 'timm': timm.__version__}
 
 
-def bench(cfg, batch, steps, windows):
-    """img/s of train steps on random crops of the recipe's sizes (median of windows)."""
+def bench(cfg, batch, steps, windows, mode):
+    """img/s of train steps on random crops of the recipe's sizes (median of windows) in
+    one speed mode of harness_torch.CPU_MODES (channels_last means nothing to a ViT)."""
     check_supported(cfg)
     torch.manual_seed(0)
     torch.set_num_threads(cfg['train']['threads'] or os.cpu_count())
@@ -255,6 +261,9 @@ def bench(cfg, batch, steps, windows):
     crops = [torch.randn(batch, 1, s, s) for s, n in zip(c['size'], c['num']) for _ in range(n)]
     cfg = dict(cfg, train=dict(cfg['train'], epochs=2))   # timed in the second epoch: the last layer learns
     t = Trainer(cfg, 100)
+    _, compiled, t.bf16 = cpu_mode(mode)
+    if compiled:
+        t.student_fwd, t.teacher_fwd = torch.compile(t.student), torch.compile(t.teacher)
 
     def window():
         for i in range(steps):
@@ -271,12 +280,17 @@ def main():
     ap.add_argument('--batch', type=int, default=64, help='--bench: the batch')
     ap.add_argument('--steps', type=int, default=2, help='--bench: steps per timed window')
     ap.add_argument('--windows', type=int, default=3, help='--bench: timed windows (the median is reported)')
+    ap.add_argument('--modes', default='eager,compile,bf16,bf16_compile',
+                    help='--bench: the speed modes to time (bf16 ones where the CPU has AVX512-BF16)')
     a = ap.parse_args()
     with open(a.config) as f:
         cfg = json.load(f)
     if a.bench:
-        print(json.dumps({'bench': 'eager', 'value': bench(cfg, a.batch, a.steps, a.windows), 'unit': 'img/s'}),
-              flush=True)
+        for mode in cpu_modes(a.modes):
+            if mode == 'channels_last':
+                continue
+            print(json.dumps({'bench': mode, 'value': bench(cfg, a.batch, a.steps, a.windows, mode), 'unit': 'img/s'}),
+                  flush=True)
         return
     workers = a.workers if a.workers is not None else cfg['data']['workers']
     print(json.dumps(train(cfg, workers)), flush=True)

@@ -4,10 +4,10 @@
 -- SwAV, SimCLR, BYOL, Barlow Twins) in each of its modes (eager, channels_last,
 -- torch.compile, and where the CPU has AVX512-BF16 bf16 autocast with channels_last, also
 -- compiled); the ratio is of crescent's fastest mode against the twin's fastest. DINO's
--- twin (bench/dino_torch.py --bench, timm's ViT) runs eager only. The settings: a method
--- with a twin runs the parity settings on both sides (bench/parity_settings.lua over the
--- recipe's defaults: the same resolved config goes to the twin as JSON), the others their
--- recipe's defaults. Crops are fixed synthetic
+-- twin (bench/dino_torch.py --bench, timm's ViT) runs the same modes but channels_last.
+-- The settings: a method with a twin runs the parity settings on both sides
+-- (bench/parity_settings.lua over the recipe's defaults: the same resolved config goes to
+-- the twin as JSON), the others their recipe's defaults. Crops are fixed synthetic
 -- tensors of the config's sizes (augmentation is bench/data_pipeline.lua's); NPID and
 -- DeepCluster-v2 take batch indices into the full training set, and DeepCluster-v2 starts
 -- with its memory marked filled (its one-off fill pass is not a step). Figures are
@@ -99,7 +99,7 @@ local function twin_rates(name, cfg)
   local figures
   if name == 'dino' then
     figures = harness.run_twin('bench/dino_torch.py', threads, string.format('--config %s --bench --batch %d --steps %d ' ..
-      '--windows %d', path, args.batch, args.steps, args.windows), python)
+      '--windows %d --modes %s', path, args.batch, args.steps, args.windows, modes), python)
   else
     figures = harness.run_twin('bench/ssl_reference_torch.py', threads, string.format(
       '--method %s --config %s --bench --batch %d --steps %d --windows %d --warmup 1 --modes %s', name, path, args.batch,

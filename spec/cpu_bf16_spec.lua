@@ -134,10 +134,12 @@ describe('native bf16 on the cpu', function()
     end
   end)
 
-  for _, relu in ipairs { false, true } do
-    it(string.format('normalises channels-last bf16 batches%s in bf16, with f32 statistics', relu and ' (+ relu)' or ''),
-      function()
-        local x = channels_last(H.park_miller({ 6, 24, 5, 5 }, 8, 'f32'):bfloat16())
+  for _, case in ipairs { { false, { 6, 24, 5, 5 } }, { true, { 6, 24, 5, 5 } }, { true, { 40, 24 } } } do
+    local relu, shape = case[1], case[2]
+    it(string.format('normalises %s bf16 batches%s in bf16, with f32 statistics', #shape == 4 and 'channels-last' or
+      '[N, C]', relu and ' (+ relu)' or ''), function()
+        local x = H.park_miller(shape, 8, 'f32'):bfloat16()
+        if #shape == 4 then x = channels_last(x) end
         local w, b = H.park_miller({ 24 }, 9, 'f32'), H.park_miller({ 24 }, 10, 'f32')
         local function run(dtype)
           local xl = x:to(dtype):detach():requires_grad_()
@@ -150,7 +152,7 @@ describe('native bf16 on the cpu', function()
         end
         local y, gx, gw, gb, rm, rv = run('bf16')
         local y32, gx32, gw32, gb32, rm32, rv32 = run('f32')
-        assert.is_true(y:is_channels_last())
+        assert.are.equal(#shape == 4, y:is_channels_last())
         assert_bf16_close(y, y32, 'output')
         assert_bf16_close(gx, gx32, 'input grad')
         -- the statistics and the parameters' grads are f32 sums of the same bf16 values

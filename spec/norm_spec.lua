@@ -523,6 +523,23 @@ describe('batch_norm with a fused relu', function()
     end
   end)
 
+  it('normalises [N, C] rows (an MLP head) on the row kernels as the reference does', function()
+    local x0, gy = cr.randn({ 37, 20 }), cr.randn({ 37, 20 })
+    for _, relu in ipairs { false, true } do
+      local function run()
+        local x, w = x0:clone():requires_grad_(true), cr.ones(20):requires_grad_(true)
+        local rm, rv = cr.zeros(20), cr.ones(20)
+        local y = cr.batch_norm(x, rm, rv, { weight = w, bias = cr.zeros(20), training = true, relu = relu })
+        y:backward(gy)
+        return { y, x.grad, w.grad, rm, rv }
+      end
+      local fast, ref = H.both_paths(run)
+      for i, what in ipairs { 'output', 'grad x', 'grad w', 'running mean', 'running var' } do
+        H.assert_close(fast[i], ref[i], 1e-5, 1e-5, what .. (relu and ' (relu)' or ''))
+      end
+    end
+  end)
+
   it('passes a finite-difference gradcheck in f64', function()
     local x, w, b = case('f64')
     H.gradcheck(function(xx, ww, bb) return cr.batch_norm(xx, nil, nil, { weight = ww, bias = bb, training = true,

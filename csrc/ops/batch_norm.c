@@ -20,6 +20,15 @@ static int64_t spatial_size(const cr_tensor *x) {
     return S;
 }
 
+/* A contiguous [N, C] (or [N, C, 1, ...]) input on the fast path, f32 or bf16: rows of C
+ * channels, which the channels-last kernels (batch_norm_nhwc.c) read as they are; the
+ * per-channel loops of the row-major kernels would stride across them (the fused
+ * BN + ReLU of an MLP head, whose backward oneDNN does not take). */
+static bool nc_rows(const cr_tensor *x) {
+    return cr_fast_paths_enabled() && x->ndim >= 2 && spatial_size(x) == 1 &&
+           cr_tensor_is_contiguous(x) && (x->dtype == CR_DT_F32 || x->dtype == CR_DT_BF16);
+}
+
 /* Element c of a [C] vector of any float dtype and any stride. */
 static double vec_get(const cr_tensor *v, int64_t c) {
     return cr_load_f64(cr_tensor_ptr(v) + c * v->stride[0] * (int64_t)cr_dtype_size(v->dtype),
@@ -224,18 +233,21 @@ cr_status cr_cpu_batch_norm(cr_call *c) {
     double *mean = malloc(sizeof(double) * (size_t)(2 * C + 1)), *var = mean + C;
     if (!mean) return cr_fail(CR_ERR_OOM, "batch_norm: out of memory for %lld channels",
                               (long long)C);
-    bool done = cr_tensor_is_channels_last(x);
+    bool done = false;
+#ifdef CR_HAVE_DNNL
+    if (!c->i[4] && bn_use_dnnl(x)) done = bn_forward_dnnl(c, use_batch, mean, var);
+#endif
+    if (!done && (cr_tensor_is_channels_last(x) || nc_rows(x))) {
+        if (!bn_forward_nhwc(c, use_batch, mean, var)) {
+            free(mean);
+            return cr_fail(CR_ERR_OOM, "batch_norm: out of memory for %lld channels", (long long)C);
+        }
+        done = true;
+    }
     if (!done && (x->dtype == CR_DT_F16 || x->dtype == CR_DT_BF16)) {
         free(mean);
         return cr_call_via_f32(c, cr_cpu_batch_norm);
     }
-    if (done && !bn_forward_nhwc(c, use_batch, mean, var)) {
-        free(mean);
-        return cr_fail(CR_ERR_OOM, "batch_norm: out of memory for %lld channels", (long long)C);
-    }
-#ifdef CR_HAVE_DNNL
-    if (!done && !c->i[4] && bn_use_dnnl(x)) done = bn_forward_dnnl(c, use_batch, mean, var);
-#endif
     if (!done && x->dtype == CR_DT_F32 && cr_fast_paths_enabled())
         bn_forward_f32(c, use_batch, mean, var);
     else if (!done)
@@ -314,13 +326,14 @@ static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr
     }
 
     /* halves compute in f32, with weight, bias and statistics in f32 (dt): on a GPU, and
-     * for channels-last bf16 on a cpu with AVX512-BF16, reading and writing the halves
+     * for channels-last or [N, C] bf16 on a cpu with AVX512-BF16, reading and writing the halves
      * themselves (io), as cuDNN's mixed-precision batch norm does; otherwise through an
      * f32 copy of x */
     cr_dtype dt = x->dtype == CR_DT_F64 ? CR_DT_F64 : CR_DT_F32;
     const bool half = x->dtype == CR_DT_F16 || x->dtype == CR_DT_BF16;
-    const bool native = !cr_tensor_on_cpu(x) || (x->dtype == CR_DT_BF16 && cr_cpu_bf16_native() &&
-                                                 cr_tensor_is_channels_last(x));
+    const bool native = !cr_tensor_on_cpu(x) ||
+                        (x->dtype == CR_DT_BF16 && cr_cpu_bf16_native() &&
+                         (cr_tensor_is_channels_last(x) || (x->ndim >= 2 && spatial_size(x) == 1)));
     const cr_dtype io = half && native ? x->dtype : dt;
     cr_tensor *xc = NULL, *xt = NULL, *wc = NULL, *bc = NULL;
     cr_call c;
@@ -587,14 +600,14 @@ static cr_status bn_backward_nhwc(cr_call *c) {
  * grad is then zero where y was clipped); g and x contiguous, one float dtype.
  * out: gx?, gw?, gb?; i[0] batch statistics were used; f[0] eps. */
 cr_status cr_cpu_batch_norm_backward(cr_call *c) {
-    if (cr_tensor_is_channels_last(c->in[1])) return bn_backward_nhwc(c);
-    if (c->in[1]->dtype == CR_DT_F16 || c->in[1]->dtype == CR_DT_BF16)
-        return cr_call_via_f32(c, cr_cpu_batch_norm_backward);
-#ifdef CR_HAVE_DNNL
     const cr_tensor *x = c->in[1];
+#ifdef CR_HAVE_DNNL
     if (c->nin == 5 && bn_use_dnnl(x) && bn_backward_dnnl(c))
         return CR_OK;
 #endif
+    if (cr_tensor_is_channels_last(x) || nc_rows(x)) return bn_backward_nhwc(c);
+    if (x->dtype == CR_DT_F16 || x->dtype == CR_DT_BF16)
+        return cr_call_via_f32(c, cr_cpu_batch_norm_backward);
     if (c->in[1]->dtype == CR_DT_F32 && cr_fast_paths_enabled())
         bn_backward_f32(c);
     else

@@ -26,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_torch import step_flops  # noqa: E402
 from ssl_swav_torch import swav_loss  # noqa: E402  (the same loss as the cpu bench)
 
 # Dense bf16 tensor-core peaks from NVIDIA's datasheets (SXM parts).
@@ -120,17 +121,6 @@ def timed(step, steps, warmup, images_per_step, name=''):
     return steps * images_per_step / (time.perf_counter() - t0)
 
 
-def flops_of(step):
-    try:
-        from torch.utils.flop_counter import FlopCounterMode
-    except ImportError:
-        return None
-    counter = FlopCounterMode(display=False)
-    with counter:
-        step()
-    return counter.get_total_flops()
-
-
 # The modes timed: bf16 (channels_last), f32, and with compile bf16 under torch.compile.
 def modes(compile_too):
     return ('bf16', 'f32', 'bf16_compile') if compile_too else ('bf16', 'f32')
@@ -159,7 +149,7 @@ def swav_rates(batch, steps, warmup, compile_too):
 
         out['swav_' + mode] = timed(step, steps, warmup, batch, 'swav_' + mode)
         if mode == 'f32' and not PROFILE:
-            f = flops_of(step)
+            f = step_flops(step)
             if f:
                 out['swav_flops_per_img'] = f / batch
     return out
@@ -187,7 +177,7 @@ def supervised_rates(batch, steps, warmup, compile_too):
 
         out['supervised_' + mode] = timed(step, steps, warmup, batch, 'supervised_' + mode)
         if mode == 'f32' and not PROFILE:
-            f = flops_of(step)
+            f = step_flops(step)
             if f:
                 out['supervised_flops_per_img'] = f / batch
     return out

@@ -20,13 +20,19 @@ static int64_t spatial_size(const cr_tensor *x) {
     return S;
 }
 
-/* A contiguous [N, C] (or [N, C, 1, ...]) input on the fast path, f32 or bf16: rows of C
- * channels, which the channels-last kernels (batch_norm_nhwc.c) read as they are; the
- * per-channel loops of the row-major kernels would stride across them (the fused
- * BN + ReLU of an MLP head, whose backward oneDNN does not take). */
-static bool nc_rows(const cr_tensor *x) {
-    return cr_fast_paths_enabled() && x->ndim >= 2 && spatial_size(x) == 1 &&
-           cr_tensor_is_contiguous(x) && (x->dtype == CR_DT_F32 || x->dtype == CR_DT_BF16);
+/* Whether x's data are rows of C channels: channels-last, or [N, C] (or [N, C, 1, ...])
+ * once contiguous. */
+static bool rows_of_channels(const cr_tensor *x) {
+    return cr_tensor_is_channels_last(x) || (x->ndim >= 2 && spatial_size(x) == 1);
+}
+
+/* An input the channels-last kernels (batch_norm_nhwc.c) read as it is: rows of C
+ * channels in memory, f32 or bf16, fast paths on. For [N, C] the per-channel loops of the
+ * row-major kernels would stride across the rows (the fused BN + ReLU of an MLP head,
+ * whose backward oneDNN does not take). */
+static bool nhwc_kernels(const cr_tensor *x) {
+    return cr_fast_paths_enabled() && (x->dtype == CR_DT_F32 || x->dtype == CR_DT_BF16) &&
+           rows_of_channels(x) && (cr_tensor_is_channels_last(x) || cr_tensor_is_contiguous(x));
 }
 
 /* Element c of a [C] vector of any float dtype and any stride. */
@@ -237,7 +243,7 @@ cr_status cr_cpu_batch_norm(cr_call *c) {
 #ifdef CR_HAVE_DNNL
     if (!c->i[4] && bn_use_dnnl(x)) done = bn_forward_dnnl(c, use_batch, mean, var);
 #endif
-    if (!done && (cr_tensor_is_channels_last(x) || nc_rows(x))) {
+    if (!done && nhwc_kernels(x)) {
         if (!bn_forward_nhwc(c, use_batch, mean, var)) {
             free(mean);
             return cr_fail(CR_ERR_OOM, "batch_norm: out of memory for %lld channels", (long long)C);
@@ -326,14 +332,13 @@ static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr
     }
 
     /* halves compute in f32, with weight, bias and statistics in f32 (dt): on a GPU, and
-     * for channels-last or [N, C] bf16 on a cpu with AVX512-BF16, reading and writing the halves
-     * themselves (io), as cuDNN's mixed-precision batch norm does; otherwise through an
-     * f32 copy of x */
+     * for channels-last or [N, C] bf16 on a cpu with AVX512-BF16, reading and writing the
+     * halves themselves (io), as cuDNN's mixed-precision batch norm does; otherwise
+     * through an f32 copy of x */
     cr_dtype dt = x->dtype == CR_DT_F64 ? CR_DT_F64 : CR_DT_F32;
     const bool half = x->dtype == CR_DT_F16 || x->dtype == CR_DT_BF16;
     const bool native = !cr_tensor_on_cpu(x) ||
-                        (x->dtype == CR_DT_BF16 && cr_cpu_bf16_native() &&
-                         (cr_tensor_is_channels_last(x) || (x->ndim >= 2 && spatial_size(x) == 1)));
+                        (x->dtype == CR_DT_BF16 && cr_cpu_bf16_native() && rows_of_channels(x));
     const cr_dtype io = half && native ? x->dtype : dt;
     cr_tensor *xc = NULL, *xt = NULL, *wc = NULL, *bc = NULL;
     cr_call c;
@@ -605,10 +610,10 @@ cr_status cr_cpu_batch_norm_backward(cr_call *c) {
     if (c->nin == 5 && bn_use_dnnl(x) && bn_backward_dnnl(c))
         return CR_OK;
 #endif
-    if (cr_tensor_is_channels_last(x) || nc_rows(x)) return bn_backward_nhwc(c);
+    if (nhwc_kernels(x)) return bn_backward_nhwc(c);
     if (x->dtype == CR_DT_F16 || x->dtype == CR_DT_BF16)
         return cr_call_via_f32(c, cr_cpu_batch_norm_backward);
-    if (c->in[1]->dtype == CR_DT_F32 && cr_fast_paths_enabled())
+    if (x->dtype == CR_DT_F32 && cr_fast_paths_enabled())
         bn_backward_f32(c);
     else
         bn_backward_ref(c);

@@ -29,9 +29,18 @@ bool cr_dnnl_engine(dnnl_engine_t *engine, dnnl_stream_t *stream) {
     return shared_engine != NULL;
 }
 
-bool cr_cpu_bf16_native(void) {
+/* The ISA test once: it is asked at the entry of every half conv, product and batch norm. */
+static bool isa_bf16;
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+static void read_isa(void) {
     const dnnl_cpu_isa_t bf16 = dnnl_cpu_isa_avx512_core_bf16;
-    return cr_fast_paths_enabled() && (dnnl_get_effective_cpu_isa() & bf16) == bf16;
+    isa_bf16 = (dnnl_get_effective_cpu_isa() & bf16) == bf16;
+}
+
+bool cr_cpu_bf16_native(void) {
+    if (!cr_fast_paths_enabled()) return false;
+    pthread_once(&isa_once, read_isa);
+    return isa_bf16;
 }
 #else
 bool cr_cpu_bf16_native(void) { return false; }

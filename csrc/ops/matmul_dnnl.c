@@ -1,5 +1,5 @@
-/* matmul_dnnl.c — the f32 and bf16 fast path of mm/bmm/addmm: oneDNN's matmul primitive through
- * its C API. Transposed and strided operands are described to oneDNN by their strides,
+/* matmul_dnnl.c — the f32 and bf16 fast path of mm/bmm/addmm: oneDNN's matmul primitive
+ * through its C API. Transposed and strided operands are described to oneDNN by their strides,
  * never copied. Creating a primitive costs far more than a small product, so primitives
  * live in a small LRU cache keyed by the whole geometry (dims, strides, dtype, alpha,
  * bias, accumulate). oneDNN runs on the same OpenMP runtime (libgomp) as our loops, so

@@ -203,7 +203,8 @@ static void loop_axpy(char **p, const int64_t *s, int64_t n, const void *ctx) {
         float a = (float)alpha;
         for (int64_t i = 0; i < n; i++) {
             uint16_t *o = (uint16_t *)(p[0] + i * s[0]);
-            *o = cr_f32_to_bf16(cr_bf16_to_f32(*o) + a * cr_bf16_to_f32(*(const uint16_t *)(p[1] + i * s[1])));
+            const float add = cr_bf16_to_f32(*(const uint16_t *)(p[1] + i * s[1]));
+            *o = cr_f32_to_bf16(cr_bf16_to_f32(*o) + a * add);
         }
     } else {
         for (int64_t i = 0; i < n; i++)

@@ -234,24 +234,26 @@ FAST_FN float fast_gelu_tanhf(float x) {
     } while (0)
 
 /* Float dtypes; f32 and the halves (computed in f32) take FAST32 or REF32 by the
- * fast-path switch (REF32's libm calls made a bf16 ViT's GELU half of its step). */
-#define UN_FLOAT_TYPES(FAST32, REF32, REF64)                                         \
+ * fast-path switch (REF32's libm calls made a bf16 ViT's GELU half of its step). LOOP and
+ * LOOP_HALF are the unary (UN_) or backward (BW_) loops. */
+#define FLOAT_TYPES(LOOP, LOOP_HALF, FAST32, REF32, REF64)                           \
     switch (dt) {                                                                    \
     case CR_DT_F32:                                                                  \
-        if (fast) UN_LOOP(float, FAST32);                                            \
-        else UN_LOOP(float, REF32);                                                  \
+        if (fast) LOOP(float, FAST32);                                               \
+        else LOOP(float, REF32);                                                     \
         break;                                                                       \
-    case CR_DT_F64: UN_LOOP(double, REF64); break;                                   \
+    case CR_DT_F64: LOOP(double, REF64); break;                                      \
     case CR_DT_F16:                                                                  \
-        if (fast) UN_LOOP_HALF(cr_f16_to_f32, cr_f32_to_f16, FAST32);                \
-        else UN_LOOP_HALF(cr_f16_to_f32, cr_f32_to_f16, REF32);                      \
+        if (fast) LOOP_HALF(cr_f16_to_f32, cr_f32_to_f16, FAST32);                   \
+        else LOOP_HALF(cr_f16_to_f32, cr_f32_to_f16, REF32);                         \
         break;                                                                       \
     case CR_DT_BF16:                                                                 \
-        if (fast) UN_LOOP_HALF(cr_bf16_to_f32, cr_f32_to_bf16, FAST32);              \
-        else UN_LOOP_HALF(cr_bf16_to_f32, cr_f32_to_bf16, REF32);                    \
+        if (fast) LOOP_HALF(cr_bf16_to_f32, cr_f32_to_bf16, FAST32);                 \
+        else LOOP_HALF(cr_bf16_to_f32, cr_f32_to_bf16, REF32);                       \
         break;                                                                       \
     default: break;                                                                  \
     }
+#define UN_FLOAT_TYPES(FAST32, REF32, REF64) FLOAT_TYPES(UN_LOOP, UN_LOOP_HALF, FAST32, REF32, REF64)
 
 /* Every dtype; unsigned ones (u8, bool) get their own expression, since x < 0 is
  * meaningless there (and a warning). */
@@ -680,23 +682,7 @@ done:
         }                                                                            \
     } while (0)
 
-#define BW_FLOAT_TYPES(FAST32, REF32, REF64)                                         \
-    switch (dt) {                                                                    \
-    case CR_DT_F32:                                                                  \
-        if (fast) BW_LOOP(float, FAST32);                                            \
-        else BW_LOOP(float, REF32);                                                  \
-        break;                                                                       \
-    case CR_DT_F64: BW_LOOP(double, REF64); break;                                   \
-    case CR_DT_F16:                                                                  \
-        if (fast) BW_LOOP_HALF(cr_f16_to_f32, cr_f32_to_f16, FAST32);                \
-        else BW_LOOP_HALF(cr_f16_to_f32, cr_f32_to_f16, REF32);                      \
-        break;                                                                       \
-    case CR_DT_BF16:                                                                 \
-        if (fast) BW_LOOP_HALF(cr_bf16_to_f32, cr_f32_to_bf16, FAST32);              \
-        else BW_LOOP_HALF(cr_bf16_to_f32, cr_f32_to_bf16, REF32);                    \
-        break;                                                                       \
-    default: break;                                                                  \
-    }
+#define BW_FLOAT_TYPES(FAST32, REF32, REF64) FLOAT_TYPES(BW_LOOP, BW_LOOP_HALF, FAST32, REF32, REF64)
 
 #define BW_PROLOGUE                                                                  \
     const cr_dtype dt = *(const cr_dtype *)ctx;                                      \

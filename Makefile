@@ -29,7 +29,7 @@ LDLIBS := -lm -lz -lturbojpeg -lpng -lpthread -fopenmp -Wl,-z,defs -Wl,-z,nodele
 # dataset-fashion-mnist: the data of recipes/supervised.lua (/usr/share/datasets/fashion-mnist).
 # chromium: report_spec renders the run report headless. python3-torch: torch_import_spec
 # loads PyTorch-exported weights (Debian's torch 1.13; the benchmark twins use build/torchenv).
-DEPS_TEST := luajit libluajit-5.1-dev lua-busted lua-check tmux libdnnl-dev lua-cjson zlib1g-dev \
+DEPS_TEST := luajit libluajit-5.1-dev lua-busted lua-check tmux lua-cjson zlib1g-dev \
              libturbojpeg0-dev libpng-dev dataset-fashion-mnist python3-venv libopenmpi-dev openmpi-bin \
              luarocks libreadline8 chromium python3-torch
 # libopenblas0-openmp: Debian's torch calls the system BLAS, the slow netlib one unless
@@ -37,7 +37,10 @@ DEPS_TEST := luajit libluajit-5.1-dev lua-busted lua-check tmux libdnnl-dev lua-
 DEPS_BENCH := python3-torch libopenblas0-openmp
 
 # ---- feature probes -------------------------------------------------------------
-HAVE_DNNL := $(shell test -f /usr/include/oneapi/dnnl/dnnl.h && echo 1)
+# oneDNN 3.2 from Intel's PyPI wheels (tools/fetch_onednn.py, run by make deps): Debian 12's
+# 2.6 ran bf16 products at a fifth of 3.x's rate. Always build/onednn, whatever BUILD is.
+ONEDNN_HOME := build/onednn
+HAVE_DNNL := $(shell test -f $(ONEDNN_HOME)/include/oneapi/dnnl/dnnl.h -a -f $(ONEDNN_HOME)/lib/libdnnl.so.3 && echo 1)
 CUDA_HOME ?= /usr/local/cuda
 HAVE_NVCC := $(shell test -x $(CUDA_HOME)/bin/nvcc && echo 1)
 CUDNN_HOME ?= $(CUDA_HOME)
@@ -50,9 +53,12 @@ HAVE_MPI := $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1)
 # SAN: sanitizer flags for compiling and linking (make sanitize sets them)
 SAN ?=
 CFLAGS := $(CFLAGS_BASE) $(SAN)
+# libdnnl.so.3 is linked beside libcrescent.so ($(BUILD)/libdnnl.so.3, found through $$ORIGIN)
+# so the build folder, and an install, carry it along
 ifeq ($(HAVE_DNNL),1)
-CFLAGS += -DCR_HAVE_DNNL
-LDLIBS += -ldnnl
+CFLAGS += -DCR_HAVE_DNNL -I$(ONEDNN_HOME)/include
+LDLIBS += -L$(BUILD) -l:libdnnl.so.3 -Wl,-rpath,'$$ORIGIN'
+DNNL_LIB := $(BUILD)/libdnnl.so.3
 endif
 # the toolkit's headers tell csrc/gpu/cuda_probe.c which CUDA version the build targets
 ifeq ($(HAVE_NVCC),1)
@@ -66,7 +72,7 @@ OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(SRCS))
 HDRS := $(wildcard csrc/*.h csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/gpu/*.h csrc/ops/*.h \
                   csrc/autograd/*.h csrc/optim/*.h csrc/data/*.h csrc/loop/*.h csrc/ssl/*.h csrc/io/*.h csrc/dist/*.h)
 
-.PHONY: all deps pydeps test bench clean probes lint run install torchenv sanitize fuzz FORCE
+.PHONY: all deps onednn pydeps test bench clean probes lint run install torchenv sanitize fuzz FORCE
 LOOP_SRCS := $(wildcard csrc/loop/*.c)
 # The CUDA backend is a library of its own, opened at run time by gpu/cuda_loader.c: built
 # when nvcc and cuDNN are present, and libcrescent.so never needs a CUDA library to load.
@@ -79,7 +85,7 @@ all: probes $(BUILD)/libcrescent.so $(BUILD)/crescent_cdef.h $(if $(LOOP_SRCS),$
 
 probes:
 	@echo "crescent features:"
-	@echo "  $(if $(HAVE_DNNL),✓,✗) oneDNN (libdnnl-dev)"
+	@echo "  $(if $(HAVE_DNNL),✓ oneDNN 3.2 in $(ONEDNN_HOME),✗ oneDNN: none in $(ONEDNN_HOME) (make deps fetches it))"
 	@echo "  $(if $(HAVE_NVCC),✓,✗) CUDA (nvcc at $(CUDA_HOME))"
 	@echo "  $(if $(HAVE_CUDNN),✓,✗) cuDNN (CUDNN_HOME=$(CUDNN_HOME))"
 	@echo "  $(if $(CUDA_LIB),✓ GPU backend build/libcrescent_cuda.so for $(CUDA_ARCHS),✗ GPU backend: needs nvcc and cuDNN)"
@@ -96,7 +102,11 @@ $(BUILD)/obj/%.o: csrc/%.c $(HDRS) $(BUILD)/flags
 	@echo "  CC $<"
 	@$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/libcrescent.so: $(OBJS) $(BUILD)/flags
+$(BUILD)/libdnnl.so.3: $(ONEDNN_HOME)/lib/libdnnl.so.3
+	@mkdir -p $(BUILD)
+	@ln -sfr $< $@
+
+$(BUILD)/libcrescent.so: $(OBJS) $(BUILD)/flags $(DNNL_LIB)
 	@echo "  LD $@"
 	@$(CC) -shared -Wl,-soname,libcrescent.so -o $@.tmp $(OBJS) $(LDLIBS) && mv -f $@.tmp $@  # rename: running processes keep the old file
 
@@ -173,7 +183,7 @@ PREFIX ?= /usr/local
 LUADIR ?= $(PREFIX)/share/lua/5.1
 LIBDIR ?= $(PREFIX)/lib/lua/5.1
 BINDIR ?= $(PREFIX)/bin
-NATIVE_FILES := $(BUILD)/libcrescent.so $(BUILD)/crescent_cdef.h $(if $(LOOP_SRCS),$(BUILD)/crescent_loop.so) \
+NATIVE_FILES := $(BUILD)/libcrescent.so $(DNNL_LIB) $(BUILD)/crescent_cdef.h $(if $(LOOP_SRCS),$(BUILD)/crescent_loop.so) \
                 $(CUDA_LIB) $(MPI_LIB)
 install: all
 	@test -n "$(LUADIR)" -a -n "$(LIBDIR)" -a -n "$(BINDIR)" || { echo "install: LUADIR, LIBDIR and BINDIR must not be empty"; exit 1; }
@@ -194,7 +204,13 @@ deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	else echo "deps: all present"; fi
-	@$(MAKE) --no-print-directory pydeps
+	@$(MAKE) --no-print-directory onednn pydeps
+# oneDNN 3.2 into build/onednn (see ONEDNN_HOME); without it the build runs crescent's own
+# kernels everywhere (correct, several times slower)
+onednn:
+	@if [ -f $(ONEDNN_HOME)/lib/libdnnl.so.3 -a -f $(ONEDNN_HOME)/include/oneapi/dnnl/dnnl.h ]; then echo "onednn: present"; \
+	else timeout 600 /usr/bin/python3 tools/fetch_onednn.py $(ONEDNN_HOME) || \
+	  echo "onednn: PyPI unreachable; building without oneDNN (crescent's own kernels, several times slower)"; fi
 
 # Python packages of the interop specs (safetensors reads our files, TensorBoard's reader
 # our events), from PyPI into a venv under build/ that also sees Debian's numpy and torch.

@@ -46,10 +46,11 @@ local function run_probe(set_paths, away)
   return sh(string.format("unset CRESCENT_ROOT; cd '%s' && %s luajit probe.lua", away, set_paths))
 end
 
--- the files a tree's native folder must hold: those the build made, no more
+-- the files a tree's native folder must hold: those the build made (oneDNN's library among them when
+-- the build has it), no more
 local function expected_native_files()
   local names = { 'crescent_cdef.h', 'crescent_loop.so', 'libcrescent.so' }
-  for _, optional in ipairs { 'libcrescent_cuda.so', 'libcrescent_mpi.so' } do
+  for _, optional in ipairs { 'libcrescent_cuda.so', 'libcrescent_mpi.so', 'libdnnl.so.3' } do
     if native_files.find(optional) then names[#names + 1] = optional end
   end
   table.sort(names)

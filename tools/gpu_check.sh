@@ -25,6 +25,12 @@ out=${OUT:-/tmp/gpu_check}
 logs=/tmp/gpu_logs
 mkdir -p "$out" "$logs"
 source .gpu/setup.sh > "$logs/setup.txt" 2>&1
+# oneDNN 3.2 beside libcrescent.so, where its RUNPATH ($ORIGIN) finds it (tools/gpu_prepare.sh)
+if [ -f .gpu/libdnnl.so.3.xz ] && [ ! -f build/libdnnl.so.3 ]; then
+  rm -f build/libdnnl.so.3
+  python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+    .gpu/libdnnl.so.3.xz build/libdnnl.so.3
+fi
 cat "$logs/setup.txt"
 nvidia-smi > "$logs/nvidia-smi.txt" 2>&1
 export CRESCENT_TORCH_PYTHON=${CRESCENT_TORCH_PYTHON:-python3}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/gpu_prepare.sh — everything tools/gpu_check.sh needs on the GPU machine, made here
 # first: the build (sm_80 and sm_90), the Debian packages it lacks (.gpu/debs, through
-# ../shared/gpu/fetch-debs.sh) and the first 30,000 Fashion-MNIST training images with
+# ../shared/gpu/fetch-debs.sh), oneDNN's library xz-compressed (.gpu/libdnnl.so.3.xz: 7 MB
+# against 54; gpu_check.sh unpacks it beside libcrescent.so) and the first 30,000 Fashion-MNIST training images with
 # the test set (.gpu/data; the whole training file would put the carried tree over the
 # device tool's 64 MiB). Then, through the device tool:
 #   run(command = "bash tools/gpu_check.sh",
@@ -11,6 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 make
 bash ../shared/gpu/fetch-debs.sh lua-cjson
+if [ -f build/onednn/lib/libdnnl.so.3 ]; then
+  xz -T2 -6 -c build/onednn/lib/libdnnl.so.3 > .gpu/libdnnl.so.3.xz
+fi
 src=/usr/share/datasets/fashion-mnist
 dst=.gpu/data/fashion-mnist
 [ -f "$src/train-images-idx3-ubyte.gz" ] || { echo "no $src: run make deps first" >&2; exit 1; }

@@ -30,25 +30,30 @@ static uint64_t bn_clock;
 
 static bool bn_init(void) { return cr_dnnl_engine(&bn_engine, &bn_stream); }
 
-static void data_md(dnnl_memory_desc_t *md, int64_t N, int64_t C, int64_t S) {
+/* The data [N, C, S] and a vector [C] (NULL on failure; the caller destroys them). */
+static dnnl_memory_desc_t data_md(int64_t N, int64_t C, int64_t S) {
     dnnl_dims_t dims = {N, C, S, 1};
-    dnnl_memory_desc_init_by_tag(md, 4, dims, dnnl_f32, S == 1 ? dnnl_nhwc : dnnl_nchw);
+    dnnl_memory_desc_t md = NULL;
+    dnnl_memory_desc_create_with_tag(&md, 4, dims, dnnl_f32, S == 1 ? dnnl_nhwc : dnnl_nchw);
+    return md;
 }
-static void vec_md(dnnl_memory_desc_t *md, int64_t C) {
+static dnnl_memory_desc_t vec_md(int64_t C) {
     dnnl_dims_t dims = {C};
-    dnnl_memory_desc_init_by_tag(md, 1, dims, dnnl_f32, dnnl_a);
+    dnnl_memory_desc_t md = NULL;
+    dnnl_memory_desc_create_with_tag(&md, 1, dims, dnnl_f32, dnnl_a);
+    return md;
 }
 
 static dnnl_status_t make_forward_pd(dnnl_primitive_desc_t *pd, int64_t N, int64_t C,
                                      int64_t S, unsigned flags, float eps) {
-    dnnl_memory_desc_t md;
-    data_md(&md, N, C, S);
-    dnnl_batch_normalization_desc_t d;
+    dnnl_memory_desc_t md = data_md(N, C, S);
+    if (!md) return dnnl_out_of_memory;
     dnnl_prop_kind_t prop =
         (flags & dnnl_use_global_stats) ? dnnl_forward_inference : dnnl_forward_training;
-    dnnl_status_t s = dnnl_batch_normalization_forward_desc_init(&d, prop, &md, eps, flags);
-    if (s != dnnl_success) return s;
-    return dnnl_primitive_desc_create(pd, &d, NULL, bn_engine, NULL);
+    dnnl_status_t s = dnnl_batch_normalization_forward_primitive_desc_create(
+        pd, bn_engine, prop, md, md, eps, flags, NULL);
+    dnnl_memory_desc_destroy(md);
+    return s;
 }
 
 static dnnl_status_t make_backward_pd(dnnl_primitive_desc_t *pd, int64_t N, int64_t C,
@@ -58,13 +63,13 @@ static dnnl_status_t make_backward_pd(dnnl_primitive_desc_t *pd, int64_t N, int6
     dnnl_status_t s = make_forward_pd(&hint, N, C, S, flags & ~(unsigned)dnnl_use_global_stats,
                                       eps);
     if (s != dnnl_success) return s;
-    dnnl_memory_desc_t md;
-    data_md(&md, N, C, S);
-    dnnl_batch_normalization_desc_t d;
+    dnnl_memory_desc_t md = data_md(N, C, S);
     dnnl_prop_kind_t prop =
         (flags & (dnnl_use_scale | dnnl_use_shift)) ? dnnl_backward : dnnl_backward_data;
-    s = dnnl_batch_normalization_backward_desc_init(&d, prop, &md, &md, eps, flags);
-    if (s == dnnl_success) s = dnnl_primitive_desc_create(pd, &d, NULL, bn_engine, hint);
+    s = md ? dnnl_batch_normalization_backward_primitive_desc_create(pd, bn_engine, prop, md, md,
+                                                                     md, eps, flags, hint, NULL)
+           : dnnl_out_of_memory;
+    if (md) dnnl_memory_desc_destroy(md);
     dnnl_primitive_desc_destroy(hint);
     return s;
 }
@@ -106,7 +111,7 @@ typedef struct {
     dnnl_exec_arg_t args[10];
 } bn_args;
 
-static bool add_arg(bn_args *a, int arg, const dnnl_memory_desc_t *md, const void *ptr) {
+static bool add_arg(bn_args *a, int arg, const_dnnl_memory_desc_t md, const void *ptr) {
     dnnl_memory_t m;
     if (dnnl_memory_create(&m, md, bn_engine, (void *)ptr) != dnnl_success) return false;
     a->args[a->n].arg = arg;
@@ -115,10 +120,14 @@ static bool add_arg(bn_args *a, int arg, const dnnl_memory_desc_t *md, const voi
     return true;
 }
 
-static bool run(dnnl_primitive_t prim, bn_args *a, bool ok) {
+/* Executes prim on a's memories, then frees them and the two descriptors. */
+static bool run(dnnl_primitive_t prim, bn_args *a, bool ok, dnnl_memory_desc_t dmd,
+                dnnl_memory_desc_t vmd) {
     if (ok) ok = dnnl_primitive_execute(prim, bn_stream, a->n, a->args) == dnnl_success &&
                  dnnl_stream_wait(bn_stream) == dnnl_success;
     for (int k = 0; k < a->n; k++) dnnl_memory_destroy(a->args[k].memory);
+    if (dmd) dnnl_memory_desc_destroy(dmd);
+    if (vmd) dnnl_memory_desc_destroy(vmd);
     return ok;
 }
 
@@ -130,15 +139,13 @@ bool cr_dnnl_batch_norm_forward(float *y, const float *x, const float *weight,
                      (bias ? dnnl_use_shift : 0u);
     dnnl_primitive_t prim = bn_primitive(false, N, C, S, flags, (float)eps);
     if (!prim) return false;
-    dnnl_memory_desc_t dmd, vmd;
-    data_md(&dmd, N, C, S);
-    vec_md(&vmd, C);
+    dnnl_memory_desc_t dmd = data_md(N, C, S), vmd = vec_md(C);
     bn_args a = {0};
-    bool ok = add_arg(&a, DNNL_ARG_SRC, &dmd, x) && add_arg(&a, DNNL_ARG_DST, &dmd, y) &&
-              add_arg(&a, DNNL_ARG_MEAN, &vmd, mean) && add_arg(&a, DNNL_ARG_VARIANCE, &vmd, var);
-    if (ok && weight) ok = add_arg(&a, DNNL_ARG_SCALE, &vmd, weight);
-    if (ok && bias) ok = add_arg(&a, DNNL_ARG_SHIFT, &vmd, bias);
-    return run(prim, &a, ok);
+    bool ok = dmd && vmd && add_arg(&a, DNNL_ARG_SRC, dmd, x) && add_arg(&a, DNNL_ARG_DST, dmd, y) &&
+              add_arg(&a, DNNL_ARG_MEAN, vmd, mean) && add_arg(&a, DNNL_ARG_VARIANCE, vmd, var);
+    if (ok && weight) ok = add_arg(&a, DNNL_ARG_SCALE, vmd, weight);
+    if (ok && bias) ok = add_arg(&a, DNNL_ARG_SHIFT, vmd, bias);
+    return run(prim, &a, ok, dmd, vmd);
 }
 
 bool cr_dnnl_batch_norm_backward(float *gx, float *gw, float *gb, const float *g,
@@ -158,17 +165,15 @@ bool cr_dnnl_batch_norm_backward(float *gx, float *gw, float *gb, const float *g
         if (!tmp) return false;
         gw = tmp;
     }
-    dnnl_memory_desc_t dmd, vmd;
-    data_md(&dmd, N, C, S);
-    vec_md(&vmd, C);
+    dnnl_memory_desc_t dmd = data_md(N, C, S), vmd = vec_md(C);
     bn_args a = {0};
-    bool ok = add_arg(&a, DNNL_ARG_SRC, &dmd, x) && add_arg(&a, DNNL_ARG_DIFF_DST, &dmd, g) &&
-              add_arg(&a, DNNL_ARG_MEAN, &vmd, mean) &&
-              add_arg(&a, DNNL_ARG_VARIANCE, &vmd, var) && add_arg(&a, DNNL_ARG_DIFF_SRC, &dmd, gx);
+    bool ok = dmd && vmd && add_arg(&a, DNNL_ARG_SRC, dmd, x) &&
+              add_arg(&a, DNNL_ARG_DIFF_DST, dmd, g) && add_arg(&a, DNNL_ARG_MEAN, vmd, mean) &&
+              add_arg(&a, DNNL_ARG_VARIANCE, vmd, var) && add_arg(&a, DNNL_ARG_DIFF_SRC, dmd, gx);
     if (ok && weight)
-        ok = add_arg(&a, DNNL_ARG_SCALE, &vmd, weight) && add_arg(&a, DNNL_ARG_DIFF_SCALE, &vmd, gw);
-    if (ok && gb) ok = add_arg(&a, DNNL_ARG_DIFF_SHIFT, &vmd, gb);
-    ok = run(prim, &a, ok);
+        ok = add_arg(&a, DNNL_ARG_SCALE, vmd, weight) && add_arg(&a, DNNL_ARG_DIFF_SCALE, vmd, gw);
+    if (ok && gb) ok = add_arg(&a, DNNL_ARG_DIFF_SHIFT, vmd, gb);
+    ok = run(prim, &a, ok, dmd, vmd);
     free(tmp);
     return ok;
 }

@@ -52,8 +52,8 @@ typedef struct {
 typedef struct {
     int arg; /* DNNL_ARG_* */
     bool is_out;
-    dnnl_memory_desc_t user, op;
-    dnnl_primitive_t reorder; /* NULL when the layouts agree */
+    dnnl_memory_desc_t user, op; /* owned (clones) */
+    dnnl_primitive_t reorder;    /* NULL when the layouts agree */
     size_t op_bytes;
 } conv_arg;
 
@@ -80,8 +80,12 @@ int64_t cr_conv2d_dnnl_runs(void) { return __atomic_load_n(&runs, __ATOMIC_RELAX
 static bool engine_ready(void) { return cr_dnnl_engine(&engine, &stream); }
 
 static void entry_clear(conv_entry *e) {
-    for (int i = 0; i < e->nargs; i++)
-        if (e->args[i].reorder) dnnl_primitive_destroy(e->args[i].reorder);
+    for (int i = 0; i < e->nargs; i++) {
+        conv_arg *a = &e->args[i];
+        if (a->reorder) dnnl_primitive_destroy(a->reorder);
+        if (a->user) dnnl_memory_desc_destroy(a->user);
+        if (a->op) dnnl_memory_desc_destroy(a->op);
+    }
     if (e->prim) dnnl_primitive_destroy(e->prim);
     if (e->pd && e->pd != e->fwd_pd) dnnl_primitive_desc_destroy(e->pd);
     if (e->fwd_pd) dnnl_primitive_desc_destroy(e->fwd_pd);
@@ -93,15 +97,25 @@ static bool md_init(dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_fo
                     dnnl_data_type_t dt) {
     dnnl_dims_t d;
     for (int i = 0; i < nd; i++) d[i] = dims[i];
-    return dnnl_memory_desc_init_by_tag(md, nd, d, dt, tag) == dnnl_success;
+    return dnnl_memory_desc_create_with_tag(md, nd, d, dt, tag) == dnnl_success;
 }
 
+/* Built, used and destroyed within entry_build (args keep clones). */
 typedef struct {
     dnnl_memory_desc_t src, wei, bias, dst;          /* the primitive's: nhwc, weights any */
     dnnl_memory_desc_t src_u, wei_u, bias_u, dst_u;  /* the caller's plain layouts */
+    dnnl_memory_desc_t src_bwd_w;                    /* NULL, or backward weights' own src */
     dnnl_dims_t strides, dilates, pad_l, pad_r;
 } conv_mds;
 
+static void conv_mds_destroy(conv_mds *m) {
+    dnnl_memory_desc_t all[9] = {m->src,   m->wei,   m->bias,   m->dst,      m->src_u,
+                                 m->wei_u, m->bias_u, m->dst_u, m->src_bwd_w};
+    for (int i = 0; i < 9; i++)
+        if (all[i]) dnnl_memory_desc_destroy(all[i]);
+}
+
+/* m starts zeroed; conv_mds_destroy frees what was made, whatever the result. */
 static bool conv_mds_init(conv_mds *m, const cr_conv_geom *g) {
     const int64_t src[4] = {g->n, g->c, g->h, g->w}, dst[4] = {g->n, g->o, g->oh, g->ow};
     const int64_t wei4[4] = {g->o, g->c / g->groups, g->kh, g->kw};
@@ -138,19 +152,20 @@ static bool conv_mds_init(conv_mds *m, const cr_conv_geom *g) {
 }
 
 /* `what`/`index` name the primitive's descriptor for the argument (a bias is weights #1). */
-static bool add_arg(conv_entry *e, int arg, bool is_out, const dnnl_memory_desc_t *user,
+static bool add_arg(conv_entry *e, int arg, bool is_out, const_dnnl_memory_desc_t user,
                     dnnl_query_t what, int index) {
-    const dnnl_memory_desc_t *op = dnnl_primitive_desc_query_md(e->pd, what, index);
+    const_dnnl_memory_desc_t op = dnnl_primitive_desc_query_md(e->pd, what, index);
     if (!op) return false;
     conv_arg *a = &e->args[e->nargs++];
     a->arg = arg;
     a->is_out = is_out;
-    a->user = *user;
-    a->op = *op;
+    if (dnnl_memory_desc_clone(&a->user, user) != dnnl_success ||
+        dnnl_memory_desc_clone(&a->op, op) != dnnl_success)
+        return false;
     a->op_bytes = dnnl_memory_desc_get_size(op);
     if (dnnl_memory_desc_equal(user, op)) return true;
     dnnl_primitive_desc_t rpd;
-    const dnnl_memory_desc_t *from = is_out ? op : user, *to = is_out ? user : op;
+    const_dnnl_memory_desc_t from = is_out ? op : user, to = is_out ? user : op;
     if (dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine, NULL) != dnnl_success)
         return false;
     bool ok = dnnl_primitive_create(&a->reorder, rpd) == dnnl_success;
@@ -158,38 +173,37 @@ static bool add_arg(conv_entry *e, int arg, bool is_out, const dnnl_memory_desc_
     return ok;
 }
 
-static bool entry_build(conv_entry *e, const conv_key *k) {
-    conv_mds m;
-    if (!conv_mds_init(&m, &k->g)) return false;
-    dnnl_convolution_desc_t fd, bd;
-    if (dnnl_dilated_convolution_forward_desc_init(
-            &fd, dnnl_forward_training, dnnl_convolution_direct, &m.src, &m.wei,
-            k->has_bias ? &m.bias : NULL, &m.dst, m.strides, m.dilates, m.pad_l,
-            m.pad_r) != dnnl_success ||
-        dnnl_primitive_desc_create(&e->fwd_pd, &fd, NULL, engine, NULL) != dnnl_success)
+static bool entry_build_with(conv_entry *e, const conv_key *k, conv_mds *m) {
+    if (!conv_mds_init(m, &k->g)) return false;
+    if (dnnl_convolution_forward_primitive_desc_create(
+            &e->fwd_pd, engine, dnnl_forward_training, dnnl_convolution_direct, m->src, m->wei,
+            k->has_bias ? m->bias : NULL, m->dst, m->strides, m->dilates, m->pad_l, m->pad_r,
+            NULL) != dnnl_success)
         return false;
     if (k->kind == KIND_FWD) {
         e->pd = e->fwd_pd;
     } else if (k->kind == KIND_BWD_DATA) {
-        if (dnnl_dilated_convolution_backward_data_desc_init(
-                &bd, dnnl_convolution_direct, &m.src, &m.wei, &m.dst, m.strides, m.dilates,
-                m.pad_l, m.pad_r) != dnnl_success ||
-            dnnl_primitive_desc_create(&e->pd, &bd, NULL, engine, e->fwd_pd) != dnnl_success)
+        if (dnnl_convolution_backward_data_primitive_desc_create(
+                &e->pd, engine, dnnl_convolution_direct, m->src, m->wei, m->dst, m->strides,
+                m->dilates, m->pad_l, m->pad_r, e->fwd_pd, NULL) != dnnl_success)
             return false;
     } else {
         /* oneDNN 2.6's strided 1x1 backward-weights kernel on AVX2 corrupts the heap when it
          * reads an nhwc src of fewer than 8 channels (seen for 1..6 channels, stride 2):
          * there it reads a src layout of its own choosing, reordered from ours */
         const cr_conv_geom *g = &k->g;
-        dnnl_memory_desc_t src = m.src;
+        const_dnnl_memory_desc_t src = m->src;
         if (g->kh == 1 && g->kw == 1 && (g->sh > 1 || g->sw > 1) && g->c % 16 != 0) {
             const int64_t dims[4] = {g->n, g->c, g->h, g->w};
-            if (!md_init(&src, 4, dims, dnnl_format_tag_any, src.data_type)) return false;
+            if (!md_init(&m->src_bwd_w, 4, dims, dnnl_format_tag_any,
+                         g->bf16 ? dnnl_bf16 : dnnl_f32))
+                return false;
+            src = m->src_bwd_w;
         }
-        if (dnnl_dilated_convolution_backward_weights_desc_init(
-                &bd, dnnl_convolution_direct, &src, &m.wei, k->has_bias ? &m.bias : NULL,
-                &m.dst, m.strides, m.dilates, m.pad_l, m.pad_r) != dnnl_success ||
-            dnnl_primitive_desc_create(&e->pd, &bd, NULL, engine, e->fwd_pd) != dnnl_success)
+        if (dnnl_convolution_backward_weights_primitive_desc_create(
+                &e->pd, engine, dnnl_convolution_direct, src, m->wei,
+                k->has_bias ? m->bias : NULL, m->dst, m->strides, m->dilates, m->pad_l,
+                m->pad_r, e->fwd_pd, NULL) != dnnl_success)
             return false;
     }
     /* oneDNN's reference kernels are far slower than converting to f32 and back */
@@ -202,22 +216,30 @@ static bool entry_build(conv_entry *e, const conv_key *k) {
     /* argument order is the order of the pointers entry_run receives */
     switch (k->kind) {
     case KIND_FWD:
-        return add_arg(e, DNNL_ARG_SRC, false, &m.src_u, dnnl_query_src_md, 0) &&
-               add_arg(e, DNNL_ARG_WEIGHTS, false, &m.wei_u, dnnl_query_weights_md, 0) &&
-               add_arg(e, DNNL_ARG_DST, true, &m.dst_u, dnnl_query_dst_md, 0) &&
+        return add_arg(e, DNNL_ARG_SRC, false, m->src_u, dnnl_query_src_md, 0) &&
+               add_arg(e, DNNL_ARG_WEIGHTS, false, m->wei_u, dnnl_query_weights_md, 0) &&
+               add_arg(e, DNNL_ARG_DST, true, m->dst_u, dnnl_query_dst_md, 0) &&
                (!k->has_bias ||
-                add_arg(e, DNNL_ARG_BIAS, false, &m.bias_u, dnnl_query_weights_md, 1));
+                add_arg(e, DNNL_ARG_BIAS, false, m->bias_u, dnnl_query_weights_md, 1));
     case KIND_BWD_DATA:
-        return add_arg(e, DNNL_ARG_DIFF_DST, false, &m.dst_u, dnnl_query_diff_dst_md, 0) &&
-               add_arg(e, DNNL_ARG_WEIGHTS, false, &m.wei_u, dnnl_query_weights_md, 0) &&
-               add_arg(e, DNNL_ARG_DIFF_SRC, true, &m.src_u, dnnl_query_diff_src_md, 0);
+        return add_arg(e, DNNL_ARG_DIFF_DST, false, m->dst_u, dnnl_query_diff_dst_md, 0) &&
+               add_arg(e, DNNL_ARG_WEIGHTS, false, m->wei_u, dnnl_query_weights_md, 0) &&
+               add_arg(e, DNNL_ARG_DIFF_SRC, true, m->src_u, dnnl_query_diff_src_md, 0);
     default:
-        return add_arg(e, DNNL_ARG_SRC, false, &m.src_u, dnnl_query_src_md, 0) &&
-               add_arg(e, DNNL_ARG_DIFF_DST, false, &m.dst_u, dnnl_query_diff_dst_md, 0) &&
-               add_arg(e, DNNL_ARG_DIFF_WEIGHTS, true, &m.wei_u, dnnl_query_diff_weights_md, 0) &&
+        return add_arg(e, DNNL_ARG_SRC, false, m->src_u, dnnl_query_src_md, 0) &&
+               add_arg(e, DNNL_ARG_DIFF_DST, false, m->dst_u, dnnl_query_diff_dst_md, 0) &&
+               add_arg(e, DNNL_ARG_DIFF_WEIGHTS, true, m->wei_u, dnnl_query_diff_weights_md, 0) &&
                (!k->has_bias ||
-                add_arg(e, DNNL_ARG_DIFF_BIAS, true, &m.bias_u, dnnl_query_diff_weights_md, 1));
+                add_arg(e, DNNL_ARG_DIFF_BIAS, true, m->bias_u, dnnl_query_diff_weights_md, 1));
     }
+}
+
+static bool entry_build(conv_entry *e, const conv_key *k) {
+    conv_mds m;
+    memset(&m, 0, sizeof m);
+    bool ok = entry_build_with(e, k, &m);
+    conv_mds_destroy(&m);
+    return ok;
 }
 
 /* The cached entry for k, built on a miss (evicting the least recently used). */
@@ -272,10 +294,10 @@ static cr_status entry_run(conv_entry *e, void *const *ptrs) {
     bool ok = true;
     for (int i = 0; i < e->nargs && ok; i++) {
         conv_arg *a = &e->args[i];
-        ok = dnnl_memory_create(&um[i], &a->user, engine, ptrs[i]) == dnnl_success;
+        ok = dnnl_memory_create(&um[i], a->user, engine, ptrs[i]) == dnnl_success;
         if (ok && a->reorder) {
             void *buf = workspace(i, a->op_bytes);
-            ok = buf && dnnl_memory_create(&om[i], &a->op, engine, buf) == dnnl_success;
+            ok = buf && dnnl_memory_create(&om[i], a->op, engine, buf) == dnnl_success;
             if (ok && !a->is_out) {
                 dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, um[i]}, {DNNL_ARG_TO, om[i]}};
                 ok = dnnl_primitive_execute(a->reorder, stream, 2, r) == dnnl_success;

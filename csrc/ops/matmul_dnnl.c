@@ -51,9 +51,9 @@ static void slot_clear(gemm_slot *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* A [rows, cols] matrix (with a leading batch dim when nd == 3). */
-static dnnl_status_t matrix_md(dnnl_memory_desc_t *md, int nd, int64_t batch, int64_t rows,
-                               int64_t cols, const int64_t *s, dnnl_data_type_t dt) {
+/* A [rows, cols] matrix (with a leading batch dim when nd == 3); the caller destroys md. */
+static bool matrix_md(dnnl_memory_desc_t *md, int nd, int64_t batch, int64_t rows, int64_t cols,
+                      const int64_t *s, dnnl_data_type_t dt) {
     dnnl_dims_t dims = {0}, strides = {0};
     if (nd == 3) {
         dims[0] = batch;
@@ -69,38 +69,39 @@ static dnnl_status_t matrix_md(dnnl_memory_desc_t *md, int nd, int64_t batch, in
         strides[0] = s[1];
         strides[1] = s[2];
     }
-    return dnnl_memory_desc_init_by_strides(md, nd, dims, dt, strides);
+    return dnnl_memory_desc_create_with_strides(md, nd, dims, dt, strides) == dnnl_success;
 }
 
 /* Builds the primitive and its memory objects into s; leaves s->prim NULL when oneDNN
- * has no optimised implementation (its "ref" kernels are slower than our own loop). */
+ * has no optimised implementation (its "ref" kernels are slower than our own loop).
+ * alpha is an eltwise "linear" post-op on the f32 accumulator, then accumulate a sum
+ * post-op: c = alpha * a b (+ c). */
 static void slot_build(gemm_slot *s, const gemm_key *k, const cr_gemm *g) {
     int nd = k->batch > 1 ? 3 : 2;
-    dnnl_memory_desc_t md[4];
+    dnnl_memory_desc_t md[4] = {0};
     int64_t sc[3] = {k->n * k->m, k->m, 1}, sbias[3] = {k->m, k->m, 1};
     const dnnl_data_type_t dt = k->dt == CR_DT_BF16 ? dnnl_bf16 : dnnl_f32;
-    if (matrix_md(&md[0], nd, k->ba, k->n, k->k, k->sa, dt) ||
-        matrix_md(&md[1], nd, k->bb, k->k, k->m, k->sb, dt) ||
-        matrix_md(&md[2], nd, k->batch, k->n, k->m, sc, k->c_f32 ? dnnl_f32 : dt) ||
-        matrix_md(&md[3], nd, 1, 1, k->m, sbias, dt))
-        return;
-    dnnl_matmul_desc_t desc;
-    if (dnnl_matmul_desc_init(&desc, &md[0], &md[1], k->has_bias ? &md[3] : NULL, &md[2]))
-        return;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
-    if (ok && k->alpha != 1.0) {
-        float scale = (float)k->alpha;
-        ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &scale) == dnnl_success;
+    bool ok = matrix_md(&md[0], nd, k->ba, k->n, k->k, k->sa, dt) &&
+              matrix_md(&md[1], nd, k->bb, k->k, k->m, k->sb, dt) &&
+              matrix_md(&md[2], nd, k->batch, k->n, k->m, sc, k->c_f32 ? dnnl_f32 : dt) &&
+              matrix_md(&md[3], nd, 1, 1, k->m, sbias, dt);
+    if (ok) ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
+    if (ok && (k->alpha != 1.0 || k->accumulate)) {
+        ok = dnnl_post_ops_create(&po) == dnnl_success;
+        if (ok && k->alpha != 1.0)
+            ok = dnnl_post_ops_append_eltwise(po, dnnl_eltwise_linear, (float)k->alpha, 0.0f) ==
+                 dnnl_success;
+        if (ok && k->accumulate)
+            ok = dnnl_post_ops_append_sum(po, 1.0f, 0, dnnl_data_type_undef) == dnnl_success;
+        if (ok) ok = dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
     }
-    if (ok && k->accumulate) {
-        ok = dnnl_post_ops_create(&po) == dnnl_success &&
-             dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
-             dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
-    }
-    if (ok) ok = dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) == dnnl_success;
+    if (ok)
+        ok = dnnl_matmul_primitive_desc_create(&pd, engine, md[0], md[1],
+                                               k->has_bias ? md[3] : NULL, md[2],
+                                               attr) == dnnl_success;
     if (ok) {
         const char *impl = NULL;
         dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
@@ -110,12 +111,14 @@ static void slot_build(gemm_slot *s, const gemm_key *k, const cr_gemm *g) {
     const void *ptrs[4] = {g->a, g->b, g->c, g->bias};
     for (int i = 0; ok && i < 4; i++) {
         if (i == 3 && !k->has_bias) break;
-        ok = dnnl_memory_create(&s->mem[i], &md[i], engine, (void *)ptrs[i]) == dnnl_success;
+        ok = dnnl_memory_create(&s->mem[i], md[i], engine, (void *)ptrs[i]) == dnnl_success;
     }
     if (!ok && s->prim) {
         dnnl_primitive_destroy(s->prim);
         s->prim = NULL;
     }
+    for (int i = 0; i < 4; i++)
+        if (md[i]) dnnl_memory_desc_destroy(md[i]);
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);

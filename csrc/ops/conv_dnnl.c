@@ -188,8 +188,9 @@ static bool entry_build_with(conv_entry *e, const conv_key *k, conv_mds *m) {
                 m->dilates, m->pad_l, m->pad_r, e->fwd_pd, NULL) != dnnl_success)
             return false;
     } else {
-        /* oneDNN 2.6's strided 1x1 backward-weights kernel on AVX2 corrupts the heap when it
-         * reads an nhwc src of fewer than 8 channels (seen for 1..6 channels, stride 2):
+        /* oneDNN 2.6's strided 1x1 backward-weights kernel on AVX2 corrupted the heap when it
+         * read an nhwc src of fewer than 8 channels (seen for 1..6 channels, stride 2; kept
+         * for 3.2, where it was not tried again):
          * there it reads a src layout of its own choosing, reordered from ours */
         const cr_conv_geom *g = &k->g;
         const_dnnl_memory_desc_t src = m->src;

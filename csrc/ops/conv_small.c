@@ -1,8 +1,10 @@
-/* conv_small.c — the grads of small-image channels-last bf16 convolutions, where oneDNN
- * 2.6's AMX backward kernels run at a small fraction of its forward rate: on a SwAV step
- * (ResNet-18 width 16, batch 256, 2 threads, Xeon with AMX) its backward weights took
- * 23 ms per call at [1024, 128, 2, 2] against 3.3 ms for the forward, and were 45% of the
- * step; its backward data took 8.7 ms there (ONEDNN_VERBOSE=1).
+/* conv_small.c — the grads of small-image channels-last bf16 convolutions, where oneDNN's
+ * AMX backward kernels run at a small fraction of its forward rate: on a SwAV step
+ * (ResNet-18 width 16, batch 256, 2 threads, Xeon with AMX) oneDNN 2.6's backward weights
+ * took 23 ms per call at [1024, 128, 2, 2] against 3.3 ms for the forward, and were 45% of
+ * the step. oneDNN 3.2 is better but not there: the whole backward (data and weights) of
+ * that convolution took 30.4 ms against 10.8 ms on these paths, and 17.9 against 11.8 ms
+ * at [512, 128, 4, 4] (medians of 7, interleaved in one process).
  *   - weight grad as matrix products: gw[o, (kh, kw, c)] = gy^T [o, P] @ cols [P, (kh, kw,
  *     c)] over the P = N*OH*OW output pixels, the im2col columns gathered from x (whole
  *     channel runs per kernel tap) a cache-sized chunk of pixels at a time, the products
@@ -16,9 +18,9 @@
 #include "conv_impl.h"
 #include "matmul_impl.h"
 
-/* Output images up to this many pixels take these paths: at 16 (4 x 4) the product took the
- * weight grad in about a third of oneDNN's time, at 49 (7 x 7) as long, above it longer
- * (conv2d backward at SwAV's shapes, 2 threads). */
+/* Output images up to this many pixels take these paths: with oneDNN 3.2, at 16 (4 x 4)
+ * they took the backward in 0.35-0.75 of oneDNN's time, at 49 (7 x 7) 0.95-1.3 times it, at
+ * 196 (14 x 14) 2.4 times (conv2d backward at SwAV's shapes, 2 threads). */
 enum { SMALL_MAX_PIXELS = 16 };
 
 bool cr_conv2d_small_wanted(const cr_conv_geom *g) {

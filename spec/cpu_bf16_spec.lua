@@ -134,10 +134,11 @@ describe('native bf16 on the cpu', function()
     end
   end)
 
-  for _, case in ipairs { { false, { 6, 24, 5, 5 } }, { true, { 6, 24, 5, 5 } }, { true, { 40, 24 } } } do
-    local relu, shape = case[1], case[2]
-    it(string.format('normalises %s bf16 batches%s in bf16, with f32 statistics', #shape == 4 and 'channels-last' or
-      '[N, C]', relu and ' (+ relu)' or ''), function()
+  for _, case in ipairs { { false, { 6, 24, 5, 5 } }, { true, { 6, 24, 5, 5 } }, { true, { 40, 24 } },
+                          { true, { 8, 24, 5, 5 }, 4 }, { false, { 40, 24 }, 8 } } do
+    local relu, shape, splits = case[1], case[2], case[3] or 1
+    it(string.format('normalises %s bf16 batches%s%s in bf16, with f32 statistics', #shape == 4 and 'channels-last' or
+      '[N, C]', relu and ' (+ relu)' or '', splits > 1 and (' in ' .. splits .. ' splits') or ''), function()
         local x = H.park_miller(shape, 8, 'f32'):bfloat16()
         if #shape == 4 then x = channels_last(x) end
         local w, b = H.park_miller({ 24 }, 9, 'f32'), H.park_miller({ 24 }, 10, 'f32')
@@ -145,7 +146,7 @@ describe('native bf16 on the cpu', function()
           local xl = x:to(dtype):detach():requires_grad_()
           local wl, bl = w:clone():requires_grad_(), b:clone():requires_grad_()
           local rm, rv = cr.zeros(24), cr.ones(24)
-          local y = cr.batch_norm(xl, rm, rv, { weight = wl, bias = bl, training = true, relu = relu })
+          local y = cr.batch_norm(xl, rm, rv, { weight = wl, bias = bl, training = true, relu = relu, splits = splits })
           local m = H.park_miller(y.shape, 11, 'f32')
           y:float():mul(m):sum():backward()
           return y, xl.grad, wl.grad, bl.grad, rm, rv

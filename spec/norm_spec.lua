@@ -141,6 +141,73 @@ describe('batch_norm', function()
     assert.same({ 0, 0, 0 }, rm:totable())
   end)
 
+  it('splits: one op normalises each group of samples as its own batch norm call would', function()
+    -- against one batch_norm per group: outputs, the grads of x, weight and bias, and the
+    -- running stats (the mean of the groups' updates), f32 row-major and channels-last,
+    -- [N, C], with and without the fused relu, fast paths on and off
+    local function channels_last(t) return t:permute(0, 2, 3, 1):contiguous():permute(0, 3, 1, 2) end
+    local cases = {
+      { shape = { 8, 3, 4, 4 }, splits = 4 }, { shape = { 8, 3, 4, 4 }, splits = 2, relu = true, cl = true },
+      { shape = { 12, 5 }, splits = 3, relu = true }, { shape = { 6, 2, 3 }, splits = 2 },
+    }
+    for _, fast in ipairs { true, false } do
+      for i, case in ipairs(cases) do
+        local what = string.format('case %d, fast paths %s', i, tostring(fast))
+        local C = case.shape[2]
+        local x = seq(case.shape, 0.37, 4, 'f32') * 1.5 + 0.5
+        if case.cl then x = channels_last(x) end
+        local w, b = seq({ C }, 0.9, 2, 'f32'), seq({ C }, 0.4, 3, 'f32')
+        local m = seq(case.shape, 0.23, 5, 'f32')
+        local function run(split)
+          local xx, ww, bb = x:detach():requires_grad_(), w:detach():requires_grad_(), b:detach():requires_grad_()
+          local rm, rv = cr.full({ C }, 0.25), cr.full({ C }, 2)
+          local y
+          if split then
+            y = cr.batch_norm(xx, rm, rv, { weight = ww, bias = bb, training = true, momentum = 0.3, relu = case.relu,
+                                            splits = case.splits })
+          else
+            local n, parts, rms, rvs = case.shape[1] / case.splits, {}, {}, {}
+            for s = 1, case.splits do
+              rms[s], rvs[s] = rm:clone(), rv:clone()
+              parts[s] = cr.batch_norm(xx:narrow(0, (s - 1) * n, n), rms[s], rvs[s],
+                { weight = ww, bias = bb, training = true, momentum = 0.3, relu = case.relu })
+            end
+            y = cr.cat(parts, 0)
+            rm, rv = rms[1], rvs[1]
+            for s = 2, case.splits do rm, rv = rm + rms[s], rv + rvs[s] end
+            rm, rv = rm / case.splits, rv / case.splits
+          end
+          (y * m):sum():backward()
+          return y, xx.grad, ww.grad, bb.grad, rm, rv
+        end
+        local got, want
+        local function both() got, want = { run(true) }, { run(false) } end
+        if fast then both() else reference(both) end
+        local names = { 'output', 'x grad', 'weight grad', 'bias grad', 'running mean', 'running var' }
+        for k = 1, 6 do H.assert_close(got[k], want[k], 1e-5, 1e-5, what .. ': ' .. names[k]) end
+        if case.cl and fast then assert.is_true(got[1]:is_channels_last(), what) end
+      end
+    end
+    -- f64 gradchecks through the split op: x, weight and bias, with and without relu
+    local w, b = cr.tensor(W3, { dtype = 'f64' }), cr.tensor(B3, { dtype = 'f64' })
+    for _, relu in ipairs { false, true } do
+      H.gradcheck(function(xx, ww, bb)
+        return cr.batch_norm(xx, nil, nil, { weight = ww, bias = bb, training = true, relu = relu, splits = 2 })
+      end, { seq({ 4, 3, 2, 2 }, 0.77, 3), w, b })
+    end
+    -- eval ignores splits; bad splits are named
+    local rm, rv = cr.tensor({ 0.3, -0.2, 0.5 }), cr.tensor({ 1.5, 0.7, 2.0 })
+    local x = seq({ 4, 3, 2 }, 0.5, 3, 'f32')
+    H.assert_close(cr.batch_norm(x, rm, rv, { splits = 4 }), cr.batch_norm(x, rm, rv), 0, 0)
+    H.assert_error(function() cr.batch_norm(x, nil, nil, { training = true, splits = 3 }) end,
+      'the batch of 4 samples does not divide into splits = 3 groups')
+    H.assert_error(function() cr.batch_norm(x, nil, nil, { training = true, splits = 0 }) end, 'splits = 0')
+    H.assert_error(function() cr.batch_norm(x, nil, nil, { training = true, splits = 1.5 }) end,
+      "'splits' must be an integer >= 1")
+    H.assert_error(function() cr.batch_norm(seq({ 4, 3 }, 0.5, 3, 'f32'), nil, nil, { training = true, splits = 4 }) end,
+      'more than 1 value per channel when training, got input of shape [4, 3] in each split')
+  end)
+
   it('passes gradchecks in f64: training, eval, with and without affine, 2-D to 5-D', function()
     local w, b = cr.tensor(W3, { dtype = 'f64' }), cr.tensor(B3, { dtype = 'f64' })
     local rm, rv = cr.tensor({ 0.3, -0.2, 0.5 }, { dtype = 'f64' }), cr.tensor({ 1.5, 0.7, 2.0 }, { dtype = 'f64' })

@@ -287,9 +287,79 @@ static cr_status check_channel_vec(const cr_tensor *x, const cr_tensor *v, const
     return CR_OK;
 }
 
+/* ---- split batch norm: groups of samples with statistics of their own ---- */
+
+/* Samples [s*n, (s+1)*n) of t (dim 0), a view with t's strides. */
+static cr_tensor *samples(cr_tensor *t, int64_t s, int64_t n) {
+    int64_t shape[CR_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    shape[0] = n;
+    return cr_tensor_alias(t, t->ndim, shape, t->stride, t->offset + s * n * t->stride[0]);
+}
+
+/* Row s of a contiguous [splits, C] tensor, as a [C] view. */
+static cr_tensor *row(cr_tensor *t, int64_t s) {
+    const int64_t C = t->shape[1], one = 1;
+    return cr_tensor_alias(t, 1, &C, &one, t->offset + s * C);
+}
+
+/* r = (1 - m) r + m * mean over rows of per_split ([splits, C]), in place: the running
+ * statistic's update by the mean of the groups' statistics. */
+static cr_status running_update(cr_tensor *r, cr_tensor *per_split, double momentum) {
+    cr_tensor *avg = NULL, *diff = NULL;
+    cr_status st = cr_op_mean(&avg, per_split, 1u, false);
+    if (!st) st = cr_op_sub(&diff, avg, r);
+    if (!st) st = cr_op_add_(r, diff, momentum);
+    cr_tensor_free(avg);
+    cr_tensor_free(diff);
+    return st;
+}
+
+/* Runs c (a training batch norm of x, its statistics outputs [splits, C]) as `splits`
+ * calls, one per group of consecutive samples, each normalised with the group's own batch
+ * statistics, as that many GPUs with per-GPU batch norm would (MoCo's SplitBatchNorm).
+ * The running statistics take the mean of the groups' updates: each group's call writes
+ * its statistics into a zeroed row with momentum 1 (exactly the batch mean and the
+ * unbiased variance), and the rows' mean enters with the real momentum. Any device. */
+static cr_status dispatch_splits(cr_call *c, int64_t splits) {
+    cr_tensor *x = c->in[0], *rm = c->in[3], *rv = c->in[4];
+    const int64_t n = x->shape[0] / splits, dims[2] = {splits, x->shape[1]};
+    cr_tensor *stats[2] = {NULL, NULL}; /* the groups' running-stat rows */
+    cr_status st = CR_OK;
+    for (int k = 0; k < 2 && rm && !st; k++) {
+        cr_tensor *like = k ? rv : rm;
+        st = cr_tensor_alloc(&stats[k], 2, dims, like->dtype, cr_tensor_dev(like));
+        if (!st) st = cr_op_zero_(stats[k]);
+    }
+    for (int64_t s = 0; s < splits && !st; s++) {
+        cr_call sub;
+        if ((st = cr_call_init(&sub, CR_OP_BATCH_NORM, 5, 3))) break;
+        sub.in[0] = samples(x, s, n);
+        sub.in[1] = c->in[1];
+        sub.in[2] = c->in[2];
+        sub.in[3] = rm ? row(stats[0], s) : NULL;
+        sub.in[4] = rm ? row(stats[1], s) : NULL;
+        memcpy(sub.i, c->i, sizeof sub.i);
+        memcpy(sub.f, c->f, sizeof sub.f);
+        sub.f[0] = 1.0;
+        sub.out[0] = samples(c->out[0], s, n);
+        sub.out[1] = row(c->out[1], s);
+        sub.out[2] = row(c->out[2], s);
+        st = cr_dispatch(&sub);
+        cr_tensor *views[6] = {sub.in[0], sub.in[3], sub.in[4], sub.out[0], sub.out[1], sub.out[2]};
+        for (int k = 0; k < 6; k++) cr_tensor_free(views[k]);
+        cr_call_release_ins(&sub);
+    }
+    if (!st && rm) st = running_update(rm, stats[0], c->f[0]);
+    if (!st && rm) st = running_update(rv, stats[1], c->f[0]);
+    cr_tensor_free(stats[0]);
+    cr_tensor_free(stats[1]);
+    return st;
+}
+
 static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr_tensor *bias,
                             cr_tensor *running_mean, cr_tensor *running_var, bool training,
-                            double momentum, double eps, bool relu) {
+                            double momentum, double eps, bool relu, int64_t splits) {
     *out = NULL;
     CR_CHECK_TENSOR("batch_norm", x, "input");
     cr_status st = cr_check_float("batch_norm", x, "input");
@@ -316,12 +386,20 @@ static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr
         return cr_fail(CR_ERR_ARG, "batch_norm: eval mode (training = false) normalises with running_mean and "
                        "running_var, and none were given; pass them, or training = true to use this batch's "
                        "statistics (as a BatchNorm without running statistics does)");
-    const int64_t C = x->shape[1], M = C ? x->numel / C : 0;
+    if (splits < 1)
+        return cr_fail(CR_ERR_ARG, "batch_norm: splits = %lld; pass 1 (one group: the whole "
+                       "batch) or more", (long long)splits);
+    if (!training) splits = 1; /* eval normalises with the running statistics, whole */
+    if (x->shape[0] % splits != 0)
+        return cr_fail(CR_ERR_ARG, "batch_norm: the batch of %lld samples does not divide into "
+                       "splits = %lld groups; use a batch size that is a multiple of %lld",
+                       (long long)x->shape[0], (long long)splits, (long long)splits);
+    const int64_t C = x->shape[1], M = C ? x->numel / C / splits : 0;
     const bool use_batch = training;
     if (training && M <= 1)
         return cr_fail(CR_ERR_ARG, "batch_norm: expected more than 1 value per channel when "
-                       "training, got input of shape %s; use a larger batch or eval mode",
-                       cr_shape_str(x, a, sizeof a));
+                       "training, got input of shape %s%s; use a larger batch or eval mode",
+                       cr_shape_str(x, a, sizeof a), splits > 1 ? " in each split" : "");
     if (use_batch && M == 0 && C > 0)
         return cr_fail(CR_ERR_ARG, "batch_norm: input of shape %s is empty, so there are no "
                        "batch statistics", cr_shape_str(x, a, sizeof a));
@@ -365,13 +443,18 @@ static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr
     c.i[2] = bias != NULL;
     c.i[3] = use_batch;
     c.i[4] = relu;
+    c.i[5] = splits;
     c.f[0] = momentum;
     c.f[1] = eps;
+    /* the statistics: [C], or a row per split */
+    const int64_t stat_dims[2] = {splits, C};
+    const int stat_nd = splits > 1 ? 2 : 1;
+    const int64_t *stat_shape = splits > 1 ? stat_dims : &C;
     if ((st = cr_tensor_alloc_as(&c.out[0], xc->ndim, xc->shape, io, cr_tensor_dev(xc), xc)) ||
-        (st = cr_tensor_alloc(&c.out[1], 1, &C, dt, cr_tensor_dev(xc))) ||
-        (st = cr_tensor_alloc(&c.out[2], 1, &C, dt, cr_tensor_dev(xc))))
+        (st = cr_tensor_alloc(&c.out[1], stat_nd, stat_shape, dt, cr_tensor_dev(xc))) ||
+        (st = cr_tensor_alloc(&c.out[2], stat_nd, stat_shape, dt, cr_tensor_dev(xc))))
         goto done;
-    if ((st = cr_dispatch(&c))) goto done;
+    if ((st = splits > 1 ? dispatch_splits(&c, splits) : cr_dispatch(&c))) goto done;
     if (training && running_mean) {
         cr_tensor_bump_version(running_mean);
         cr_tensor_bump_version(running_var);
@@ -403,7 +486,7 @@ cr_status cr_op_batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr_
                            cr_tensor *running_mean, cr_tensor *running_var, bool training,
                            double momentum, double eps) {
     return batch_norm(out, x, weight, bias, running_mean, running_var, training, momentum, eps,
-                      false);
+                      false, 1);
 }
 
 /* relu(batch_norm(x)) in one pass forward and one backward: the ResNet pattern. */
@@ -412,7 +495,15 @@ cr_status cr_op_batch_norm_relu(cr_tensor **out, cr_tensor *x, cr_tensor *weight
                                 cr_tensor *running_var, bool training, double momentum,
                                 double eps) {
     return batch_norm(out, x, weight, bias, running_mean, running_var, training, momentum, eps,
-                      true);
+                      true, 1);
+}
+
+cr_status cr_op_batch_norm_split(cr_tensor **out, cr_tensor *x, cr_tensor *weight,
+                                 cr_tensor *bias, cr_tensor *running_mean,
+                                 cr_tensor *running_var, bool training, double momentum,
+                                 double eps, bool relu, int64_t splits) {
+    return batch_norm(out, x, weight, bias, running_mean, running_var, training, momentum, eps,
+                      relu, splits);
 }
 
 /* ---- backward --------------------------------------------------------------------- */
@@ -644,6 +735,41 @@ static cr_status grad_like(cr_tensor **out, cr_tensor *g, const cr_tensor *x) {
     return st;
 }
 
+/* The backward of a split batch norm: one call per group (its rows of g, x, y and gx, its
+ * row of the statistics), each writing its weight and bias grads into a row of
+ * c->out[1..2] ([splits, C]), which are then summed into [C]. */
+static cr_status backward_splits(cr_call *c, int64_t splits) {
+    const int64_t n = c->in[1]->shape[0] / splits;
+    cr_status st = CR_OK;
+    for (int64_t s = 0; s < splits && !st; s++) {
+        cr_call sub;
+        if ((st = cr_call_init(&sub, CR_OP_BATCH_NORM_BACKWARD, c->nin, 3))) break;
+        sub.in[0] = samples(c->in[0], s, n);
+        sub.in[1] = samples(c->in[1], s, n);
+        sub.in[2] = c->in[2];
+        sub.in[3] = row(c->in[3], s);
+        sub.in[4] = row(c->in[4], s);
+        if (c->nin > 5) sub.in[5] = samples(c->in[5], s, n);
+        memcpy(sub.i, c->i, sizeof sub.i);
+        memcpy(sub.f, c->f, sizeof sub.f);
+        for (int k = 0; k < 3; k++)
+            if (c->out[k]) sub.out[k] = k ? row(c->out[k], s) : samples(c->out[0], s, n);
+        st = cr_dispatch(&sub);
+        cr_tensor *views[8] = {sub.in[0], sub.in[1], sub.in[3], sub.in[4],
+                               c->nin > 5 ? sub.in[5] : NULL, sub.out[0], sub.out[1], sub.out[2]};
+        for (int k = 0; k < 8; k++) cr_tensor_free(views[k]);
+        cr_call_release_ins(&sub);
+    }
+    for (int k = 1; k < 3 && !st; k++) {
+        if (!c->out[k]) continue;
+        cr_tensor *sum = NULL;
+        if ((st = cr_op_sum(&sum, c->out[k], 1u, false))) break;
+        cr_tensor_free(c->out[k]);
+        c->out[k] = sum;
+    }
+    return st;
+}
+
 cr_status cr_grad_batch_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     const bool has_w = n->call.i[1], has_b = n->call.i[2];
     const bool need_x = n->edges[0].node, need_w = has_w && n->edges[1].node,
@@ -667,13 +793,18 @@ cr_status cr_grad_batch_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     c.in[4] = inv;
     c.i[0] = n->call.i[3];
     c.f[0] = n->call.f[1];
-    const int64_t C = x->shape[1];
+    const int64_t splits = n->call.i[5] > 1 ? n->call.i[5] : 1, C = x->shape[1];
+    const int64_t stat_dims[2] = {splits, C};
+    const int stat_nd = splits > 1 ? 2 : 1;
+    const int64_t *stat_shape = splits > 1 ? stat_dims : &C;
     if ((need_x && (st = cr_tensor_alloc_as(&c.out[0], x->ndim, x->shape, x->dtype,
                                             cr_tensor_dev(x), x))) ||
-        (need_w && (st = cr_tensor_alloc(&c.out[1], 1, &C, mean->dtype, cr_tensor_dev(x)))) ||
-        (need_b && (st = cr_tensor_alloc(&c.out[2], 1, &C, mean->dtype, cr_tensor_dev(x)))))
+        (need_w && (st = cr_tensor_alloc(&c.out[1], stat_nd, stat_shape, mean->dtype,
+                                         cr_tensor_dev(x)))) ||
+        (need_b && (st = cr_tensor_alloc(&c.out[2], stat_nd, stat_shape, mean->dtype,
+                                         cr_tensor_dev(x)))))
         goto done;
-    if ((st = cr_dispatch(&c))) goto done;
+    if ((st = splits > 1 ? backward_splits(&c, splits) : cr_dispatch(&c))) goto done;
     for (int k = 0; k < 3; k++) {
         gin[k] = c.out[k];
         c.out[k] = NULL;

@@ -31,6 +31,15 @@ cr_status cr_op_batch_norm_relu(cr_tensor **out, cr_tensor *x, cr_tensor *weight
                                 cr_tensor *bias, cr_tensor *running_mean,
                                 cr_tensor *running_var, bool training, double momentum,
                                 double eps);
+/* batch_norm (relu: fused as above) whose training statistics come from `splits` equal
+ * groups of consecutive samples, each normalised on its own (the shared weight and bias),
+ * as `splits` GPUs with per-GPU batch norm would (MoCo's SplitBatchNorm); the running
+ * statistics take the mean of the groups' updates. splits = 1 is batch_norm; eval ignores
+ * splits. The batch must divide into the groups. */
+cr_status cr_op_batch_norm_split(cr_tensor **out, cr_tensor *x, cr_tensor *weight,
+                                 cr_tensor *bias, cr_tensor *running_mean,
+                                 cr_tensor *running_var, bool training, double momentum,
+                                 double eps, bool relu, int64_t splits);
 /* Normalises over the last `normalized_ndim` dims; weight/bias of that shape or NULL. */
 cr_status cr_op_layer_norm(cr_tensor **out, cr_tensor *x, int normalized_ndim,
                            cr_tensor *weight, cr_tensor *bias, double eps);

@@ -15,8 +15,8 @@ return function(cr, nn)
   local Module = nn.Module
   local call = cr.Tensor._wrap.call
   local check_input, options, int = nn._check_input, nn._options, nn._int
-  local bn_op, bn_relu_op, add_op, ndim = C.cr_op_batch_norm, C.cr_op_batch_norm_relu, C.cr_op_add_,
-    C.cr_tensor_ndim
+  local bn_op, bn_relu_op, split_op, add_op, ndim = C.cr_op_batch_norm, C.cr_op_batch_norm_relu,
+    C.cr_op_batch_norm_split, C.cr_op_add_, C.cr_tensor_ndim
   local check = util.check
   local one = cr.tensor(1) -- the i64 step added to num_batches_tracked
 
@@ -78,31 +78,17 @@ return function(cr, nn)
     return self.momentum
   end
 
-  -- Training with splits > 1: one op call per group of consecutive samples, each with a
-  -- copy of the running stats updated by `factor`; their average becomes the running stats.
+  -- Training with splits > 1: one op (cr_op_batch_norm_split) normalises each group of
+  -- consecutive samples with its own statistics; the running stats take the mean of the
+  -- groups' updates.
   function BatchNorm:_split_forward(x, relu, factor)
     local S, N = self.splits, x.shape[1]
     if N % S ~= 0 then
       nn._error(string.format('%s: the batch of %d does not divide into splits = %d groups; use a batch size ' ..
         'that is a multiple of %d', self.__name, N, S, S))
     end
-    local n, op = N / S, relu and bn_relu_op or bn_op
-    local parts, means, vars = {}, {}, {}
-    for s = 1, S do
-      if factor then means[s], vars[s] = self.running_mean:clone(), self.running_var:clone() end
-      parts[s] = call(op, x:narrow(0, (s - 1) * n, n), self.weight, self.bias, means[s], vars[s], true, factor or 0,
-        self.eps)
-    end
-    if factor then
-      cr.no_grad(function()
-        for _, pair in ipairs { { self.running_mean, means }, { self.running_var, vars } } do
-          local sum = pair[2][1]
-          for s = 2, S do sum:add_(pair[2][s]) end
-          pair[1]:copy_(sum:mul_(1 / S))
-        end
-      end)
-    end
-    return cr.cat(parts, 0)
+    return call(split_op, x, self.weight, self.bias, self.running_mean, self.running_var, true, factor or 0,
+      self.eps, relu and true or false, S)
   end
 
   -- forward(x, relu): relu = true fuses relu(bn(x)) into one pass (ResNet blocks use it).

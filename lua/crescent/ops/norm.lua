@@ -25,8 +25,11 @@ return function(cr, Tensor, W)
   end
 
   -- cr.batch_norm(x, running_mean, running_var, {weight, bias, training = false,
-  -- momentum = 0.1, eps = 1e-5, relu = false}); running stats are updated in place when
-  -- training; relu = true fuses a relu into the same pass, forward and backward.
+  -- momentum = 0.1, eps = 1e-5, relu = false, splits = 1}); running stats are updated in
+  -- place when training; relu = true fuses a relu into the same pass, forward and
+  -- backward; splits = S (training) normalises each of S equal groups of consecutive
+  -- samples with its own statistics (split batch norm), the running stats updated by
+  -- the mean of the groups' statistics.
   function cr.batch_norm(x, running_mean, running_var, opts)
     W.check_tensor(x, 'batch_norm', 'input')
     opt_tensor(running_mean, 'batch_norm', 'running_mean')
@@ -36,6 +39,12 @@ return function(cr, Tensor, W)
     local bias = opt_tensor(opts.bias, 'batch_norm', 'bias')
     local momentum = opt_number(opts.momentum, 0.1, 'batch_norm', 'momentum')
     local eps = opt_number(opts.eps, 1e-5, 'batch_norm', 'eps')
+    local splits = opt_number(opts.splits, 1, 'batch_norm', 'splits')
+    if splits ~= 1 then
+      if splits % 1 ~= 0 then error(string.format("batch_norm: 'splits' must be an integer >= 1, got %s", splits), 2) end
+      return W.call(C.cr_op_batch_norm_split, x, weight, bias, running_mean, running_var,
+                    opts.training and true or false, momentum, eps, opts.relu and true or false, splits)
+    end
     return W.call(opts.relu and C.cr_op_batch_norm_relu or C.cr_op_batch_norm, x, weight, bias,
                   running_mean, running_var, opts.training and true or false, momentum, eps)
   end

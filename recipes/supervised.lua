@@ -118,8 +118,10 @@ cr.engine.run.main(function()
   if profile then task:add_hook(profile) end
   cr.dist.setup.task(task)   -- k ranks: rank 0 logs, evaluates and checkpoints; the ranks stop together
 
-  print(string.format('supervised: %s width %d (%.2fM params) on %s (%d train, %d %s), ' ..
-    '%d epochs, batch %d, lr %g, %s%s', cfg.model.arch, cfg.model.width, model:num_parameters() / 1e6,
+  local vit = cfg.model.arch:find('^vit') ~= nil
+  print(string.format('supervised: %s %s (%.2fM params) on %s (%d train, %d %s), ' ..
+    '%d epochs, batch %d, lr %g, %s%s', cfg.model.arch,
+    vit and ('patch ' .. cfg.model.patch) or ('width ' .. cfg.model.width), model:num_parameters() / 1e6,
     cfg.data.name, #train_set, #test_set, eval_name, cfg.train.epochs, cfg.data.batch_size, peak,
     require('crescent.util').count_of(cr.get_num_threads(), 'thread'),
     cr.dist.setup.describe(ddp)))

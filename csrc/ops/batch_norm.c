@@ -341,6 +341,7 @@ static cr_status dispatch_splits(cr_call *c, int64_t splits) {
         sub.in[4] = rm ? row(stats[1], s) : NULL;
         memcpy(sub.i, c->i, sizeof sub.i);
         memcpy(sub.f, c->f, sizeof sub.f);
+        sub.i[5] = 1;
         sub.f[0] = 1.0;
         sub.out[0] = samples(c->out[0], s, n);
         sub.out[1] = row(c->out[1], s);

@@ -38,7 +38,8 @@ DEPS_BENCH := python3-torch libopenblas0-openmp
 
 # ---- feature probes -------------------------------------------------------------
 # oneDNN 3.2 from Intel's PyPI wheels (tools/fetch_onednn.py, run by make deps): Debian 12's
-# 2.6 ran bf16 products at a fifth of 3.x's rate. Always build/onednn, whatever BUILD is.
+# 2.6 multiplied bf16 matrices at a third of oneDNN 3's rate on AMX. Always build/onednn,
+# whatever BUILD is.
 ONEDNN_HOME := build/onednn
 HAVE_DNNL := $(shell test -f $(ONEDNN_HOME)/include/oneapi/dnnl/dnnl.h -a -f $(ONEDNN_HOME)/lib/libdnnl.so.3 && echo 1)
 CUDA_HOME ?= /usr/local/cuda
@@ -210,7 +211,7 @@ deps:
 onednn:
 	@if [ -f $(ONEDNN_HOME)/lib/libdnnl.so.3 -a -f $(ONEDNN_HOME)/include/oneapi/dnnl/dnnl.h ]; then echo "onednn: present"; \
 	else timeout 600 /usr/bin/python3 tools/fetch_onednn.py $(ONEDNN_HOME) || \
-	  echo "onednn: PyPI unreachable; building without oneDNN (crescent's own kernels, several times slower)"; fi
+	  echo "onednn: not fetched (see above); building without oneDNN (crescent's own kernels, several times slower)"; fi
 
 # Python packages of the interop specs (safetensors reads our files, TensorBoard's reader
 # our events), from PyPI into a venv under build/ that also sees Debian's numpy and torch.

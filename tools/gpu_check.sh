@@ -6,8 +6,7 @@
 # summary.txt (one line per part: its exit status and seconds) and logs.tgz (everything).
 # Prepare here with tools/gpu_prepare.sh, then run it through the device tool:
 #   run(command = "bash tools/gpu_check.sh",
-#       carry = [".gpu", "build/libcrescent.so", "build/libcrescent_cuda.so",
-#                "build/crescent_cdef.h", "build/crescent_loop.so"])
+#       carry = [".gpu", "build/libcrescent.so", "build/crescent_cdef.h", "build/crescent_loop.so"])
 # Args: parts to run, any of specs recipes bench profile kernels sanitize (default: all but
 # profile and kernels; specs, recipes and sanitize run side by side on the one GPU, bench,
 # profile and kernels alone afterwards). profile: the benchmark's steps op by op in GPU
@@ -25,12 +24,15 @@ out=${OUT:-/tmp/gpu_check}
 logs=/tmp/gpu_logs
 mkdir -p "$out" "$logs"
 source .gpu/setup.sh > "$logs/setup.txt" 2>&1
-# oneDNN 3.2 beside libcrescent.so, where its RUNPATH ($ORIGIN) finds it (tools/gpu_prepare.sh)
-if [ -f .gpu/libdnnl.so.3.xz ] && [ ! -f build/libdnnl.so.3 ]; then
-  rm -f build/libdnnl.so.3
-  python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-    .gpu/libdnnl.so.3.xz build/libdnnl.so.3
-fi
+# the CUDA backend and oneDNN 3.2 beside libcrescent.so, where its RUNPATH ($ORIGIN) finds
+# oneDNN, unpacked from .gpu (tools/gpu_prepare.sh carries them xz-compressed)
+for lib in libcrescent_cuda.so libdnnl.so.3; do
+  if [ -f ".gpu/$lib.xz" ] && [ ! -f "build/$lib" ]; then
+    rm -f "build/$lib"
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+      ".gpu/$lib.xz" "build/$lib"
+  fi
+done
 cat "$logs/setup.txt"
 nvidia-smi > "$logs/nvidia-smi.txt" 2>&1
 export CRESCENT_TORCH_PYTHON=${CRESCENT_TORCH_PYTHON:-python3}

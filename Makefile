@@ -209,9 +209,8 @@ deps:
 # oneDNN 3.2 into build/onednn (see ONEDNN_HOME); without it the build runs crescent's own
 # kernels everywhere (correct, several times slower)
 onednn:
-	@if [ -f $(ONEDNN_HOME)/lib/libdnnl.so.3 -a -f $(ONEDNN_HOME)/include/oneapi/dnnl/dnnl.h ]; then echo "onednn: present"; \
-	else timeout 600 /usr/bin/python3 tools/fetch_onednn.py $(ONEDNN_HOME) || \
-	  echo "onednn: not fetched (see above); building without oneDNN (crescent's own kernels, several times slower)"; fi
+	@$(if $(HAVE_DNNL),echo "onednn: present",timeout 600 /usr/bin/python3 tools/fetch_onednn.py $(ONEDNN_HOME) || \
+	  echo "onednn: not fetched (see above); building without oneDNN (crescent's own kernels, several times slower)")
 
 # Python packages of the interop specs (safetensors reads our files, TensorBoard's reader
 # our events), from PyPI into a venv under build/ that also sees Debian's numpy and torch.

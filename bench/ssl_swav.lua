@@ -79,7 +79,7 @@ local gflop = figures.swav_step_gflop_per_img
 local peak_of = { crescent = { f32 = peak.f32, bf16 = peak.bf16 }, torch = { f32 = figures.matmul_2048_f32,
                   bf16 = figures.matmul_2048_bf16 } }
 for _, dt in ipairs { 'f32', 'bf16' } do
-  local t = figures['matmul_2048_' .. dt]
+  local t = peak_of.torch[dt]
   if t and (not peak[dt] or t > peak[dt]) then peak[dt] = t end
 end
 figures.swav_step_gflop_per_img, figures.swav_augment_samples_per_s = nil, nil

@@ -297,6 +297,14 @@ static cr_tensor *samples(cr_tensor *t, int64_t s, int64_t n) {
     return cr_tensor_alias(t, t->ndim, shape, t->stride, t->offset + s * n * t->stride[0]);
 }
 
+/* Per-channel statistics (or their grads): [C], or a row per split ([splits, C]). */
+static cr_status alloc_stats(cr_tensor **out, int64_t splits, int64_t C, cr_dtype dt,
+                             cr_device dev) {
+    const int64_t dims[2] = {splits, C};
+    return splits > 1 ? cr_tensor_alloc(out, 2, dims, dt, dev)
+                      : cr_tensor_alloc(out, 1, &C, dt, dev);
+}
+
 /* Row s of a contiguous [splits, C] tensor, as a [C] view. */
 static cr_tensor *row(cr_tensor *t, int64_t s) {
     const int64_t C = t->shape[1], one = 1;
@@ -323,12 +331,12 @@ static cr_status running_update(cr_tensor *r, cr_tensor *per_split, double momen
  * unbiased variance), and the rows' mean enters with the real momentum. Any device. */
 static cr_status dispatch_splits(cr_call *c, int64_t splits) {
     cr_tensor *x = c->in[0], *rm = c->in[3], *rv = c->in[4];
-    const int64_t n = x->shape[0] / splits, dims[2] = {splits, x->shape[1]};
+    const int64_t n = x->shape[0] / splits;
     cr_tensor *stats[2] = {NULL, NULL}; /* the groups' running-stat rows */
     cr_status st = CR_OK;
     for (int k = 0; k < 2 && rm && !st; k++) {
         cr_tensor *like = k ? rv : rm;
-        st = cr_tensor_alloc(&stats[k], 2, dims, like->dtype, cr_tensor_dev(like));
+        st = alloc_stats(&stats[k], splits, x->shape[1], like->dtype, cr_tensor_dev(like));
         if (!st) st = cr_op_zero_(stats[k]);
     }
     for (int64_t s = 0; s < splits && !st; s++) {
@@ -447,13 +455,9 @@ static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr
     c.i[5] = splits;
     c.f[0] = momentum;
     c.f[1] = eps;
-    /* the statistics: [C], or a row per split */
-    const int64_t stat_dims[2] = {splits, C};
-    const int stat_nd = splits > 1 ? 2 : 1;
-    const int64_t *stat_shape = splits > 1 ? stat_dims : &C;
     if ((st = cr_tensor_alloc_as(&c.out[0], xc->ndim, xc->shape, io, cr_tensor_dev(xc), xc)) ||
-        (st = cr_tensor_alloc(&c.out[1], stat_nd, stat_shape, dt, cr_tensor_dev(xc))) ||
-        (st = cr_tensor_alloc(&c.out[2], stat_nd, stat_shape, dt, cr_tensor_dev(xc))))
+        (st = alloc_stats(&c.out[1], splits, C, dt, cr_tensor_dev(xc))) ||
+        (st = alloc_stats(&c.out[2], splits, C, dt, cr_tensor_dev(xc))))
         goto done;
     if ((st = splits > 1 ? dispatch_splits(&c, splits) : cr_dispatch(&c))) goto done;
     if (training && running_mean) {
@@ -794,16 +798,11 @@ cr_status cr_grad_batch_norm(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     c.in[4] = inv;
     c.i[0] = n->call.i[3];
     c.f[0] = n->call.f[1];
-    const int64_t splits = n->call.i[5] > 1 ? n->call.i[5] : 1, C = x->shape[1];
-    const int64_t stat_dims[2] = {splits, C};
-    const int stat_nd = splits > 1 ? 2 : 1;
-    const int64_t *stat_shape = splits > 1 ? stat_dims : &C;
+    const int64_t splits = n->call.i[5], C = x->shape[1]; /* the forward's, >= 1 */
     if ((need_x && (st = cr_tensor_alloc_as(&c.out[0], x->ndim, x->shape, x->dtype,
                                             cr_tensor_dev(x), x))) ||
-        (need_w && (st = cr_tensor_alloc(&c.out[1], stat_nd, stat_shape, mean->dtype,
-                                         cr_tensor_dev(x)))) ||
-        (need_b && (st = cr_tensor_alloc(&c.out[2], stat_nd, stat_shape, mean->dtype,
-                                         cr_tensor_dev(x)))))
+        (need_w && (st = alloc_stats(&c.out[1], splits, C, mean->dtype, cr_tensor_dev(x)))) ||
+        (need_b && (st = alloc_stats(&c.out[2], splits, C, mean->dtype, cr_tensor_dev(x)))))
         goto done;
     if ((st = splits > 1 ? backward_splits(&c, splits) : cr_dispatch(&c))) goto done;
     for (int k = 0; k < 3; k++) {

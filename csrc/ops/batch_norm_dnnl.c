@@ -21,6 +21,7 @@ typedef struct {
     uint64_t stamp; /* last use, for LRU eviction */
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
+    dnnl_memory_desc_t data, vec; /* of the caller's buffers: x, y and grads; [C] vectors */
 } bn_entry;
 
 static dnnl_engine_t bn_engine;
@@ -74,35 +75,44 @@ static dnnl_status_t make_backward_pd(dnnl_primitive_desc_t *pd, int64_t N, int6
     return s;
 }
 
-/* The cached primitive for this key, created on a miss (evicting the least recent). */
-static dnnl_primitive_t bn_primitive(bool backward, int64_t N, int64_t C, int64_t S,
-                                     unsigned flags, float eps) {
+static void entry_clear(bn_entry *e) {
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    if (e->pd) dnnl_primitive_desc_destroy(e->pd);
+    if (e->data) dnnl_memory_desc_destroy(e->data);
+    if (e->vec) dnnl_memory_desc_destroy(e->vec);
+    memset(e, 0, sizeof *e);
+}
+
+/* The cached entry for this key, created on a miss (evicting the least recent); NULL when
+ * oneDNN declines it. */
+static const bn_entry *bn_primitive(bool backward, int64_t N, int64_t C, int64_t S,
+                                    unsigned flags, float eps) {
     bn_entry *victim = &bn_cache[0];
     for (int k = 0; k < BN_CACHE; k++) {
         bn_entry *e = &bn_cache[k];
         if (e->used && e->backward == backward && e->N == N && e->C == C && e->S == S &&
             e->flags == flags && e->eps == eps) {
             e->stamp = ++bn_clock;
-            return e->prim;
+            return e;
         }
         if (!e->used) victim = e;
         else if (victim->used && e->stamp < victim->stamp) victim = e;
     }
-    dnnl_primitive_desc_t pd;
-    dnnl_status_t s = backward ? make_backward_pd(&pd, N, C, S, flags, eps)
-                               : make_forward_pd(&pd, N, C, S, flags, eps);
-    if (s != dnnl_success) return NULL;
-    dnnl_primitive_t prim;
-    if (dnnl_primitive_create(&prim, pd) != dnnl_success) {
-        dnnl_primitive_desc_destroy(pd);
+    entry_clear(victim);
+    bn_entry e = {true, backward, N, C, S, flags, eps, ++bn_clock, NULL, NULL, NULL, NULL};
+    dnnl_status_t s = backward ? make_backward_pd(&e.pd, N, C, S, flags, eps)
+                               : make_forward_pd(&e.pd, N, C, S, flags, eps);
+    if (s == dnnl_success) s = dnnl_primitive_create(&e.prim, e.pd);
+    if (s == dnnl_success) {
+        e.data = data_md(N, C, S);
+        e.vec = vec_md(C);
+    }
+    if (s != dnnl_success || !e.data || !e.vec) {
+        entry_clear(&e);
         return NULL;
     }
-    if (victim->used) {
-        dnnl_primitive_destroy(victim->prim);
-        dnnl_primitive_desc_destroy(victim->pd);
-    }
-    *victim = (bn_entry){true, backward, N, C, S, flags, eps, ++bn_clock, pd, prim};
-    return prim;
+    *victim = e;
+    return victim;
 }
 
 /* Wraps caller buffers as oneDNN memories for one execution. */
@@ -120,14 +130,11 @@ static bool add_arg(bn_args *a, int arg, const_dnnl_memory_desc_t md, const void
     return true;
 }
 
-/* Executes prim on a's memories, then frees them and the two descriptors. */
-static bool run(dnnl_primitive_t prim, bn_args *a, bool ok, dnnl_memory_desc_t dmd,
-                dnnl_memory_desc_t vmd) {
+/* Executes prim on a's memories, then frees them. */
+static bool run(dnnl_primitive_t prim, bn_args *a, bool ok) {
     if (ok) ok = dnnl_primitive_execute(prim, bn_stream, a->n, a->args) == dnnl_success &&
                  dnnl_stream_wait(bn_stream) == dnnl_success;
     for (int k = 0; k < a->n; k++) dnnl_memory_destroy(a->args[k].memory);
-    if (dmd) dnnl_memory_desc_destroy(dmd);
-    if (vmd) dnnl_memory_desc_destroy(vmd);
     return ok;
 }
 
@@ -137,15 +144,15 @@ bool cr_dnnl_batch_norm_forward(float *y, const float *x, const float *weight,
     if (!bn_init()) return false;
     unsigned flags = (use_global ? dnnl_use_global_stats : 0u) | (weight ? dnnl_use_scale : 0u) |
                      (bias ? dnnl_use_shift : 0u);
-    dnnl_primitive_t prim = bn_primitive(false, N, C, S, flags, (float)eps);
-    if (!prim) return false;
-    dnnl_memory_desc_t dmd = data_md(N, C, S), vmd = vec_md(C);
+    const bn_entry *e = bn_primitive(false, N, C, S, flags, (float)eps);
+    if (!e) return false;
     bn_args a = {0};
-    bool ok = dmd && vmd && add_arg(&a, DNNL_ARG_SRC, dmd, x) && add_arg(&a, DNNL_ARG_DST, dmd, y) &&
-              add_arg(&a, DNNL_ARG_MEAN, vmd, mean) && add_arg(&a, DNNL_ARG_VARIANCE, vmd, var);
-    if (ok && weight) ok = add_arg(&a, DNNL_ARG_SCALE, vmd, weight);
-    if (ok && bias) ok = add_arg(&a, DNNL_ARG_SHIFT, vmd, bias);
-    return run(prim, &a, ok, dmd, vmd);
+    bool ok = add_arg(&a, DNNL_ARG_SRC, e->data, x) && add_arg(&a, DNNL_ARG_DST, e->data, y) &&
+              add_arg(&a, DNNL_ARG_MEAN, e->vec, mean) &&
+              add_arg(&a, DNNL_ARG_VARIANCE, e->vec, var);
+    if (ok && weight) ok = add_arg(&a, DNNL_ARG_SCALE, e->vec, weight);
+    if (ok && bias) ok = add_arg(&a, DNNL_ARG_SHIFT, e->vec, bias);
+    return run(e->prim, &a, ok);
 }
 
 bool cr_dnnl_batch_norm_backward(float *gx, float *gw, float *gb, const float *g,
@@ -156,8 +163,8 @@ bool cr_dnnl_batch_norm_backward(float *gx, float *gw, float *gb, const float *g
     if (gw && !weight) return false;
     unsigned flags = (use_global ? dnnl_use_global_stats : 0u) | (weight ? dnnl_use_scale : 0u) |
                      (gb ? dnnl_use_shift : 0u);
-    dnnl_primitive_t prim = bn_primitive(true, N, C, S, flags, (float)eps);
-    if (!prim) return false;
+    const bn_entry *e = bn_primitive(true, N, C, S, flags, (float)eps);
+    if (!e) return false;
     /* the full backward writes both parameter diffs; unwanted ones go to scratch */
     float *tmp = NULL;
     if (weight && !gw) {
@@ -165,15 +172,17 @@ bool cr_dnnl_batch_norm_backward(float *gx, float *gw, float *gb, const float *g
         if (!tmp) return false;
         gw = tmp;
     }
-    dnnl_memory_desc_t dmd = data_md(N, C, S), vmd = vec_md(C);
     bn_args a = {0};
-    bool ok = dmd && vmd && add_arg(&a, DNNL_ARG_SRC, dmd, x) &&
-              add_arg(&a, DNNL_ARG_DIFF_DST, dmd, g) && add_arg(&a, DNNL_ARG_MEAN, vmd, mean) &&
-              add_arg(&a, DNNL_ARG_VARIANCE, vmd, var) && add_arg(&a, DNNL_ARG_DIFF_SRC, dmd, gx);
+    bool ok = add_arg(&a, DNNL_ARG_SRC, e->data, x) &&
+              add_arg(&a, DNNL_ARG_DIFF_DST, e->data, g) &&
+              add_arg(&a, DNNL_ARG_MEAN, e->vec, mean) &&
+              add_arg(&a, DNNL_ARG_VARIANCE, e->vec, var) &&
+              add_arg(&a, DNNL_ARG_DIFF_SRC, e->data, gx);
     if (ok && weight)
-        ok = add_arg(&a, DNNL_ARG_SCALE, vmd, weight) && add_arg(&a, DNNL_ARG_DIFF_SCALE, vmd, gw);
-    if (ok && gb) ok = add_arg(&a, DNNL_ARG_DIFF_SHIFT, vmd, gb);
-    ok = run(prim, &a, ok, dmd, vmd);
+        ok = add_arg(&a, DNNL_ARG_SCALE, e->vec, weight) &&
+             add_arg(&a, DNNL_ARG_DIFF_SCALE, e->vec, gw);
+    if (ok && gb) ok = add_arg(&a, DNNL_ARG_DIFF_SHIFT, e->vec, gb);
+    ok = run(e->prim, &a, ok);
     free(tmp);
     return ok;
 }

@@ -189,9 +189,9 @@ static bool entry_build_with(conv_entry *e, const conv_key *k, conv_mds *m) {
             return false;
     } else {
         /* oneDNN 2.6's strided 1x1 backward-weights kernel on AVX2 corrupted the heap when it
-         * read an nhwc src of fewer than 8 channels (seen for 1..6 channels, stride 2; kept
-         * for 3.2, where it was not tried again):
-         * there it reads a src layout of its own choosing, reordered from ours */
+         * read an nhwc src of fewer than 8 channels (seen for 1..6 channels, stride 2), so
+         * there it reads a src layout of its own choosing, reordered from ours (kept for
+         * 3.2, not tried again there) */
         const cr_conv_geom *g = &k->g;
         const_dnnl_memory_desc_t src = m->src;
         if (g->kh == 1 && g->kw == 1 && (g->sh > 1 || g->sw > 1) && g->c % 16 != 0) {

@@ -40,13 +40,10 @@ return function(cr, Tensor, W)
     local momentum = opt_number(opts.momentum, 0.1, 'batch_norm', 'momentum')
     local eps = opt_number(opts.eps, 1e-5, 'batch_norm', 'eps')
     local splits = opt_number(opts.splits, 1, 'batch_norm', 'splits')
-    if splits ~= 1 then
-      if splits % 1 ~= 0 then error(string.format("batch_norm: 'splits' must be an integer >= 1, got %s", splits), 2) end
-      return W.call(C.cr_op_batch_norm_split, x, weight, bias, running_mean, running_var,
-                    opts.training and true or false, momentum, eps, opts.relu and true or false, splits)
-    end
-    return W.call(opts.relu and C.cr_op_batch_norm_relu or C.cr_op_batch_norm, x, weight, bias,
-                  running_mean, running_var, opts.training and true or false, momentum, eps)
+    if splits % 1 ~= 0 then error(string.format("batch_norm: 'splits' must be an integer >= 1, got %s", splits), 2) end
+    -- splits = 1 is the plain batch norm (and relu = true its fused form)
+    return W.call(C.cr_op_batch_norm_split, x, weight, bias, running_mean, running_var,
+                  opts.training and true or false, momentum, eps, opts.relu and true or false, splits)
   end
 
   -- cr.layer_norm(x, normalized_shape, {weight, bias, eps = 1e-5}); normalized_shape is a

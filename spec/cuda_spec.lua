@@ -322,6 +322,29 @@ H.describe_gpu('cuda tensors', function()
     end
   end)
 
+  it('normalises split batches (statistics per group of rows) as the cpu does, in f32 and bf16', function()
+    for _, dt in ipairs({ 'f32', 'bf16' }) do
+      for _, shape in ipairs({ { 8, 6, 5, 7 }, { 12, 40 } }) do
+        local C = shape[2]
+        same_on_both(function(dev)
+          local x = H.park_miller(shape, 48, 'f32'):to('bf16'):float():to(dev)
+          if #shape == 4 then x = x:conv2d(cr.eye(C):view(C, C, 1, 1):to(dev)) end
+          x = x:detach():to(dt):requires_grad_()
+          local w = H.park_miller({ C }, 49, 'f32'):to(dev):requires_grad_()
+          local b = H.park_miller({ C }, 50, 'f32'):to(dev):requires_grad_()
+          local rm, rv = cr.zeros(C):to(dev), cr.ones(C):to(dev)
+          local y = cr.batch_norm(x, rm, rv, { weight = w, bias = b, training = true, momentum = 0.3, relu = true,
+            splits = 4 })
+          local gy = H.park_miller(shape, 51, 'f32'):to('bf16'):float():to(dev)
+          local loss = (y:float() * gy):sum()
+          loss:backward()
+          return { y, x.grad, w.grad, b.grad, rm, rv }
+        end, dt == 'f32' and 1e-4 or 2e-2, dt == 'f32' and 1e-4 or 2e-2,
+          string.format('split batch_norm %s [%s]', dt, table.concat(shape, ',')))
+      end
+    end
+  end)
+
   it('pools as the cpu does: max (with ties and padding), average, adaptive, and their grads', function()
     for _, dt in ipairs({ 'f32', 'f64' }) do
       same_on_both(function(dev)

@@ -7,11 +7,12 @@
 # Prepare here with tools/gpu_prepare.sh, then run it through the device tool:
 #   run(command = "bash tools/gpu_check.sh",
 #       carry = [".gpu", "build/libcrescent.so", "build/crescent_cdef.h", "build/crescent_loop.so"])
-# Args: parts to run, any of specs recipes bench profile kernels sanitize (default: all but
-# profile and kernels; specs, recipes and sanitize run side by side on the one GPU, bench,
-# profile and kernels alone afterwards). profile: the benchmark's steps op by op in GPU
-# time (bench/gpu_swav.lua profile=1) and the twin's CUDA kernels (gpu_swav_torch.py
-# --profile). kernels: Nsight Compute (ncu) over two bf16 SwAV steps of the benchmark,
+# Args: parts to run, any of specs recipes bench compile profile kernels sanitize (default:
+# all but compile, profile and kernels; specs, recipes and sanitize run side by side on the
+# one GPU, the others alone afterwards). compile: the benchmark with the twin's bf16 steps
+# also under torch.compile (bench/gpu_swav.lua compile=1; its compilation takes minutes).
+# profile: the benchmark's steps op by op in GPU time (bench/gpu_swav.lua profile=1) and
+# the twin's CUDA kernels (gpu_swav_torch.py --profile). kernels: Nsight Compute (ncu) over two bf16 SwAV steps of the benchmark,
 # every kernel's time and DRAM bytes summed by name (tools/ncu_summary.py), then the
 # full metric set of 14 batch-norm row, half elementwise and max-pool kernels after 60.
 # The bench log's name carries CRESCENT_CUDNN_BENCHMARK=1
@@ -88,6 +89,10 @@ fi
 
 if want bench; then
   part "$bench_log" 200 luajit bench/gpu_swav.lua
+  pack
+fi
+if want compile; then
+  part "${bench_log}_compile" 420 luajit bench/gpu_swav.lua compile=1
   pack
 fi
 if want profile; then

@@ -7,16 +7,17 @@
 # Prepare here with tools/gpu_prepare.sh, then run it through the device tool:
 #   run(command = "bash tools/gpu_check.sh",
 #       carry = [".gpu", "build/libcrescent.so", "build/crescent_cdef.h", "build/crescent_loop.so"])
-# Args: parts to run, any of specs recipes bench compile profile kernels sanitize (default:
-# all but compile, profile and kernels; specs, recipes and sanitize run side by side on the
-# one GPU, the others alone afterwards). compile: the benchmark with the twin's bf16 steps
-# also under torch.compile (bench/gpu_swav.lua compile=1; its compilation takes minutes).
-# profile: the benchmark's steps op by op in GPU time (bench/gpu_swav.lua profile=1) and
-# the twin's CUDA kernels (gpu_swav_torch.py --profile). kernels: Nsight Compute (ncu) over two bf16 SwAV steps of the benchmark,
-# every kernel's time and DRAM bytes summed by name (tools/ncu_summary.py), then the
-# full metric set of 14 batch-norm row, half elementwise and max-pool kernels after 60.
-# The bench log's name carries CRESCENT_CUDNN_BENCHMARK=1
-# when that is set (cuDNN times its algorithms, as torch.backends.cudnn.benchmark).
+# Args: parts to run, any of specs recipes bench compile profile kernels sanitize
+# (default: all but compile, profile and kernels; specs, recipes and sanitize run side by
+# side on the one GPU, the others alone afterwards). compile: the benchmark with the
+# twin's bf16 steps also under torch.compile (bench/gpu_swav.lua compile=1; its
+# compilation takes minutes). profile: the benchmark's steps op by op in GPU time
+# (bench/gpu_swav.lua profile=1) and the twin's CUDA kernels (gpu_swav_torch.py
+# --profile). kernels: Nsight Compute (ncu) over two bf16 SwAV steps of the benchmark,
+# every kernel's time and DRAM bytes summed by name (tools/ncu_summary.py), then the full
+# metric set of 14 batch-norm row, half elementwise and max-pool kernels after 60. The
+# bench log's name carries CRESCENT_CUDNN_BENCHMARK=1 when that is set (cuDNN times its
+# algorithms, as torch.backends.cudnn.benchmark).
 # The recipes' loss curves (metrics.jsonl in logs.tgz) compare with the same commands and
 # train.device=cpu run here.
 set -u -o pipefail

@@ -120,11 +120,11 @@ cr.engine.run.main(function()
 
   local vit = cfg.model.arch:find('^vit') ~= nil
   print(string.format('supervised: %s %s (%.2fM params) on %s (%d train, %d %s), ' ..
-    '%d epochs, batch %d, lr %g, %s%s', cfg.model.arch,
+    '%d epochs, batch %d, lr %g, %s%s%s', cfg.model.arch,
     vit and ('patch ' .. cfg.model.patch) or ('width ' .. cfg.model.width), model:num_parameters() / 1e6,
     cfg.data.name, #train_set, #test_set, eval_name, cfg.train.epochs, cfg.data.batch_size, peak,
     require('crescent.util').count_of(cr.get_num_threads(), 'thread'),
-    cr.dist.setup.describe(ddp)))
+    task.amp ~= 'off' and ', amp ' .. task.amp or '', cr.dist.setup.describe(ddp)))
   cr.train(task)
 
   -- the final figures; train_loss is the mean over the last epoch's steps

@@ -204,7 +204,22 @@ describe('train.amp in the standard step', function()
     assert.are.equal('f32', model.weight.dtype)
     assert.is_true(H.max_diff(model.weight, ref.weight) > 0) -- bf16 products differ from f32 ones
     assert.is_true(H.max_diff(model.weight, ref.weight) < 1e-2)
-    H.assert_error(function() run('fp8') end, "amp must be 'off', 'bf16' or 'f16'")
+    H.assert_error(function() run('fp8') end, "amp must be 'off', 'bf16', 'f16' or 'auto'")
+  end)
+
+  it("with amp = 'auto', runs bf16 where the cpu computes it natively and f32 elsewhere", function()
+    local _, seen, task = run('auto')
+    local want = cr.cpu_bf16_native() and 'bf16' or 'off'
+    assert.are.equal(want, task.amp)
+    assert.are.equal(want == 'bf16' and 'bf16' or 'f32', seen.out)
+    local prev = cr.set_fast_paths(false) -- no native bf16 then: auto stays in f32
+    local ok, err = pcall(function()
+      local _, seen_off, task_off = run('auto')
+      assert.are.equal('off', task_off.amp)
+      assert.are.equal('f32', seen_off.out)
+    end)
+    cr.set_fast_paths(prev)
+    assert(ok, err)
   end)
 
   it('with f16, scales the loss and skips a step whose grads overflow, leaving the weights alone', function()

@@ -45,8 +45,9 @@ local COMMON_TYPES = {
   ['train.epochs'] = { type = 'integer', min = 0, doc = 'epochs to train (0: an evaluation-only run)' },
   ['train.device'] = { type = 'string', choices = { 'auto', 'cpu', 'cuda' },
                        doc = 'auto: the first usable GPU, else the CPU (one line says which and why)' },
-  ['train.amp'] = { type = 'string', choices = { 'off', 'bf16', 'f16' },
-                    doc = 'mixed precision: forward and loss under autocast; f16 adds a loss scaler' },
+  ['train.amp'] = { type = 'string', choices = { 'off', 'bf16', 'f16', 'auto' },
+                    doc = 'mixed precision: forward and loss under autocast; f16 adds a loss scaler; ' ..
+                          'auto: bf16 where the device computes it natively (a GPU, a CPU with AVX512-BF16), else off' },
   ['train.deterministic'] = { type = 'boolean', doc = 'GPU: only algorithms that give the same bits every run' },
   ['train.seed'] = { type = 'integer', min = 0, doc = 'the seed of the weights, the shuffle and the augmentations' },
   ['train.threads'] = { type = 'integer', min = 0, doc = 'CPU threads (0: every core)' },

@@ -11,7 +11,8 @@
 -- Fields taken from the config when not given: epochs (train.epochs), test_every
 -- (train.test_every, default 1), accum_steps (optim.accum_steps), clip_norm
 -- (optim.clip_norm), clip_value (optim.clip_value), gc_step_kb (train.gc_step_kb), amp
--- (train.amp: 'off', 'bf16' or 'f16'; f16 also makes a GradScaler, or pass scaler).
+-- (train.amp: 'off', 'bf16', 'f16' or 'auto', bf16 where the device computes it natively
+-- and else off; f16 also makes a GradScaler, or pass scaler).
 -- Also: malloc_keep_mb (32), name (run.name), device: where batches go, the model's
 -- device by default (model:device()); move the model first (model:to('cuda')) and build
 -- the optimizer after. Batch tensors (input, a list of crops, target) are moved there as
@@ -34,7 +35,15 @@ local KNOWN = {
   repl_on_signal = true,
   amp = true, scaler = true, device = true,
 }
-local AMP = { off = true, bf16 = true, f16 = true }
+local AMP = { off = true, bf16 = true, f16 = true, auto = true }
+
+-- Whether `device` computes bf16 natively, which amp = 'auto' turns into bf16: a GPU (the
+-- CUDA build targets compute capability 8.0 and later, which all do) or a CPU with
+-- AVX512-BF16 (cr.cpu_bf16_native); elsewhere bf16 would run on f32 copies, slower than f32.
+local function native_bf16(device)
+  if device ~= 'cpu' then return true end
+  return require('crescent.ffi').C.cr_cpu_bf16_native()
+end
 
 -- cfg.section.key when the config has it: an optional field, not a key every config
 -- must declare (raw reads: recipe_keys_spec notes reads of undeclared keys).
@@ -107,8 +116,9 @@ local function new(_, args)
   -- scales the loss (dynamic loss scaling) and skips steps whose grads overflow
   self.amp = args.amp or cfg_get(cfg, 'train', 'amp') or 'off'
   if not AMP[self.amp] then
-    error("Task{...}: amp must be 'off', 'bf16' or 'f16', got " .. tostring(self.amp), 2)
+    error("Task{...}: amp must be 'off', 'bf16', 'f16' or 'auto', got " .. tostring(self.amp), 2)
   end
+  if self.amp == 'auto' then self.amp = native_bf16(self.device) and 'bf16' or 'off' end
   self.scaler = args.scaler or (self.amp == 'f16' and require('crescent.optim.scaler')() or nil)
   -- KiB of incremental GC work per iteration: the step's tensor handles
   -- are finalised steadily rather than in one long pause.

@@ -270,10 +270,10 @@ function R.banner(task)
   local trunk = VIT_DIM[cfg.model.arch] and string.format('%s, patch %d', cfg.model.arch, cfg.model.patch)
     or string.format('%s width %d', cfg.model.arch, cfg.model.width)
   return string.format('%s: %s (%.2fM params) on %s (%d train%s), crops %s, %d epochs, batch %d, ' ..
-    'lr %g, %s%s', task.method_name, trunk, m:num_parameters() / 1e6, cfg.data.name,
+    'lr %g, %s%s%s', task.method_name, trunk, m:num_parameters() / 1e6, cfg.data.name,
     #task.train_set, task.test_set and (', ' .. #task.test_set .. ' ' .. task.eval_name) or '', table.concat(crops, ' + '),
     cfg.train.epochs, cfg.data.batch_size, task.peak_lr or cfg.optim.lr, util.count_of(cr.get_num_threads(), 'thread'),
-    cr.dist.setup.describe(task.ddp))
+    task.amp ~= 'off' and ', amp ' .. task.amp or '', cr.dist.setup.describe(task.ddp))
 end
 
 -- ---- frozen trunks (linear_eval.lua, extract.lua) -------------------------------------

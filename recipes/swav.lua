@@ -16,8 +16,8 @@ local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.'
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 require('crescent').ssl.recipe.main('swav', {
   -- bf16 where the CPU computes it natively (AVX512-BF16): 8 epochs fit in about 15
-  -- minutes there; elsewhere it trains in f32 (on the AVX512-BF16 machine f32 steps were
-  -- about 1.7 times slower than bf16 ones).
+  -- minutes there; elsewhere it trains in f32 (on the AVX512-BF16 machine the supervised
+  -- benchmark's f32 step was about 1.7 times slower than its bf16 step).
   train = { epochs = 8, amp = 'auto' },
   -- Two 28 px views of scale 0.35 to 1 and no blur: on a held-out split of 10,000 images
   -- they gave 80.80% kNN after 5 epochs and 81.35% after 8, against 80.05% after 8 for

@@ -288,6 +288,30 @@ H.describe_gpu('cuda tensors', function()
     end
   end)
 
+  -- Batch norm in training on dev, then its backward: x of `shape` in dtype dt (made
+  -- channels-last by an identity conv when 4-d; values bf16 holds exactly, which that conv
+  -- keeps in TF32 on the GPU), f32 weight and bias, running statistics from 0 and 1, seeds
+  -- seed .. seed + 3, `opts` added to the call's options. The grad of y is fixed and exact
+  -- in a half: with sum(y^2) the input grad is zero but for rounding, and one y rounded
+  -- apart on the two devices moved it by 0.02. Returns the tensors to compare (y, the grads
+  -- of x, w and b, the running statistics) and x, w, b, rm, rv.
+  local function batch_norm_trained(dev, shape, dt, seed, opts)
+    local C = shape[2]
+    local x = H.park_miller(shape, seed, 'f32'):to('bf16'):float():to(dev)
+    if #shape == 4 then x = x:conv2d(cr.eye(C):view(C, C, 1, 1):to(dev)) end
+    x = x:detach():to(dt):requires_grad_()
+    local w = H.park_miller({ C }, seed + 1, 'f32'):to(dev):requires_grad_()
+    local b = H.park_miller({ C }, seed + 2, 'f32'):to(dev):requires_grad_()
+    local rm, rv = cr.zeros(C):to(dev), cr.ones(C):to(dev)
+    local o = { weight = w, bias = b, training = true, momentum = 0.3 }
+    for k, v in pairs(opts) do o[k] = v end
+    local y = cr.batch_norm(x, rm, rv, o)
+    local gy = H.park_miller(shape, seed + 3, 'f32'):to('bf16'):float():to(dev)
+    local loss = (y:float() * gy):sum()
+    loss:backward()
+    return { y, x.grad, w.grad, b.grad, rm, rv }, x, w, b, rm, rv
+  end
+
   it('normalises rows of channels (channels-last, [N, C]) in 16-byte vectors as the cpu does', function()
     -- channel counts that suit the vector kernels: several vector columns, tiles of rows,
     -- more than one tile of columns ([N, 1032]: 258 f32 vectors), eval mode and relu;
@@ -298,23 +322,10 @@ H.describe_gpu('cuda tensors', function()
       for _, shape in ipairs({ { 8, 16, 9, 11 }, { 3, 40, 5, 3 }, { 64, 1032 }, { 16, 64, 24, 24 }, { 1024, 2048 } }) do
         local big = shape[1] * shape[2] * (shape[3] or 1) * (shape[4] or 1) > 100000
         for _, relu in ipairs(big and { false } or { false, true }) do
-          local C = shape[2]
           same_on_both(function(dev)
-            -- values bf16 holds exactly, which the identity conv keeps (TF32 on the GPU)
-            local x = H.park_miller(shape, 44, 'f32'):to('bf16'):float():to(dev)
-            if #shape == 4 then x = x:conv2d(cr.eye(C):view(C, C, 1, 1):to(dev)) end
-            x = x:detach():to(dt):requires_grad_()
-            local w = H.park_miller({ C }, 45, 'f32'):to(dev):requires_grad_()
-            local b = H.park_miller({ C }, 46, 'f32'):to(dev):requires_grad_()
-            local rm, rv = cr.zeros(C):to(dev), cr.ones(C):to(dev)
-            local y = cr.batch_norm(x, rm, rv, { weight = w, bias = b, training = true, momentum = 0.3, relu = relu })
-            -- a fixed grad for y, exact in a half: with sum(y^2) the input grad is zero but
-            -- for rounding, and one y rounded apart on the two devices moved it by 0.02
-            local gy = H.park_miller(shape, 47, 'f32'):to('bf16'):float():to(dev)
-            local loss = (y:float() * gy):sum()
-            loss:backward()
-            local ye = cr.batch_norm(x:detach(), rm, rv, { weight = w:detach(), bias = b:detach(), relu = relu })
-            return { y, x.grad, w.grad, b.grad, rm, rv, ye }
+            local got, x, w, b, rm, rv = batch_norm_trained(dev, shape, dt, 44, { relu = relu })
+            got[#got + 1] = cr.batch_norm(x:detach(), rm, rv, { weight = w:detach(), bias = b:detach(), relu = relu })
+            return got
           end, dt == 'f32' and 1e-4 or 2e-2, dt == 'f32' and 1e-4 or 2e-2,
             string.format('batch_norm %s [%s]%s', dt, table.concat(shape, ','), relu and ' relu' or ''))
         end
@@ -325,21 +336,8 @@ H.describe_gpu('cuda tensors', function()
   it('normalises split batches (statistics per group of rows) as the cpu does, in f32 and bf16', function()
     for _, dt in ipairs({ 'f32', 'bf16' }) do
       for _, shape in ipairs({ { 8, 6, 5, 7 }, { 12, 40 } }) do
-        local C = shape[2]
-        same_on_both(function(dev)
-          local x = H.park_miller(shape, 48, 'f32'):to('bf16'):float():to(dev)
-          if #shape == 4 then x = x:conv2d(cr.eye(C):view(C, C, 1, 1):to(dev)) end
-          x = x:detach():to(dt):requires_grad_()
-          local w = H.park_miller({ C }, 49, 'f32'):to(dev):requires_grad_()
-          local b = H.park_miller({ C }, 50, 'f32'):to(dev):requires_grad_()
-          local rm, rv = cr.zeros(C):to(dev), cr.ones(C):to(dev)
-          local y = cr.batch_norm(x, rm, rv, { weight = w, bias = b, training = true, momentum = 0.3, relu = true,
-            splits = 4 })
-          local gy = H.park_miller(shape, 51, 'f32'):to('bf16'):float():to(dev)
-          local loss = (y:float() * gy):sum()
-          loss:backward()
-          return { y, x.grad, w.grad, b.grad, rm, rv }
-        end, dt == 'f32' and 1e-4 or 2e-2, dt == 'f32' and 1e-4 or 2e-2,
+        same_on_both(function(dev) return (batch_norm_trained(dev, shape, dt, 48, { relu = true, splits = 4 })) end,
+          dt == 'f32' and 1e-4 or 2e-2, dt == 'f32' and 1e-4 or 2e-2,
           string.format('split batch_norm %s [%s]', dt, table.concat(shape, ',')))
       end
     end

@@ -27,9 +27,10 @@ logs=/tmp/gpu_logs
 mkdir -p "$out" "$logs"
 source .gpu/setup.sh > "$logs/setup.txt" 2>&1
 # the CUDA backend and oneDNN 3.2 beside libcrescent.so, where its RUNPATH ($ORIGIN) finds
-# oneDNN, unpacked from .gpu (tools/gpu_prepare.sh carries them xz-compressed)
+# oneDNN, unpacked from .gpu (tools/gpu_prepare.sh carries them xz-compressed) on every
+# run: a warm machine keeps the build/ of its last call, whose copies may be older
 for lib in libcrescent_cuda.so libdnnl.so.3; do
-  if [ -f ".gpu/$lib.xz" ] && [ ! -f "build/$lib" ]; then
+  if [ -f ".gpu/$lib.xz" ]; then
     rm -f "build/$lib"
     python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
       ".gpu/$lib.xz" "build/$lib"

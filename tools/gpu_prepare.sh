@@ -3,9 +3,9 @@
 # first: the build (sm_80 and sm_90), the Debian packages it lacks (.gpu/debs, through
 # ../shared/gpu/fetch-debs.sh), the CUDA backend and oneDNN's library xz-compressed
 # (.gpu/libcrescent_cuda.so.xz, 3.6 MB against 28; .gpu/libdnnl.so.3.xz, 7 MB against 54:
-# the tree that travels holds 64 MiB; gpu_check.sh unpacks them into build/) and the first 30,000 Fashion-MNIST training images with
-# the test set (.gpu/data; the whole training file would put the carried tree over the
-# device tool's 64 MiB). Then, through the device tool:
+# the tree that travels holds 64 MiB; gpu_check.sh unpacks them into build/) and the
+# first 30,000 Fashion-MNIST training images with the test set (.gpu/data; the whole
+# training file would put the carried tree over the device tool's 64 MiB). Then, through the device tool:
 #   run(command = "bash tools/gpu_check.sh",
 #       carry = [".gpu", "build/libcrescent.so", "build/crescent_cdef.h", "build/crescent_loop.so"])
 set -euo pipefail

@@ -80,6 +80,35 @@ def fashion_mnist(split, root=DATA_DIR, limit=0):
     return images, labels
 
 
+def philox_words(n, seed):
+    """The first n words of crescent's Philox4x32-10 stream for a seed (offset 0), as
+    cr_rng_philox_words gives them: counter i // 4 in words 0-1 of the block, key = seed."""
+    blocks = (n + 3) // 4
+    ctr = np.arange(blocks, dtype=np.uint64)
+    low = np.uint64(0xffffffff)
+    c0, c1 = ctr & low, ctr >> np.uint64(32)
+    c2, c3 = np.zeros(blocks, np.uint64), np.zeros(blocks, np.uint64)
+    k0, k1 = seed & 0xffffffff, (seed >> 32) & 0xffffffff
+    for _ in range(10):
+        p0, p1 = np.uint64(0xD2511F53) * c0, np.uint64(0xCD9E8D57) * c2
+        c0, c2 = (p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0), (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1)
+        c1, c3 = p1 & low, p0 & low
+        k0, k1 = (k0 + 0x9E3779B9) & 0xffffffff, (k1 + 0xBB67AE85) & 0xffffffff
+    return np.stack([c0, c1, c2, c3], 1).reshape(-1)[:n]
+
+
+def hold_out(images, labels, val_split):
+    """crescent's data.val_split (Dataset:hold_out with seed 0): the same held-out
+    training samples, each part in its original order. Returns (rest, held_out) pairs."""
+    n = len(labels)
+    n_val = int(math.floor(val_split * n + 0.5)) if val_split < 1 else int(val_split)
+    if not 1 <= n_val < n:
+        sys.exit(f'data.val_split = {val_split} holds out {n_val} of the {n} training samples')
+    order = np.argsort(philox_words(n, 0).astype(np.int64), kind='stable')
+    rest, held = np.sort(order[n_val:]), np.sort(order[:n_val])
+    return (images[rest], labels[rest]), (images[held], labels[held])
+
+
 class PILGaussianBlur:
     """SwAV's PILRandomGaussianBlur without its own probability (RandomApply gives it)."""
     def __init__(self, sigma):
@@ -494,8 +523,6 @@ def check_supported(method, cfg):
         bad.append('model.stem=' + m['stem'])
     if d['name'] != 'fashion_mnist':
         bad.append('data.name=' + d['name'])
-    if d.get('val_split', 0):
-        bad.append('data.val_split')
     if method == 'swav' and cfg['swav']['queue_length'] > 0:
         bad.append('swav.queue_length>0')
     if method == 'moco' and cfg['moco'].get('cosine_momentum'):
@@ -519,7 +546,8 @@ def lr_at(it, total, warmup_iters, o):
 
 def training_data(cfg, workers):
     """Seeds torch and numpy, sets the threads, and gives the run's data: the multi-crop
-    DataLoader over the training images, both splits' images and labels, mean and std."""
+    DataLoader over the training images, both splits' images and labels (the second the
+    held-out part of train with data.val_split), mean and std."""
     seed = cfg['train']['seed']
     torch.manual_seed(seed)
     np.random.seed(seed)
@@ -527,6 +555,8 @@ def training_data(cfg, workers):
     limit = cfg['data']['limit']
     train_x, train_y = fashion_mnist('train', limit=limit)
     test_x, test_y = fashion_mnist('test', limit=limit)
+    if cfg['data'].get('val_split', 0):   # the kNN reads the held-out part, as crescent's recipes do
+        (train_x, train_y), (test_x, test_y) = hold_out(train_x, train_y, cfg['data']['val_split'])
     mean, std = 0.2860, 0.3530       # the usual per-pixel figures of the train set
     data = MultiViewSet(train_x, cfg['crops'], cfg['augment'], mean, std)
     gen = torch.Generator().manual_seed(seed)
@@ -538,7 +568,7 @@ def training_data(cfg, workers):
 
 
 def knn_eval(trunk, d, knn):
-    """kNN top-1 on the test split of training_data's dict d, by the trunk's features."""
+    """kNN top-1 on the test (or held-out) split of training_data's dict d, by the trunk's features."""
     tr = features(trunk, d['train_x'], d['mean'], d['std'])
     te = features(trunk, d['test_x'], d['mean'], d['std'])
     return knn_top1(tr, torch.from_numpy(d['train_y']), te, torch.from_numpy(d['test_y']), knn['k'], knn['temperature'])

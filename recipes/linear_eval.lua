@@ -58,7 +58,7 @@ cr.engine.run.main(function()
   local task = cr.ssl.linear_probe.task {
     train_features = ftr, train_labels = ytr, test_features = fte, test_labels = yte, num_classes = classes,
     epochs = cfg.train.epochs, batch_size = cfg.optim.batch_size, lr = cfg.optim.lr, momentum = cfg.optim.momentum,
-    weight_decay = cfg.optim.weight_decay, seed = cfg.train.seed, log_every = 100000,
+    weight_decay = cfg.optim.weight_decay, seed = cfg.train.seed, log_every = 100000, split = eval_name,
   }
   cr.train(task)
   local m = task.metrics

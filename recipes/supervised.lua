@@ -106,7 +106,7 @@ cr.engine.run.main(function()
   local ema = cr.engine.run.ema_hook(cfg, model)                -- model.ema=0.999: test the averaged weights
   if ema then task:add_hook(ema) end
   task:add_hook(cr.hooks.diagnostics { every = cfg.train.log_every }) -- norms, lr, memory, time split
-  task:add_hook(cr.hooks.console { every = cfg.train.log_every }) -- progress and test lines
+  task:add_hook(cr.hooks.console { every = cfg.train.log_every, split = eval_name }) -- progress, test (val) lines
   -- the run folder: config.lua, TensorBoard events, metrics.jsonl, checkpoints; the start
   -- (its checkpoints, else run.resume_from, else model.init weights, else from scratch)
   local dir, env = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'supervised'))

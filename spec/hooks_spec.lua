@@ -139,6 +139,19 @@ describe('the console writer', function()
     assert.truthy(bare.text:match('^epoch 1/1  iter 1/2'), bare.text)
   end)
 
+  it('names the evaluated split (val when the test phase reads held-out training data)', function()
+    local t = linear_task { epochs = 1, batches = batches(2, 2), test_every = 1, test_loader = list_loader(batches(1, 2)) }
+    local out = sink()
+    t:add_hook(cr.hooks.eval { topk = { 1 } })
+    t:add_hook(cr.hooks.console { every = 10, tty = false, timestamps = false, out = out, split = 'val' })
+    cr.train(t)
+    assert.truthy(out.text:find('\nepoch 1/1 val  top1 ', 1, true), out.text)
+    assert.is_nil(out.text:find(' test ', 1, true), out.text)
+    local ok, err = pcall(cr.hooks.console, { split = 1 })
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find('split must be a string', 1, true), err)
+  end)
+
   it('rewrites one line with \\r on a terminal', function()
     local t = linear_task { batches = batches(3, 2) }
     local out = sink()

@@ -4,7 +4,8 @@
 -- phase the batches done. Elsewhere (a log file, a pipe) the same fields as plain lines
 -- every `every` iterations, each after the local date and time (timestamps, default: not
 -- a terminal). After each test phase a line with the eval metrics found in the storage
--- (test/top1, test/top5, test/loss).
+-- (test/top1, test/top5, test/loss), named by `split` ('test', or 'val' when the test
+-- phase reads a held-out part of the training set).
 local loop = require 'crescent.engine.loop'
 local live_line = require 'crescent.hooks.live_line'
 
@@ -82,7 +83,8 @@ function Console:after_phase(task)
   if task.phase_name ~= 'test' then return end
   local st = task.storage
   -- train.epochs = 0: the evaluation-only run's one test phase
-  local parts = { task.epochs == 0 and 'eval only: test' or string.format('epoch %d/%d test', task.epoch + 1, task.epochs) }
+  local parts = { task.epochs == 0 and ('eval only: ' .. self.split) or
+                  string.format('epoch %d/%d %s', task.epoch + 1, task.epochs, self.split) }
   for _, name in ipairs { 'top1', 'top5' } do
     local v = st:latest('test/' .. name)
     if v then parts[#parts + 1] = string.format('%s %.2f%%', name, v) end
@@ -101,7 +103,7 @@ function Console:on_exception(_) self:end_line() end
 function Console:after_train(_) self:end_line() end
 
 -- cr.hooks.console{every = 50, tty = auto, out = io.stdout, window = 20, refresh = 0.2,
---                  timestamps = not tty}
+--                  timestamps = not tty, split = 'test'}
 return function(opts)
   opts = opts or {}
   local every = opts.every or 50
@@ -112,7 +114,9 @@ return function(opts)
   if tty == nil then tty = (opts.out == nil or opts.out == io.stdout) and live_line.stdout_is_tty() end
   local timestamps = opts.timestamps
   if timestamps == nil then timestamps = not tty end
+  local split = opts.split or 'test'
+  if type(split) ~= 'string' then error('console: split must be a string (test or val), got ' .. tostring(split), 2) end
   return setmetatable({ name = 'console', priority = opts.priority or 90, every = every, tty = tty,
                         out = opts.out or io.stdout, window = opts.window or 20,
-                        refresh = opts.refresh or 0.2, timestamps = timestamps }, Console)
+                        refresh = opts.refresh or 0.2, timestamps = timestamps, split = split }, Console)
 end

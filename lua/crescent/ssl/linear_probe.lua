@@ -8,7 +8,7 @@
 --
 --   local task = cr.ssl.linear_probe.task{train_features = f, train_labels = y,
 --       test_features = g, test_labels = z, num_classes = 10, epochs = 30, batch_size = 256,
---       lr = 0.1, momentum = 0.9, weight_decay = 0, seed = 0}
+--       lr = 0.1, momentum = 0.9, weight_decay = 0, seed = 0, split = 'test'}
 --   cr.train(task)   -- task.metrics.test_top1
 --
 -- FeatureLoader{features =, labels =, batch_size =, shuffle =, seed =} is the loader over
@@ -91,7 +91,7 @@ function M.task(o)
   task:add_hook(cr.hooks.schedule())
   task:add_hook(cr.hooks.timer())
   task:add_hook(cr.hooks.eval { topk = { 1, 5 } })
-  if o.log ~= false then task:add_hook(cr.hooks.console { every = o.log_every or 1000 }) end
+  if o.log ~= false then task:add_hook(cr.hooks.console { every = o.log_every or 1000, split = o.split }) end
   return task
 end
 

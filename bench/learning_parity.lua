@@ -13,6 +13,14 @@
 --   luajit bench/learning_parity.lua simclr 1 limit=2048    # a quick look on 2048 images
 --   luajit bench/learning_parity.lua all 5 threads=1 together=true   # both sides at once, a core each
 --   luajit bench/learning_parity.lua all 5 reuse=true       # keep every finished run of the same settings
+--   luajit bench/learning_parity.lua dino 1 seeds=0 threads=1 together=true data.val_split=10000 model.patch=7
+--
+-- Arguments with a dotted key (model.patch=7, data.val_split=10000, 'crops.size={28,14}')
+-- are recipe config overrides on top of the method's PARITY row, typed and checked as the
+-- recipe's own command line does; both sides get them (their runs' names carry a hash of
+-- them, so they do not overwrite the plain settings' runs). base=recipe starts from the
+-- recipe's own defaults instead of the PARITY row (the seed, epochs, limit and threads
+-- still set as above).
 --
 -- reuse=true takes a side's figure from its earlier log when that run finished and was
 -- given the same resolved config, so a table can be gathered over several sittings (or
@@ -31,7 +39,8 @@ local cjson = require 'cjson'
 local settings = dofile(root .. '/bench/parity_settings.lua')
 
 local USAGE = 'usage: luajit bench/learning_parity.lua moco|swav|simclr|byol|barlow_twins|dino|all [epochs] [seeds=0,1] ' ..
-  '[side=both|crescent|pytorch] [limit=N] [threads=N] [together=true|false] [reuse=true|false]'
+  '[side=both|crescent|pytorch] [limit=N] [threads=N] [together=true|false] [reuse=true|false] ' ..
+  '[base=parity|recipe] [section.key=value ...]'
 
 local function fail(msg)
   io.stderr:write('learning_parity: ', msg, '\n', USAGE, '\n')
@@ -44,11 +53,18 @@ if not settings.PARITY[methods[1]] then
 end
 local epochs = tonumber(arg[2] or 5)
 if not epochs or epochs < 1 or epochs ~= math.floor(epochs) then fail('epochs must be a positive integer') end
-local opts = { seeds = '0,1', side = 'both', limit = '0', threads = '0', together = 'false', reuse = 'false' }
+local opts = { seeds = '0,1', side = 'both', limit = '0', threads = '0', together = 'false', reuse = 'false',
+               base = 'parity' }
+local config_args = {}   -- section.key=value: recipe config overrides
 for i = 3, #arg do
   local k, v = arg[i]:match('^([%w_]+)=(.*)$')
-  if not k or opts[k] == nil then fail("unknown argument '" .. arg[i] .. "'") end
-  opts[k] = v
+  if k and opts[k] ~= nil then
+    opts[k] = v
+  elseif arg[i]:match('^[%w_]+%.[%w_.]+=') then
+    config_args[#config_args + 1] = arg[i]
+  else
+    fail("unknown argument '" .. arg[i] .. "'")
+  end
 end
 if opts.side ~= 'both' and opts.side ~= 'crescent' and opts.side ~= 'pytorch' then
   fail('side must be both, crescent or pytorch')
@@ -63,6 +79,7 @@ if opts.together ~= 'true' and opts.together ~= 'false' then fail('together must
 local together = opts.together == 'true'
 if opts.reuse ~= 'true' and opts.reuse ~= 'false' then fail('reuse must be true or false') end
 local reuse = opts.reuse == 'true'
+if opts.base ~= 'parity' and opts.base ~= 'recipe' then fail('base must be parity or recipe') end
 if together and opts.side ~= 'both' then fail('together=true runs both sides at once; leave side=both') end
 
 local out_dir = root .. '/build/parity'
@@ -122,6 +139,35 @@ local function earlier_config(base)
   return ok and cfg or nil
 end
 
+-- overrides with the command line's section.key=value arguments on top, typed and checked
+-- by the recipe's own declarations (cr.config.parse over the resolved config).
+local function with_config_args(recipe, overrides)
+  if #config_args == 0 then return overrides end
+  local base, declared = cr.config.load(recipe, overrides)
+  local ok, cfg = pcall(cr.config.parse, config_args, base, { types = declared.opts and declared.opts.types,
+                                                               exit_on_error = false })
+  if not ok then fail(tostring(cfg)) end
+  local out = cr.config.merge(overrides)
+  for _, d in ipairs(cr.config.diff(base, cfg)) do
+    local t, path = out, {}
+    for part in d[1]:gmatch('[^.]+') do path[#path + 1] = part end
+    for j = 1, #path - 1 do
+      t[path[j]] = t[path[j]] or {}
+      t = t[path[j]]
+    end
+    t[path[#path]] = d[3]
+  end
+  return out
+end
+
+-- A short tag of the command line's config overrides for run names ('' without any).
+local function config_tag()
+  if #config_args == 0 then return '' end
+  local h = 5381
+  for c in table.concat(config_args, ' '):gmatch('.') do h = (h * 33 + c:byte()) % 4294967296 end
+  return string.format('-x%08x', h)
+end
+
 local function mean(xs)
   local s = 0
   for _, x in ipairs(xs) do s = s + x end
@@ -141,13 +187,16 @@ local function compare(method)
   local result = { bench = 'learning_parity', method = method, epochs = epochs, seeds = seeds, crescent = {},
                    pytorch = {}, crescent_seconds = {}, pytorch_seconds = {} }
   for _, seed in ipairs(seeds) do
-    local name = string.format('%s-e%d-s%d%s', method, epochs, seed, limit > 0 and ('-l' .. limit) or '')
-    local overrides = settings.overrides(method, {
+    local name = string.format('%s-e%d-s%d%s%s%s', method, epochs, seed, limit > 0 and ('-l' .. limit) or '',
+      opts.base == 'recipe' and '-recipe' or '', config_tag())
+    local recipe = root .. '/recipes/' .. method .. '.lua'
+    local run_settings = {
       train = { epochs = epochs, seed = seed, log_every = 50, threads = threads },
       data = { limit = limit },
       run = { dir = out_dir .. '/runs', name = name },
-    })
-    local recipe = root .. '/recipes/' .. method .. '.lua'
+    }
+    local overrides = with_config_args(recipe, opts.base == 'parity' and settings.overrides(method, run_settings)
+      or run_settings)
     local cfg = cr.config.load(recipe, overrides)
     local base = out_dir .. '/' .. name
     local same_settings = reuse and deep_equal(earlier_config(base), cjson.decode(cjson.encode(cfg)))

@@ -148,15 +148,7 @@ local function with_config_args(recipe, overrides)
                                                                exit_on_error = false })
   if not ok then fail(tostring(cfg)) end
   local out = cr.config.merge(overrides)
-  for _, d in ipairs(cr.config.diff(base, cfg)) do
-    local t, path = out, {}
-    for part in d[1]:gmatch('[^.]+') do path[#path + 1] = part end
-    for j = 1, #path - 1 do
-      t[path[j]] = t[path[j]] or {}
-      t = t[path[j]]
-    end
-    t[path[#path]] = d[3]
-  end
+  for _, d in ipairs(cr.config.diff(base, cfg)) do cr.config.set(out, d[1], d[3]) end
   return out
 end
 

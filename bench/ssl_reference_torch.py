@@ -103,7 +103,8 @@ def hold_out(images, labels, val_split):
     n = len(labels)
     n_val = int(math.floor(val_split * n + 0.5)) if val_split < 1 else int(val_split)
     if not 1 <= n_val < n:
-        sys.exit(f'data.val_split = {val_split} holds out {n_val} of the {n} training samples')
+        sys.exit(f'data.val_split = {val_split} holds out {n_val} of the {n} training samples; give a fraction '
+                 f'in (0, 1) or a count in [1, {n})')
     order = np.argsort(philox_words(n, 0).astype(np.int64), kind='stable')
     rest, held = np.sort(order[n_val:]), np.sort(order[:n_val])
     return (images[rest], labels[rest]), (images[held], labels[held])

@@ -234,6 +234,10 @@ describe('config.merge, get, check and dump', function()
     assert.are.equal(9, b.x.z[1])
     assert.are.equal(2, config.get(m, 'x.y'))
     assert.is_nil(config.get(m, 'x.q.r'))
+    config.set(m, 'x.q.r', 5)                   -- missing sections are made
+    config.set(m, 'w', 'b')
+    assert.are.equal(5, config.get(m, 'x.q.r'))
+    assert.are.same({ x = { y = 2, z = { 0 }, q = { r = 5 } }, w = 'b', v = true }, m)
   end)
 
   it('checks a table built in code', function()

@@ -126,13 +126,18 @@ function M.get(cfg, key)
   return v
 end
 
-local function set(cfg, key, value)
+-- Sets the value at a dotted key ('optim.lr') in place, making missing sections.
+function M.set(cfg, key, value)
   local t = cfg
   local parts = {}
   for part in key:gmatch('[^.]+') do parts[#parts + 1] = part end
-  for i = 1, #parts - 1 do t = t[parts[i]] end
+  for i = 1, #parts - 1 do
+    t[parts[i]] = t[parts[i]] or {}
+    t = t[parts[i]]
+  end
   t[parts[#parts]] = value
 end
+local set = M.set
 
 local levenshtein, to_json = require('crescent.util').edit_distance, require('crescent.util').json
 M.levenshtein = levenshtein

@@ -29,9 +29,10 @@ cr_status cr_run_unary(cr_call *c, cr_loop_fn fn);
 cr_status cr_copy_into(cr_tensor *dst, cr_tensor *src);
 
 /* The inner loop of a binary op for one dtype pair: out of type TO, inputs of type TI,
- * `a` and `b` bound for EXPR. It handles the three layouts that matter: all contiguous
- * (vectorised), the second operand a broadcast scalar, and general strides. Used inside a
- * cr_loop_fn, where p, s and n are its arguments. */
+ * `a` and `b` bound for EXPR. It handles the layouts that matter: all contiguous, either
+ * operand a broadcast scalar (x * 2, 1 - x, a [B, 1, 1] factor over rows: all three
+ * vectorised), and general strides. Used inside a cr_loop_fn, where p, s and n are its
+ * arguments. */
 #define CR_BIN_LOOP(TO, TI, EXPR)                                                    \
     do {                                                                             \
         TO *o = (TO *)p[0];                                                          \
@@ -49,6 +50,12 @@ cr_status cr_copy_into(cr_tensor *dst, cr_tensor *src);
                 TI a = x[i];                                                         \
                 o[i] = (EXPR);                                                       \
             }                                                                        \
+        } else if (so == 1 && sx == 0 && sy == 1) {                                  \
+            const TI a = x[0];                                                       \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                TI b = y[i];                                                         \
+                o[i] = (EXPR);                                                       \
+            }                                                                        \
         } else {                                                                     \
             for (int64_t i = 0; i < n; i++) {                                        \
                 TI a = x[i * sx], b = y[i * sy];                                     \
@@ -61,11 +68,24 @@ cr_status cr_copy_into(cr_tensor *dst, cr_tensor *src);
  * identity-like (uint8_t) for bool outputs). */
 #define CR_BIN_LOOP_HALF(TO, LOAD, STORE, EXPR)                                      \
     do {                                                                             \
-        if (s[0] == (int64_t)sizeof(TO) && s[1] == 2 && s[2] == 2) { /* dense: vectorises */ \
-            TO *o = (TO *)p[0];                                                      \
-            const uint16_t *xp = (const uint16_t *)p[1], *yp = (const uint16_t *)p[2]; \
+        TO *o = (TO *)p[0];                                                          \
+        const uint16_t *xp = (const uint16_t *)p[1], *yp = (const uint16_t *)p[2];   \
+        const bool dense_o = s[0] == (int64_t)sizeof(TO);                            \
+        if (dense_o && s[1] == 2 && s[2] == 2) {                                     \
             for (int64_t i = 0; i < n; i++) {                                        \
                 float a = LOAD(xp[i]), b = LOAD(yp[i]);                              \
+                o[i] = STORE(EXPR);                                                  \
+            }                                                                        \
+        } else if (dense_o && s[1] == 2 && s[2] == 0) {                              \
+            const float b = LOAD(yp[0]);                                             \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                float a = LOAD(xp[i]);                                               \
+                o[i] = STORE(EXPR);                                                  \
+            }                                                                        \
+        } else if (dense_o && s[1] == 0 && s[2] == 2) {                              \
+            const float a = LOAD(xp[0]);                                             \
+            for (int64_t i = 0; i < n; i++) {                                        \
+                float b = LOAD(yp[i]);                                               \
                 o[i] = STORE(EXPR);                                                  \
             }                                                                        \
         } else {                                                                     \

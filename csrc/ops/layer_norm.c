@@ -18,19 +18,38 @@ static void ln_geometry(const cr_tensor *x, int nd, int64_t *rows, int64_t *D) {
     }
 }
 
+/* Sums over a row in f64 kept in LN_LANES independent lanes, so that the compiler
+ * vectorises them (one running sum is a chain of dependent adds, ~4 cycles an element);
+ * the tail and then the lanes are added in order, so the result depends only on D. EXPR
+ * is the term for element j; ACC names the result. */
+#define LN_LANES 16
+#define LN_ROW_SUM(ACC, EXPR)                                                        \
+    do {                                                                             \
+        double lane_[LN_LANES] = { 0 };                                              \
+        int64_t j = 0;                                                               \
+        for (; j + LN_LANES <= D; j += LN_LANES)                                     \
+            for (int64_t k_ = 0; k_ < LN_LANES; k_++) {                              \
+                const int64_t jj_ = j + k_;                                          \
+                lane_[k_] += (EXPR(jj_));                                            \
+            }                                                                        \
+        double tail_ = 0;                                                            \
+        for (; j < D; j++) tail_ += (EXPR(j));                                       \
+        for (int k_ = 0; k_ < LN_LANES; k_++) tail_ += lane_[k_];                    \
+        ACC = tail_;                                                                 \
+    } while (0)
+
 /* Typed row kernels: T is float or double, everything else f64. */
+#define LN_X(j) ((double)xr[j])
+#define LN_DEV2(j) (((double)xr[j] - m) * ((double)xr[j] - m))
 #define LN_FORWARD_ROW(T)                                                            \
     do {                                                                             \
         const T *xr = (const T *)xp + r * D;                                         \
         T *yr = (T *)yp + r * D;                                                     \
         const T *wv = (const T *)wp, *bv = (const T *)bp;                            \
-        double s = 0, sq = 0;                                                        \
-        for (int64_t j = 0; j < D; j++) s += xr[j];                                  \
-        double m = s / (double)D;                                                    \
-        for (int64_t j = 0; j < D; j++) {                                            \
-            double d = xr[j] - m;                                                    \
-            sq += d * d;                                                             \
-        }                                                                            \
+        double s, sq;                                                                \
+        LN_ROW_SUM(s, LN_X);                                                         \
+        const double m = s / (double)D;                                              \
+        LN_ROW_SUM(sq, LN_DEV2);                                                     \
         double rstd = 1.0 / sqrt(sq / (double)D + eps);                              \
         for (int64_t j = 0; j < D; j++) {                                            \
             double v = (xr[j] - m) * rstd;                                           \
@@ -70,18 +89,17 @@ cr_status cr_cpu_layer_norm(cr_call *c) {
  *   gx = rstd * (gy - mean(gy) - xhat * mean(gy*xhat))
  * and over rows gw = sum(g*xhat), gb = sum(g), each thread summing into its own f64
  * buffer before the buffers are added up. */
+#define LN_GY(j) (wv ? (double)gr[j] * wv[j] : (double)gr[j])
+#define LN_GY_XHAT(j) (LN_GY(j) * ((double)xr[j] - m) * rs)
 #define LN_BACKWARD_ROW(T)                                                           \
     do {                                                                             \
         const T *gr = (const T *)gp + r * D, *xr = (const T *)xp + r * D;            \
         const T *wv = (const T *)wp;                                                 \
         const double m = ((const T *)mp)[r], rs = ((const T *)rp)[r];                \
         if (gxp) {                                                                   \
-            double a = 0, b = 0;                                                     \
-            for (int64_t j = 0; j < D; j++) {                                        \
-                double gy = wv ? (double)gr[j] * wv[j] : (double)gr[j];              \
-                a += gy;                                                             \
-                b += gy * (xr[j] - m) * rs;                                          \
-            }                                                                        \
+            double a, b;                                                             \
+            LN_ROW_SUM(a, LN_GY);                                                    \
+            LN_ROW_SUM(b, LN_GY_XHAT);                                               \
             a /= (double)D;                                                          \
             b /= (double)D;                                                          \
             T *gxr = (T *)gxp + r * D;                                               \

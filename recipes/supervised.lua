@@ -45,6 +45,11 @@ local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.r
 
 cr.engine.run.main(function()
   local device = cr.engine.run.setup(cfg)
+  if cfg.train.epochs > 0 and cfg.optim.warmup_epochs >= cfg.train.epochs then
+    error(string.format('supervised: optim.warmup_epochs = %g is not shorter than train.epochs = %g: the cosine after the '
+      .. 'warm-up would have no steps; give optim.warmup_epochs=%g or less', cfg.optim.warmup_epochs,
+      cfg.train.epochs, cfg.train.epochs / 2), 0)
+  end
 
   -- data: the normalised images of cfg.data (data.limit keeps the first N of each split;
   -- data.val_split tests on held-out training images instead)
@@ -88,7 +93,7 @@ cr.engine.run.main(function()
     if np[2].requires_grad then trainable[#trainable + 1] = np end
   end
   local optimizer = cr.optim.from_config.build(trainable, cfg.optim, peak, defaults.optim)
-  local warmup = cfg.train.epochs > 0 and math.min(1, cfg.optim.warmup_epochs / cfg.train.epochs) or 0
+  local warmup = cfg.train.epochs > 0 and cfg.optim.warmup_epochs / cfg.train.epochs or 0
   local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = peak, to = 0 }
 
   local task = cr.engine.Task {

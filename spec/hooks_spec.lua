@@ -509,7 +509,7 @@ describe('recipes/supervised.lua', function()
     os.execute("rm -rf '" .. runs .. ".d' '" .. runs .. "'")
   end)
 
-  it('trains a Vision Transformer (model.arch=vit_tiny, model.patch) and refuses a patch that does not fit', function()
+  it('trains a Vision Transformer (model.arch=vit_tiny, model.patch) and refuses a patch that does not fit or a warm-up as long as the run', function()
     local ok = pcall(cr.data.fashion_mnist, { split = 'test', limit = 1 })
     if not ok then pending('Fashion-MNIST is absent') return end
     local runs = os.tmpname()
@@ -523,6 +523,10 @@ describe('recipes/supervised.lua', function()
       'checkpoint.save=false run.dir=' .. runs .. '.d')
     assert.are.equal(1, code, out)
     assert.truthy(out:find('img_size 28 is not a multiple of patch 5', 1, true), out)
+    out, code = H.shell('luajit recipes/supervised.lua train.epochs=1 optim.warmup_epochs=1 data.limit=64 ' ..
+      'checkpoint.save=false run.dir=' .. runs .. '.d')
+    assert.are.equal(1, code, out)
+    assert.truthy(out:find('optim.warmup_epochs = 1 is not shorter than train.epochs = 1', 1, true), out)
     os.execute("rm -rf '" .. runs .. ".d' '" .. runs .. "'")
   end)
 

@@ -9,9 +9,11 @@
  * same order either way: the same bits at any thread count.
  * No [Tq, Tk] matrix exists beyond one tile per thread. Dropout draws from the Philox
  * stream: element (n, i, j) of the weights keeps when uniform(word (n Tq + i) Tk + j) >= p,
- * and the backward draws the same words again. f32 and f64 compute natively; f16/bf16
- * inputs compute in f32 and the output returns in their dtype. The tile kernels are in
- * attention_tile.h. */
+ * and the backward draws the same words again. f32 and f64 compute natively. On the CPU,
+ * f16/bf16 inputs stay as they are, in any strides (a ViT's q, k and v are views of one
+ * qkv product): each work item converts its head into f32 staging, computes in f32 and
+ * writes its rows back in the inputs' dtype, so no f32 copy of a tensor is made or kept
+ * for the backward. The tile kernels are in attention_tile.h. */
 #include <math.h>
 #include <omp.h>
 
@@ -62,11 +64,25 @@ static bool parallel_worth(const att_geom *g, int64_t items) {
     return items > 1 && g->B * g->H * g->Tq * g->Tk * (g->d + g->dv) >= CR_PAR_GRAIN;
 }
 
-/* The tensors of a pass: the forward's inputs and outputs, the backward's besides. */
+/* The tensors of a pass: the forward's inputs and outputs, the backward's besides. half:
+ * 0, or the f16/bf16 dtype of q, k, v, dO and the outputs (lse and D are f32), whose
+ * inputs' strides along b, h, t and the last dim (elements) are qs, ks, vs, gs. */
 typedef struct {
     const void *q, *k, *v, *o, *lse, *go, *D;
     void *out, *lse_out, *dq, *dk, *dv;
+    cr_dtype half;
+    int64_t qs[4], ks[4], vs[4], gs[4];
 } att_bufs;
+
+static inline float att_half_to_f32(uint16_t h, bool bf16) { return bf16 ? cr_bf16_to_f32(h) : cr_f16_to_f32(h); }
+
+/* A [B, H, T, e] or [B, T, e] tensor's strides along b, h (0 without H), t and e. */
+static void att_strides(const cr_tensor *t, int64_t s[4]) {
+    const int nd = t->ndim;
+    s[0] = t->stride[0], s[1] = nd == 4 ? t->stride[1] : 0, s[2] = t->stride[nd - 2], s[3] = t->stride[nd - 1];
+}
+
+static bool att_is_half(cr_dtype dt) { return dt == CR_DT_BF16 || dt == CR_DT_F16; }
 enum { ATT_PASS_FWD, ATT_PASS_KV, ATT_PASS_Q, ATT_PASS_HEAD };
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -151,22 +167,47 @@ static bool run_pass(const att_geom *g, int pass, const att_bufs *b, bool f32) {
     return f32 ? att_run_f32(g, pass, b) : att_run_f64(g, pass, b);
 }
 
-/* in: q [N, Tq, d], k [N, Tk, d], v [N, Tk, dv] (contiguous, one float dtype), mask?;
- * out: o [N, Tq, dv], lse [N Tq]. */
+/* in: q [N, Tq, d], k [N, Tk, d], v [N, Tk, dv] (one float dtype; contiguous unless
+ * f16/bf16), mask?; out: o [N, Tq, dv] (q's dtype), lse [N Tq] (f32, f64 for f64). */
 cr_status cr_cpu_attention(cr_call *c) {
     att_geom g = geometry(c, c->in[3]);
     att_bufs b = {.q = cr_tensor_ptr(c->in[0]), .k = cr_tensor_ptr(c->in[1]), .v = cr_tensor_ptr(c->in[2]),
                   .out = cr_tensor_ptr(c->out[0]), .lse_out = cr_tensor_ptr(c->out[1])};
-    if (!run_pass(&g, ATT_PASS_FWD, &b, c->in[0]->dtype == CR_DT_F32))
+    if (att_is_half(c->in[0]->dtype)) {
+        b.half = c->in[0]->dtype;
+        att_strides(c->in[0], b.qs), att_strides(c->in[1], b.ks), att_strides(c->in[2], b.vs);
+    }
+    if (!run_pass(&g, ATT_PASS_FWD, &b, c->in[0]->dtype != CR_DT_F64))
         return cr_fail(CR_ERR_OOM, "attention: out of memory for the threads' scratch tiles");
     return CR_OK;
 }
 
-/* in: q, k, v, o, lse, dO (contiguous), mask?; out: dq?, dk?, dv?; the forward's i[], f[]. */
+/* D_i = dO_i . O_i of half dO (any strides) and O (contiguous), summed in f32. */
+static void att_row_dots_half(const att_geom *g, const att_bufs *b, float *D, bool par) {
+    const bool bf16 = b->half == CR_DT_BF16;
+    const int64_t rows = g->B * g->H * g->Tq, dv = g->dv;
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t i = 0; i < rows; i++) {
+        const int64_t n = i / g->Tq, t = i % g->Tq;
+        const uint16_t *go = (const uint16_t *)b->go + (n / g->H) * b->gs[0] + (n % g->H) * b->gs[1] + t * b->gs[2];
+        const uint16_t *o = (const uint16_t *)b->o + i * dv;
+        float s = 0;
+        if (bf16 && b->gs[3] == 1) {
+#pragma omp simd reduction(+ : s)
+            for (int64_t e = 0; e < dv; e++) s += cr_bf16_to_f32(go[e]) * cr_bf16_to_f32(o[e]);
+        } else {
+            for (int64_t e = 0; e < dv; e++) s += att_half_to_f32(go[e * b->gs[3]], bf16) * att_half_to_f32(o[e], bf16);
+        }
+        D[i] = s;
+    }
+}
+
+/* in: q, k, v, o, lse, dO (contiguous unless f16/bf16), mask?; out: dq?, dk?, dv? (the
+ * inputs' dtype); the forward's i[], f[]. */
 cr_status cr_cpu_attention_backward(cr_call *c) {
     att_geom g = geometry(c, c->in[6]);
     const int64_t rows = g.B * g.H * g.Tq;
-    const bool f32 = c->in[0]->dtype == CR_DT_F32;
+    const bool f32 = c->in[0]->dtype != CR_DT_F64;
     void *D = malloc((size_t)(rows > 0 ? rows : 1) * (f32 ? sizeof(float) : sizeof(double)));
     if (!D) return cr_fail(CR_ERR_OOM, "attention backward: out of memory for %lld row terms", (long long)rows);
     att_bufs b = {.q = cr_tensor_ptr(c->in[0]), .k = cr_tensor_ptr(c->in[1]), .v = cr_tensor_ptr(c->in[2]),
@@ -174,7 +215,12 @@ cr_status cr_cpu_attention_backward(cr_call *c) {
                   .D = D, .dq = c->out[0] ? cr_tensor_ptr(c->out[0]) : NULL,
                   .dk = c->out[1] ? cr_tensor_ptr(c->out[1]) : NULL, .dv = c->out[2] ? cr_tensor_ptr(c->out[2]) : NULL};
     const bool par = rows * g.dv >= CR_PAR_GRAIN;
-    if (f32) att_row_dots_f32(b.go, b.o, D, rows, g.dv, par);
+    if (att_is_half(c->in[0]->dtype)) {
+        b.half = c->in[0]->dtype;
+        att_strides(c->in[0], b.qs), att_strides(c->in[1], b.ks), att_strides(c->in[2], b.vs);
+        att_strides(c->in[5], b.gs);
+        att_row_dots_half(&g, &b, D, par);
+    } else if (f32) att_row_dots_f32(b.go, b.o, D, rows, g.dv, par);
     else att_row_dots_f64(b.go, b.o, D, rows, g.dv, par);
     /* a head per work item where the heads keep every thread busy (one pass, each tile's
      * scores once); else key blocks, then query blocks */
@@ -276,12 +322,17 @@ cr_status cr_op_attention(cr_tensor **out, cr_tensor *q, cr_tensor *k, cr_tensor
         return cr_fail(CR_ERR_ARG, "attention: dropout p = %g is outside [0, 1); pass the probability of "
                        "zeroing a weight", dropout_p);
     const cr_dtype dt = q->dtype == CR_DT_F64 ? CR_DT_F64 : CR_DT_F32;
+    /* the CPU kernel takes f16/bf16 in any strides (att_bufs); the GPU's, f32 contiguous */
+    const bool half_io = att_is_half(q->dtype) && cr_tensor_on_cpu(q);
     cr_tensor *cast[3] = {NULL, NULL, NULL}, *cont[3] = {NULL, NULL, NULL}, *mv = NULL;
     cr_tensor *src[3] = {q, k, v};
     cr_call c;
     memset(&c, 0, sizeof c);
-    for (int t = 0; t < 3; t++)
-        if ((st = cr_cast_if_needed(&cast[t], src[t], dt)) || (st = cr_op_contiguous(&cont[t], cast[t]))) goto done;
+    for (int t = 0; t < 3; t++) {
+        if (half_io) st = cr_cast_if_needed(&cont[t], src[t], q->dtype); /* a new reference */
+        else if (!(st = cr_cast_if_needed(&cast[t], src[t], dt))) st = cr_op_contiguous(&cont[t], cast[t]);
+        if (st) goto done;
+    }
     if ((st = cr_call_init(&c, CR_OP_ATTENTION, 4, 2))) goto done;
     if (mask && (st = mask_view(&c, &mv, mask, q, Tk, dt))) goto done;
     const int64_t B = q->shape[0], H = nd == 4 ? q->shape[1] : 1;
@@ -292,7 +343,7 @@ cr_status cr_op_attention(cr_tensor **out, cr_tensor *q, cr_tensor *k, cr_tensor
     int64_t oshape[4], rows = B * H * Tq;
     memcpy(oshape, q->shape, sizeof(int64_t) * (size_t)nd);
     oshape[nd - 1] = dv;
-    if ((st = cr_tensor_alloc(&c.out[0], nd, oshape, dt, cr_tensor_dev(q))) ||
+    if ((st = cr_tensor_alloc(&c.out[0], nd, oshape, half_io ? q->dtype : dt, cr_tensor_dev(q))) ||
         (st = cr_tensor_alloc(&c.out[1], 1, &rows, dt, cr_tensor_dev(q))))
         goto done;
     cr_philox_stream rs = {0, 0};
@@ -313,7 +364,7 @@ done:
         return st;
     }
     cr_tensor_free(c.out[1]);
-    if (q->dtype != dt) {
+    if (q->dtype != c.out[0]->dtype) {
         st = cr_op_to(out, c.out[0], q->dtype);
         cr_tensor_free(c.out[0]);
         return st;
@@ -332,7 +383,10 @@ cr_status cr_grad_attention(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
         if ((st = cr_saved_in(n, k, &t[k]))) return st;
     if (n->call.i[7] && (st = cr_saved_in(n, 3, &mask))) return st;
     if ((st = cr_saved_out(n, 0, &o)) || (st = cr_saved_out(n, 1, &lse))) return st;
-    if ((st = cr_op_contiguous(&g, gout[0]))) return st;
+    /* half inputs on the CPU: dO in their dtype, any strides; else contiguous */
+    if (att_is_half(t[0]->dtype) && cr_tensor_on_cpu(t[0])) st = cr_cast_if_needed(&g, gout[0], t[0]->dtype);
+    else st = cr_op_contiguous(&g, gout[0]);
+    if (st) return st;
     cr_call c;
     if ((st = cr_call_init(&c, CR_OP_ATTENTION_BACKWARD, 7, 3))) goto done;
     c.in[0] = t[0], c.in[1] = t[1], c.in[2] = t[2], c.in[3] = o, c.in[4] = lse, c.in[5] = g, c.in[6] = mask;

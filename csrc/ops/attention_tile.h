@@ -138,13 +138,13 @@ static void ATT(att_probs)(const att_geom *g, int64_t n, const ATT_T *lse, int64
 /* The forward's scratch (elements): kt [d][BC], S [BR][BC], acc [BR][dv], m, l [BR], keep [BC]. */
 #define ATT_FWD_SCRATCH(d, dv) ((d) * ATT_BC + ATT_BR * ATT_BC + ATT_BR * (dv) + 2 * ATT_BR + ATT_BC)
 
-/* Forward of rows i0..i0+nr-1 of head n: online softmax over key tiles (running max m,
- * running sum l), O = sum_j softmax_ij [keep_ij / (1-p)] v_j, lse = m + log l. A row with
- * every key masked gets O = 0 and lse = -inf. */
-static void ATT(att_forward_item)(const att_geom *g, const ATT_T *Q, const ATT_T *K, const ATT_T *V, ATT_T *O,
+/* Forward of rows i0..i0+nr-1 of head n (q, k, v, o and lse are that head's rows):
+ * online softmax over key tiles (running max m, running sum l), O = sum_j softmax_ij
+ * [keep_ij / (1-p)] v_j, lse = m + log l. A row with every key masked gets O = 0 and lse =
+ * -inf. */
+static void ATT(att_forward_item)(const att_geom *g, const ATT_T *q, const ATT_T *k, const ATT_T *v, ATT_T *O,
                                   ATT_T *LSE, int64_t n, int64_t i0, int nr, ATT_T *work) {
-    const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
-    const ATT_T *q = Q + n * Tq * d, *k = K + n * Tk * d, *v = V + n * Tk * dv;
+    const int64_t d = g->d, dv = g->dv, Tk = g->Tk;
     ATT_T *kt = work, *S = kt + d * ATT_BC, *acc = S + ATT_BR * ATT_BC, *m = acc + ATT_BR * dv, *l = m + ATT_BR,
           *keep = l + ATT_BR;
     const ATT_T ninf = (ATT_T)-INFINITY;
@@ -184,11 +184,11 @@ static void ATT(att_forward_item)(const att_geom *g, const ATT_T *Q, const ATT_T
         ATT(att_gemm)(nr, dv, nc, 1, S, ATT_BC, v + j0 * dv, dv, false, 1, acc, dv);
     }
     for (int r = 0; r < nr; r++) {
-        ATT_T *o = O + (n * Tq + i0 + r) * dv;
+        ATT_T *o = O + (i0 + r) * dv;
         const ATT_T *a = acc + (int64_t)r * dv;
         const ATT_T inv = l[r] > 0 ? 1 / l[r] : 0;
         for (int64_t e = 0; e < dv; e++) o[e] = a[e] * inv;
-        LSE[n * Tq + i0 + r] = l[r] > 0 ? m[r] + ATT_LOG(l[r]) : ninf;
+        LSE[i0 + r] = l[r] > 0 ? m[r] + ATT_LOG(l[r]) : ninf;
     }
 }
 
@@ -214,7 +214,7 @@ static void ATT(att_dscores)(const att_geom *g, const ATT_T *dO, const ATT_T *D,
 #define ATT_BWD_SCRATCH(d, dv) (((d) + (dv)) * ATT_BC + 5 * ATT_BR * ATT_BC + \
                                 (ATT_BC > ATT_BR ? ATT_BC : ATT_BR) * ((d) + (dv)))
 
-/* What a backward work item of head n reads and where its scratch lies: the head's
+/* What a backward work item of a head reads and where its scratch lies: the head's
  * rows of q, k, v, dO, lse and D, then the tiles kt [d][BC], vt [dv][BC], S, Z (S itself
  * without dropout), keep, dP, T [BC][BR] and the accumulators (ATT_BWD_SCRATCH). */
 typedef struct {
@@ -222,24 +222,23 @@ typedef struct {
     ATT_T *kt, *vt, *S, *Z, *keep, *dP, *T, *acc;
 } ATT(att_bwd);
 
-static ATT(att_bwd) ATT(att_bwd_view)(const att_geom *g, const ATT_T *Q, const ATT_T *K, const ATT_T *V,
-                                      const ATT_T *dO, const ATT_T *LSE, const ATT_T *D, int64_t n, ATT_T *work) {
-    const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk, tile = (int64_t)ATT_BR * ATT_BC;
+static ATT(att_bwd) ATT(att_bwd_view)(const att_geom *g, const ATT_T *q, const ATT_T *k, const ATT_T *v,
+                                      const ATT_T *go, const ATT_T *lse, const ATT_T *D, ATT_T *work) {
+    const int64_t d = g->d, dv = g->dv, tile = (int64_t)ATT_BR * ATT_BC;
     ATT(att_bwd) w;
-    w.q = Q + n * Tq * d, w.k = K + n * Tk * d, w.v = V + n * Tk * dv;
-    w.go = dO + n * Tq * dv, w.lse = LSE + n * Tq, w.D = D + n * Tq;
+    w.q = q, w.k = k, w.v = v, w.go = go, w.lse = lse, w.D = D;
     w.kt = work, w.vt = w.kt + d * ATT_BC, w.S = w.vt + dv * ATT_BC;
     w.Z = g->dropout ? w.S + tile : w.S;
     w.keep = w.S + 2 * tile, w.dP = w.S + 3 * tile, w.T = w.S + 4 * tile, w.acc = w.S + 5 * tile;
     return w;
 }
 
-/* Keys j0..j0+nc-1 of the head viewed by w, over every query row that sees them: dV_j =
- * sum_i Z_ij dO_i and dK_j = scale * sum_i dS_ij q_i into dK, dV (either may be NULL),
- * and, given gq (the head's dQ rows), dQ_i += scale dS_ij k_j as well. */
+/* Keys j0..j0+nc-1 of head n, viewed by w, over every query row that sees them: dV_j =
+ * sum_i Z_ij dO_i and dK_j = scale * sum_i dS_ij q_i into the head's dK, dV rows (either
+ * may be NULL), and, given gq (the head's dQ rows), dQ_i += scale dS_ij k_j as well. */
 static void ATT(att_key_block)(const att_geom *g, const ATT(att_bwd) *w, int64_t n, int64_t j0, int nc, ATT_T *dK,
                                ATT_T *dV, ATT_T *gq) {
-    const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
+    const int64_t d = g->d, dv = g->dv, Tq = g->Tq;
     ATT_T *gk = w->acc, *gv = gk + ATT_BC * d;
     const ATT_T scale = (ATT_T)g->scale;
     for (int64_t e = 0; e < nc * d; e++) gk[e] = 0;
@@ -261,25 +260,26 @@ static void ATT(att_key_block)(const att_geom *g, const ATT(att_bwd) *w, int64_t
         }
         if (gq) ATT(att_gemm)(nr, d, nc, scale, w->dP, ATT_BC, w->k + j0 * d, d, false, 1, gq + i0 * d, d);
     }
-    if (dK) memcpy(dK + (n * Tk + j0) * d, gk, (size_t)(nc * d) * sizeof(ATT_T));
-    if (dV) memcpy(dV + (n * Tk + j0) * dv, gv, (size_t)(nc * dv) * sizeof(ATT_T));
+    if (dK) memcpy(dK + j0 * d, gk, (size_t)(nc * d) * sizeof(ATT_T));
+    if (dV) memcpy(dV + j0 * dv, gv, (size_t)(nc * dv) * sizeof(ATT_T));
 }
 
-/* dK and dV of keys j0..j0+nc-1 of head n (the two-pass scheme's first pass). */
-static void ATT(att_backward_kv_item)(const att_geom *g, const ATT_T *Q, const ATT_T *K, const ATT_T *V,
-                                      const ATT_T *dO, const ATT_T *LSE, const ATT_T *D, ATT_T *dK, ATT_T *dV,
+/* dK and dV of keys j0..j0+nc-1 of head n (the two-pass scheme's first pass); every
+ * pointer is the head's rows. */
+static void ATT(att_backward_kv_item)(const att_geom *g, const ATT_T *q, const ATT_T *k, const ATT_T *v,
+                                      const ATT_T *go, const ATT_T *lse, const ATT_T *D, ATT_T *dK, ATT_T *dV,
                                       int64_t n, int64_t j0, int nc, ATT_T *work) {
-    ATT(att_bwd) w = ATT(att_bwd_view)(g, Q, K, V, dO, LSE, D, n, work);
+    ATT(att_bwd) w = ATT(att_bwd_view)(g, q, k, v, go, lse, D, work);
     ATT(att_key_block)(g, &w, n, j0, nc, dK, dV, NULL);
 }
 
-/* dQ of rows i0..i0+nr-1 of head n: dQ_i = scale * sum_j dS_ij k_j. */
-static void ATT(att_backward_q_item)(const att_geom *g, const ATT_T *Q, const ATT_T *K, const ATT_T *V,
-                                     const ATT_T *dO, const ATT_T *LSE, const ATT_T *D, ATT_T *dQ, int64_t n,
+/* dQ of rows i0..i0+nr-1 of head n: dQ_i = scale * sum_j dS_ij k_j (every pointer the
+ * head's rows). */
+static void ATT(att_backward_q_item)(const att_geom *g, const ATT_T *q, const ATT_T *k, const ATT_T *v,
+                                     const ATT_T *go, const ATT_T *lse, const ATT_T *Dn, ATT_T *dQ, int64_t n,
                                      int64_t i0, int nr, ATT_T *work) {
-    const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
-    ATT(att_bwd) w = ATT(att_bwd_view)(g, Q, K, V, dO, LSE, D, n, work);
-    const ATT_T *q = w.q, *k = w.k, *v = w.v, *go = w.go, *lse = w.lse, *Dn = w.D;
+    const int64_t d = g->d, dv = g->dv, Tk = g->Tk;
+    ATT(att_bwd) w = ATT(att_bwd_view)(g, q, k, v, go, lse, Dn, work);
     ATT_T *kt = w.kt, *vt = w.vt, *S = w.S, *Z = w.Z, *keep = w.keep, *dP = w.dP, *gq = w.acc;
     const ATT_T scale = (ATT_T)g->scale;
     for (int64_t e = 0; e < nr * d; e++) gq[e] = 0;
@@ -293,7 +293,7 @@ static void ATT(att_backward_q_item)(const att_geom *g, const ATT_T *Q, const AT
         ATT(att_dscores)(g, go, Dn, vt, i0, nr, nc, S, keep, dP);
         ATT(att_gemm)(nr, d, nc, scale, dP, ATT_BC, k + j0 * d, d, false, 1, gq, d);
     }
-    memcpy(dQ + (n * Tq + i0) * d, gq, (size_t)(nr * d) * sizeof(ATT_T));
+    memcpy(dQ + i0 * d, gq, (size_t)(nr * d) * sizeof(ATT_T));
 }
 
 /* The whole backward of head n in one work item, for calls with enough heads to share
@@ -301,11 +301,11 @@ static void ATT(att_backward_q_item)(const att_geom *g, const ATT_T *Q, const AT
  * the head's dQ rows, so the scores and dP of each tile are computed once (five tile
  * products per tile instead of the two passes' seven). Every sum runs in the two passes'
  * order (dK_j, dV_j over i; dQ_i over j), so the bits are theirs. */
-static void ATT(att_backward_head_item)(const att_geom *g, const ATT_T *Q, const ATT_T *K, const ATT_T *V,
-                                        const ATT_T *dO, const ATT_T *LSE, const ATT_T *D, ATT_T *dQ, ATT_T *dK,
+static void ATT(att_backward_head_item)(const att_geom *g, const ATT_T *q, const ATT_T *k, const ATT_T *v,
+                                        const ATT_T *go, const ATT_T *lse, const ATT_T *D, ATT_T *dQ, ATT_T *dK,
                                         ATT_T *dV, int64_t n, ATT_T *work) {
-    ATT(att_bwd) w = ATT(att_bwd_view)(g, Q, K, V, dO, LSE, D, n, work);
-    ATT_T *gq = dQ ? dQ + n * g->Tq * g->d : NULL;
+    ATT(att_bwd) w = ATT(att_bwd_view)(g, q, k, v, go, lse, D, work);
+    ATT_T *gq = dQ;
     if (gq) memset(gq, 0, (size_t)(g->Tq * g->d) * sizeof(ATT_T));
     for (int64_t j0 = 0; j0 < g->Tk; j0 += ATT_BC)
         ATT(att_key_block)(g, &w, n, j0, (int)(g->Tk - j0 < ATT_BC ? g->Tk - j0 : ATT_BC), dK, dV, gq);
@@ -322,14 +322,100 @@ static void ATT(att_row_dots)(const ATT_T *dO, const ATT_T *O, ATT_T *D, int64_t
     }
 }
 
+/* One head's rows as the work items read and write them: straight into the tensors, or
+ * (half inputs) f32 copies in the thread's staging area, converted in before the item and
+ * its outputs converted out after it. lse, D and lse_out are always the tensors' own. */
+typedef struct {
+    const ATT_T *q, *k, *v, *go, *lse, *D;
+    ATT_T *o, *lse_out, *dq, *dk, *dv;
+} ATT(att_head);
+
+/* Staging elements per thread for half inputs: q, k, v, dO of a head and the outputs. */
+static int64_t ATT(att_stage_elems)(const att_geom *g) {
+    return 2 * (g->Tq * g->d + g->Tk * g->d + g->Tk * g->dv + g->Tq * g->dv);
+}
+
+/* rows x cols of a half tensor's head (row stride sr, element stride se) into dst. */
+static void ATT(att_load_half)(ATT_T *dst, const uint16_t *src, int64_t rows, int64_t cols, int64_t sr, int64_t se,
+                               bool bf16) {
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *s = src + r * sr;
+        ATT_T *o = dst + r * cols;
+        if (se == 1 && bf16)
+            for (int64_t e = 0; e < cols; e++) o[e] = (ATT_T)cr_bf16_to_f32(s[e]);
+        else
+            for (int64_t e = 0; e < cols; e++) o[e] = (ATT_T)att_half_to_f32(s[e * se], bf16);
+    }
+}
+
+static void ATT(att_store_half)(uint16_t *dst, const ATT_T *src, int64_t n, bool bf16) {
+    if (bf16)
+        for (int64_t e = 0; e < n; e++) dst[e] = cr_f32_to_bf16((float)src[e]);
+    else
+        for (int64_t e = 0; e < n; e++) dst[e] = cr_f32_to_f16((float)src[e]);
+}
+
+/* Head n's pointers for a pass; with half inputs, its q, k, v (and dO) converted into stage. */
+static ATT(att_head) ATT(att_head_of)(const att_geom *g, int pass, const att_bufs *b, int64_t n, ATT_T *stage) {
+    const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
+    ATT(att_head) h;
+    h.lse = b->lse ? (const ATT_T *)b->lse + n * Tq : NULL;
+    h.D = b->D ? (const ATT_T *)b->D + n * Tq : NULL;
+    h.lse_out = b->lse_out ? (ATT_T *)b->lse_out + n * Tq : NULL;
+    if (!b->half) {
+        h.q = (const ATT_T *)b->q + n * Tq * d, h.k = (const ATT_T *)b->k + n * Tk * d;
+        h.v = (const ATT_T *)b->v + n * Tk * dv;
+        h.go = b->go ? (const ATT_T *)b->go + n * Tq * dv : NULL;
+        h.o = b->out ? (ATT_T *)b->out + n * Tq * dv : NULL;
+        h.dq = b->dq ? (ATT_T *)b->dq + n * Tq * d : NULL;
+        h.dk = b->dk ? (ATT_T *)b->dk + n * Tk * d : NULL;
+        h.dv = b->dv ? (ATT_T *)b->dv + n * Tk * dv : NULL;
+        return h;
+    }
+    const bool bf16 = b->half == CR_DT_BF16;
+    const int64_t hb = n / g->H, hh = n % g->H;
+    ATT_T *sq = stage, *sk = sq + Tq * d, *sv = sk + Tk * d, *sgo = sv + Tk * dv, *so = sgo + Tq * dv,
+          *sdq = so + Tq * dv, *sdk = sdq + Tq * d, *sdv = sdk + Tk * d;
+    const int64_t *qs = b->qs, *ks = b->ks, *vs = b->vs, *gs = b->gs;
+    ATT(att_load_half)(sq, (const uint16_t *)b->q + hb * qs[0] + hh * qs[1], Tq, d, qs[2], qs[3], bf16);
+    ATT(att_load_half)(sk, (const uint16_t *)b->k + hb * ks[0] + hh * ks[1], Tk, d, ks[2], ks[3], bf16);
+    ATT(att_load_half)(sv, (const uint16_t *)b->v + hb * vs[0] + hh * vs[1], Tk, dv, vs[2], vs[3], bf16);
+    if (pass != ATT_PASS_FWD)
+        ATT(att_load_half)(sgo, (const uint16_t *)b->go + hb * gs[0] + hh * gs[1], Tq, dv, gs[2], gs[3], bf16);
+    h.q = sq, h.k = sk, h.v = sv, h.go = pass != ATT_PASS_FWD ? sgo : NULL;
+    h.o = b->out ? so : NULL, h.dq = b->dq ? sdq : NULL, h.dk = b->dk ? sdk : NULL, h.dv = b->dv ? sdv : NULL;
+    return h;
+}
+
+/* A work item's outputs out of the staging area into the half tensors (contiguous):
+ * rows [start, start + count) of the head, or all of them (ATT_PASS_HEAD). */
+static void ATT(att_head_out)(const att_geom *g, int pass, const att_bufs *b, int64_t n, const ATT(att_head) *h,
+                              int64_t start, int64_t count) {
+    const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
+    const bool bf16 = b->half == CR_DT_BF16;
+    if (pass == ATT_PASS_FWD) {
+        ATT(att_store_half)((uint16_t *)b->out + (n * Tq + start) * dv, h->o + start * dv, count * dv, bf16);
+        return;
+    }
+    const int64_t q0 = pass == ATT_PASS_HEAD ? 0 : start, qn = pass == ATT_PASS_HEAD ? Tq : count;
+    const int64_t k0 = pass == ATT_PASS_HEAD ? 0 : start, kn = pass == ATT_PASS_HEAD ? Tk : count;
+    if (pass != ATT_PASS_KV && h->dq)
+        ATT(att_store_half)((uint16_t *)b->dq + (n * Tq + q0) * d, h->dq + q0 * d, qn * d, bf16);
+    if (pass != ATT_PASS_Q && h->dk)
+        ATT(att_store_half)((uint16_t *)b->dk + (n * Tk + k0) * d, h->dk + k0 * d, kn * d, bf16);
+    if (pass != ATT_PASS_Q && h->dv)
+        ATT(att_store_half)((uint16_t *)b->dv + (n * Tk + k0) * dv, h->dv + k0 * dv, kn * dv, bf16);
+}
+
 /* One pass over every work item of every head (ATT_PASS_FWD and ATT_PASS_Q: query row
  * blocks; ATT_PASS_KV: key blocks; ATT_PASS_HEAD: whole heads), with a scratch buffer per
- * thread; false when one could not be allocated. */
+ * thread (and a staging area for half inputs); false when one could not be allocated. */
 static bool ATT(att_run)(const att_geom *g, int pass, const att_bufs *b) {
     const int64_t N = g->B * g->H, nqb = (g->Tq + ATT_BR - 1) / ATT_BR, nkb = (g->Tk + ATT_BC - 1) / ATT_BC;
     const int64_t per = pass == ATT_PASS_HEAD ? 1 : pass == ATT_PASS_KV ? nkb : nqb, items = N * per;
     const int64_t elems = pass == ATT_PASS_FWD ? ATT_FWD_SCRATCH(g->d, g->dv) : ATT_BWD_SCRATCH(g->d, g->dv);
-    const size_t bytes = (size_t)elems * sizeof(ATT_T);
+    const int64_t staged = b->half ? ATT(att_stage_elems)(g) : 0;
+    const size_t bytes = (size_t)(elems + staged) * sizeof(ATT_T);
     int oom = 0;
 #pragma omp parallel if (parallel_worth(g, items))
     {
@@ -342,18 +428,21 @@ static bool ATT(att_run)(const att_geom *g, int pass, const att_bufs *b) {
         for (int64_t it = 0; it < items; it++) {
             if (!work) continue;
             const int64_t n = it / per, start = it % per * (pass == ATT_PASS_KV ? ATT_BC : ATT_BR);
+            const ATT(att_head) h = ATT(att_head_of)(g, pass, b, n, work + elems);
+            int64_t count = 0;
             if (pass == ATT_PASS_HEAD) {
-                ATT(att_backward_head_item)(g, b->q, b->k, b->v, b->go, b->lse, b->D, b->dq, b->dk, b->dv, n, work);
-                continue;
-            }
-            if (pass == ATT_PASS_KV) {
+                ATT(att_backward_head_item)(g, h.q, h.k, h.v, h.go, h.lse, h.D, h.dq, h.dk, h.dv, n, work);
+            } else if (pass == ATT_PASS_KV) {
                 const int nc = (int)(g->Tk - start < ATT_BC ? g->Tk - start : ATT_BC);
-                ATT(att_backward_kv_item)(g, b->q, b->k, b->v, b->go, b->lse, b->D, b->dk, b->dv, n, start, nc, work);
-                continue;
+                ATT(att_backward_kv_item)(g, h.q, h.k, h.v, h.go, h.lse, h.D, h.dk, h.dv, n, start, nc, work);
+                count = nc;
+            } else {
+                const int nr = (int)(g->Tq - start < ATT_BR ? g->Tq - start : ATT_BR);
+                if (pass == ATT_PASS_FWD) ATT(att_forward_item)(g, h.q, h.k, h.v, h.o, h.lse_out, n, start, nr, work);
+                else ATT(att_backward_q_item)(g, h.q, h.k, h.v, h.go, h.lse, h.D, h.dq, n, start, nr, work);
+                count = nr;
             }
-            const int nr = (int)(g->Tq - start < ATT_BR ? g->Tq - start : ATT_BR);
-            if (pass == ATT_PASS_FWD) ATT(att_forward_item)(g, b->q, b->k, b->v, b->out, b->lse_out, n, start, nr, work);
-            else ATT(att_backward_q_item)(g, b->q, b->k, b->v, b->go, b->lse, b->D, b->dq, n, start, nr, work);
+            if (b->half) ATT(att_head_out)(g, pass, b, n, &h, start, count);
         }
         free(work);
     }

@@ -80,8 +80,9 @@ return function(cr, nn)
       nn._error(string.format('Attention: expected tokens [B, T, %d], got [%s]', self.dim, table.concat(x.shape, ', ')))
     end
     local B, T, H, Dh = x.shape[1], x.shape[2], self.num_heads, self.head_dim
-    -- [B, T, 3, H, Dh] -> [3, B, H, T, Dh], then q, k, v as [B, H, T, Dh]
-    local qkv = self.qkv(x):view({ B, T, 3, H, Dh }):permute({ 2, 0, 3, 1, 4 }):contiguous()
+    -- [B, T, 3, H, Dh] -> [3, B, H, T, Dh], then q, k, v as [B, H, T, Dh] views (the CPU
+    -- kernel reads f16/bf16 views in place; other inputs it copies contiguous itself)
+    local qkv = self.qkv(x):view({ B, T, 3, H, Dh }):permute({ 2, 0, 3, 1, 4 })
     local q, k, v = qkv:select(0, 0), qkv:select(0, 1), qkv:select(0, 2)
     local p = self.training and self.attn_drop or 0
     local out

@@ -126,17 +126,26 @@ end
 
 -- The supervised training task the training benchmarks time: ResNet-18 (CIFAR stem, base
 -- width `width`, 1 input channel, 10 classes), SGD momentum 0.9 nesterov, weight decay
--- 5e-4, a cosine lr, 8 synthetic [batch, 1, 28, 28] batches cycled, the schedule and
--- timer hooks and a window hook. `wrap(model)` (optional) runs before the optimizer takes
+-- 5e-4, or with arch = 'vit_tiny' a ViT-tiny with `patch` px patches (DropPath 0.1) and
+-- AdamW (lr 1e-3, weight decay 0.05); a cosine lr, 8 synthetic [batch, 1, 28, 28] batches
+-- cycled, the schedule and timer hooks and a window hook. `wrap(model)` (optional) runs before the optimizer takes
 -- the parameters (DDP), and `data_seed` seeds the batches (default: the model's seed 0
 -- stream goes on). `amp` is the task's train.amp ('off' or nil, 'bf16'). Returns the task
 -- and the list the window hook fills with samples/s.
 function H.supervised_task(o, amp)
   cr.manual_seed(0)
   local B = o.batch
-  local model = cr.nn.models.resnet18 { stem = 'cifar', width = o.width, in_channels = 1, num_classes = 10 }
+  local vit = (o.arch or 'resnet18') == 'vit_tiny'
+  if not vit and (o.arch or 'resnet18') ~= 'resnet18' then
+    error('supervised_task: arch=' .. tostring(o.arch) .. ' is not benchmarked; use resnet18 or vit_tiny', 0)
+  end
+  local model = vit and cr.nn.models.vit_tiny { img_size = 28, patch = o.patch or 7, in_channels = 1, num_classes = 10,
+                                                drop_path = 0.1 }
+    or cr.nn.models.resnet18 { stem = 'cifar', width = o.width, in_channels = 1, num_classes = 10 }
   if o.wrap then o.wrap(model) end
-  local opt = cr.optim.SGD(model:named_parameters(), { lr = 0.1, momentum = 0.9, nesterov = true, weight_decay = 5e-4 })
+  local lr = vit and 1e-3 or 0.1
+  local opt = vit and cr.optim.AdamW(model:named_parameters(), { lr = lr, weight_decay = 0.05 })
+    or cr.optim.SGD(model:named_parameters(), { lr = lr, momentum = 0.9, nesterov = true, weight_decay = 5e-4 })
   if o.data_seed then cr.manual_seed(o.data_seed) end
   local data = {}
   for i = 1, 8 do data[i] = { input = cr.randn(B, 1, 28, 28), target = cr.randint(0, 10, { B }) } end
@@ -144,7 +153,7 @@ function H.supervised_task(o, amp)
     model = model, optimizer = opt, epochs = 1, test_every = 0, amp = amp,
     train_loader = H.cycled_loader(data, o.warmup + o.windows * o.steps),
     loss = function(out, batch) return cr.cross_entropy(out, batch.target) end,
-    schedules = { lr = cr.schedule.cosine { from = 0.1, to = 0 } },
+    schedules = { lr = cr.schedule.cosine { from = lr, to = 0 } },
   }
   task:add_hook(cr.hooks.schedule())
   task:add_hook(cr.hooks.timer())

@@ -1,6 +1,8 @@
 """bench/train_supervised_torch.py — the PyTorch twin of bench/train_supervised.lua:
 training images/s of ResNet-18 (CIFAR stem: 3x3/1 conv, no max pool; base width W;
-1 input channel; 10 classes) with SGD (momentum 0.9, nesterov, weight decay 5e-4) on
+1 input channel; 10 classes) with SGD (momentum 0.9, nesterov, weight decay 5e-4), or
+with arch=vit_tiny of timm's ViT-tiny (patch=P px patches on 28 px, DropPath 0.1 at the
+last block, linear from 0) with AdamW (lr 1e-3, weight decay 0.05), on
 the same synthetic 28x28 batches, same batch size and thread count, in each speed mode
 (harness_torch.CPU_MODES: eager, channels_last, compile, and bf16 autocast with
 channels_last, also compiled, where the CPU has AVX512-BF16; `modes=a,b` picks some).
@@ -89,6 +91,9 @@ def window_seconds(model, opt, batch, warmup, windows, steps, forward=None, chan
 
 def main():
     args = dict(a.split('=', 1) for a in sys.argv[1:])
+    arch, patch = args.get('arch', 'resnet18'), int(args.get('patch', 7))
+    if arch not in ('resnet18', 'vit_tiny'):
+        sys.exit(f'train_supervised_torch: arch={arch} is not benchmarked; use resnet18 or vit_tiny')
     width, batch = int(args.get('width', 16)), int(args.get('batch', 128))
     warmup, windows, steps = int(args.get('warmup', 3)), int(args.get('windows', 5)), int(args.get('steps', 5))
     threads = default_threads()
@@ -96,15 +101,22 @@ def main():
     for mode in cpu_modes(args.get('modes', ','.join(CPU_MODES))):
         channels_last, compiled, bf16 = cpu_mode(mode)
         torch.manual_seed(0)
-        model = ResNet18(width)
+        if arch == 'vit_tiny':
+            import timm
+            model = timm.create_model('vit_tiny_patch16_224', pretrained=False, img_size=28, patch_size=patch,
+                                      in_chans=1, num_classes=10, drop_path_rate=0.1)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+        else:
+            model = ResNet18(width)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
         if channels_last:
             model = model.to(memory_format=torch.channels_last)
         model.train()
         forward = torch.compile(model) if compiled else model
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
         seconds = window_seconds(model, opt, batch, warmup, windows, steps, forward, channels_last, bf16)
         rates = [steps * batch / t for t in seconds]
-        print(f'torch {torch.__version__} threads {threads} width {width} batch {batch} {mode}: '
+        name = f'vit_tiny patch {patch}' if arch == 'vit_tiny' else f'width {width}'
+        print(f'torch {torch.__version__} threads {threads} {name} batch {batch} {mode}: '
               f'windows {[round(r) for r in rates]}', file=sys.stderr)
         print(json.dumps({'bench': mode, 'value': statistics.median(rates)}), flush=True)
 

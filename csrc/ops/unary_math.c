@@ -13,6 +13,7 @@
  * libm. Integer inputs to float math (exp, log, sqrt, ...) become f32 first, as in
  * PyTorch. */
 #include <math.h>
+#include <pthread.h>
 #if defined(__AVX__)
 #include <immintrin.h>
 #endif
@@ -469,9 +470,92 @@ cr_status cr_grad_relu(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     return st ? st : cr_op_relu_backward(&gin[0], gout[0], y);
 }
 
+/* ---- f16/bf16 GELU by table ---------------------------------------------------------
+ * A half has 65,536 values, so on the fast path GELU (either form) and its derivative are
+ * tabulated once per dtype, when first used, from the reference: the forward looks up the
+ * very half the reference path rounds to, and the backward multiplies g by the f64
+ * derivative as the reference does, so both agree with it bit for bit, at a lookup's
+ * cost instead of the polynomial's (a bf16 ViT's GELUs were an eighth of its step).
+ * 128 KiB + 512 KiB per (form, dtype) in use; without the memory the polynomial runs. */
+typedef struct {
+    int ready;       /* set (release) once fwd and grad are filled */
+    uint16_t *fwd;   /* gelu(x) as the reference path stores it, by x's bits */
+    double *grad;    /* d gelu / dx in f64, by x's bits */
+} gelu_table;
+static gelu_table gelu_tables[4]; /* [tanh form][f16] */
+static pthread_mutex_t gelu_tables_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static double ref_gelu_grad(double g, double x);
+static double ref_gelu_tanh_grad(double g, double x);
+
+static const gelu_table *gelu_table_for(bool tanh_form, cr_dtype dt) {
+    gelu_table *t = &gelu_tables[2 * tanh_form + (dt == CR_DT_F16)];
+    if (__atomic_load_n(&t->ready, __ATOMIC_ACQUIRE)) return t;
+    pthread_mutex_lock(&gelu_tables_lock);
+    if (!t->ready) {
+        uint16_t *fwd = malloc(65536 * sizeof *fwd);
+        double *grad = malloc(65536 * sizeof *grad);
+        if (fwd && grad) {
+            for (uint32_t h = 0; h < 65536; h++) {
+                const float x = dt == CR_DT_F16 ? cr_f16_to_f32((uint16_t)h) : cr_bf16_to_f32((uint16_t)h);
+                const float y = tanh_form ? ref_gelu_tanhf(x) : ref_geluf(x);
+                fwd[h] = dt == CR_DT_F16 ? cr_f32_to_f16(y) : cr_f32_to_bf16(y);
+                grad[h] = tanh_form ? ref_gelu_tanh_grad(1.0, x) : ref_gelu_grad(1.0, x);
+            }
+            t->fwd = fwd, t->grad = grad;
+            __atomic_store_n(&t->ready, 1, __ATOMIC_RELEASE);
+        } else {
+            free(fwd);
+            free(grad);
+        }
+    }
+    pthread_mutex_unlock(&gelu_tables_lock);
+    return t->ready ? t : NULL;
+}
+
+/* out = table(x) over a unary call's f16/bf16 operands; false (nothing done) without a table. */
+static bool gelu_by_table(char **p, const int64_t *s, int64_t n, bool tanh_form, cr_dtype dt) {
+    const gelu_table *t = gelu_table_for(tanh_form, dt);
+    if (!t) return false;
+    const uint16_t *f = t->fwd;
+    if (s[0] == 2 && s[1] == 2) {
+        uint16_t *o = (uint16_t *)p[0];
+        const uint16_t *x = (const uint16_t *)p[1];
+        for (int64_t i = 0; i < n; i++) o[i] = f[x[i]];
+    } else {
+        for (int64_t i = 0; i < n; i++) *(uint16_t *)(p[0] + i * s[0]) = f[*(const uint16_t *)(p[1] + i * s[1])];
+    }
+    return true;
+}
+
+/* out = g * table'(v) over a backward call's f16/bf16 operands (g, v), the reference's
+ * product: (float)((double)g * gelu'(v)), then rounded to the half. */
+static bool gelu_grad_by_table(char **p, const int64_t *s, int64_t n, bool tanh_form, cr_dtype dt) {
+    const gelu_table *t = gelu_table_for(tanh_form, dt);
+    if (!t) return false;
+    const double *d = t->grad;
+    const bool bf16 = dt == CR_DT_BF16;
+    if (bf16 && s[0] == 2 && s[1] == 2 && s[2] == 2) {
+        uint16_t *o = (uint16_t *)p[0];
+        const uint16_t *g = (const uint16_t *)p[1], *v = (const uint16_t *)p[2];
+        for (int64_t i = 0; i < n; i++) o[i] = cr_f32_to_bf16((float)((double)cr_bf16_to_f32(g[i]) * d[v[i]]));
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            const uint16_t gh = *(const uint16_t *)(p[1] + i * s[1]), vh = *(const uint16_t *)(p[2] + i * s[2]);
+            const float g = bf16 ? cr_bf16_to_f32(gh) : cr_f16_to_f32(gh);
+            const float r = (float)((double)g * d[vh]);
+            *(uint16_t *)(p[0] + i * s[0]) = bf16 ? cr_f32_to_bf16(r) : cr_f32_to_f16(r);
+        }
+    }
+    return true;
+}
+
+static bool is_half(cr_dtype dt) { return dt == CR_DT_BF16 || dt == CR_DT_F16; }
+
 /* ---- gelu, exact: x * Phi(x) = x/2 * (1 + erf(x/sqrt 2)) ---- */
 static void loop_gelu(char **p, const int64_t *s, int64_t n, const void *ctx) {
     UN_PROLOGUE;
+    if (fast && is_half(dt) && gelu_by_table(p, s, n, false, dt)) return;
     UN_FLOAT_TYPES(fast_geluf(x), ref_geluf(x), ref_gelu(x))
 }
 cr_status cr_cpu_gelu(cr_call *c) { return cr_run_unary(c, loop_gelu); }
@@ -485,6 +569,7 @@ cr_status cr_grad_gelu(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
 /* ---- gelu, tanh approximation ---- */
 static void loop_gelu_tanh(char **p, const int64_t *s, int64_t n, const void *ctx) {
     UN_PROLOGUE;
+    if (fast && is_half(dt) && gelu_by_table(p, s, n, true, dt)) return;
     UN_FLOAT_TYPES(fast_gelu_tanhf(x), ref_gelu_tanhf(x), ref_gelu_tanh(x))
 }
 cr_status cr_cpu_gelu_tanh(cr_call *c) { return cr_run_unary(c, loop_gelu_tanh); }
@@ -699,7 +784,7 @@ done:
     (void)fast
 
 /* d gelu = Phi(x) + x*phi(x) */
-static inline double ref_gelu_grad(double g, double x) {
+static double ref_gelu_grad(double g, double x) {
     return g * (ref_phi(x) + x * INV_SQRT_2PI * exp(-0.5 * x * x));
 }
 static inline float ref_gelu_gradf(float g, float x) { return (float)ref_gelu_grad(g, x); }
@@ -709,7 +794,7 @@ FAST_FN float fast_gelu_gradf(float g, float x) {
 
 /* d gelu_tanh = s + 2 x s (1 - s) sqrt(2/pi) (1 + 3 c x^2), s = sigmoid(2u) (the same as
  * (1 + t)/2 + x/2 (1 - t^2) u' with t = tanh(u)) */
-static inline double ref_gelu_tanh_grad(double g, double x) {
+static double ref_gelu_tanh_grad(double g, double x) {
     const double sg = 1.0 / (1.0 + exp(-gelu_tanh_u2(x)));
     return g * (sg + 2.0 * x * sg * (1.0 - sg) * GELU_TANH_K * (1.0 + 3.0 * GELU_TANH_C * x * x));
 }
@@ -734,6 +819,7 @@ static void loop_tanh_backward(char **p, const int64_t *s, int64_t n, const void
 }
 static void loop_gelu_backward(char **p, const int64_t *s, int64_t n, const void *ctx) {
     BW_PROLOGUE;
+    if (fast && is_half(dt) && gelu_grad_by_table(p, s, n, false, dt)) return;
     BW_FLOAT_TYPES(fast_gelu_gradf(g, v), ref_gelu_gradf(g, v), ref_gelu_grad(g, v))
 }
 cr_status cr_cpu_relu_backward(cr_call *c) { return cr_run_binary(c, loop_relu_backward); }
@@ -742,6 +828,7 @@ cr_status cr_cpu_tanh_backward(cr_call *c) { return cr_run_binary(c, loop_tanh_b
 cr_status cr_cpu_gelu_backward(cr_call *c) { return cr_run_binary(c, loop_gelu_backward); }
 static void loop_gelu_tanh_backward(char **p, const int64_t *s, int64_t n, const void *ctx) {
     BW_PROLOGUE;
+    if (fast && is_half(dt) && gelu_grad_by_table(p, s, n, true, dt)) return;
     BW_FLOAT_TYPES(fast_gelu_tanh_gradf(g, v), ref_gelu_tanh_gradf(g, v), ref_gelu_tanh_grad(g, v))
 }
 cr_status cr_cpu_gelu_tanh_backward(cr_call *c) { return cr_run_binary(c, loop_gelu_tanh_backward); }

@@ -509,7 +509,7 @@ describe('recipes/supervised.lua', function()
     os.execute("rm -rf '" .. runs .. ".d' '" .. runs .. "'")
   end)
 
-  it('trains a Vision Transformer (model.arch=vit_tiny, model.patch) and refuses a patch that does not fit or a warm-up as long as the run', function()
+  it('trains a ViT (model.arch=vit_tiny, model.patch), refuses a patch that does not fit or a too long warm-up', function()
     local ok = pcall(cr.data.fashion_mnist, { split = 'test', limit = 1 })
     if not ok then pending('Fashion-MNIST is absent') return end
     local runs = os.tmpname()

@@ -28,9 +28,6 @@ local harness = require 'harness'
 local args = harness.args('bench/train_supervised.lua',
   { { 'arch', 'resnet18' }, { 'width', 16 }, { 'patch', 7 }, { 'batch', 128 }, { 'windows', 5 }, { 'steps', 5 },
     { 'warmup', 3 }, { 'amp', 'off,bf16' }, { 'modes', '' } })
-if args.arch ~= 'resnet18' and args.arch ~= 'vit_tiny' then
-  error('train_supervised: arch=' .. args.arch .. ' is not benchmarked; use resnet18 or vit_tiny', 0)
-end
 local vit = args.arch == 'vit_tiny'
 if args.modes == '' then
   args.modes = vit and 'eager,compile,bf16,bf16_compile' or 'eager,channels_last,compile,bf16,bf16_compile'

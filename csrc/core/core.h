@@ -112,6 +112,8 @@ static inline cr_device cr_tensor_dev(const cr_tensor *t) {
     return (cr_device){t->storage->device, t->storage->device_index};
 }
 static inline bool cr_tensor_on_cpu(const cr_tensor *t) { return t->storage->device == CR_DEV_CPU; }
+/* f16 or bf16: the dtypes the CPU computes through f32. */
+static inline bool cr_dtype_is_half(cr_dtype dt) { return dt == CR_DT_F16 || dt == CR_DT_BF16; }
 static inline bool cr_same_device(const cr_tensor *a, const cr_tensor *b) {
     return a->storage->device == b->storage->device &&
            a->storage->device_index == b->storage->device_index;

@@ -82,7 +82,14 @@ static void att_strides(const cr_tensor *t, int64_t s[4]) {
     s[0] = t->stride[0], s[1] = nd == 4 ? t->stride[1] : 0, s[2] = t->stride[nd - 2], s[3] = t->stride[nd - 1];
 }
 
-static bool att_is_half(cr_dtype dt) { return dt == CR_DT_BF16 || dt == CR_DT_F16; }
+/* b's half dtype and the strides of q, k, v (and dO, in[go] when go > 0) of a call whose
+ * inputs are f16/bf16; nothing for other dtypes. */
+static void att_half_inputs(att_bufs *b, const cr_call *c, int go) {
+    if (!cr_dtype_is_half(c->in[0]->dtype)) return;
+    b->half = c->in[0]->dtype;
+    att_strides(c->in[0], b->qs), att_strides(c->in[1], b->ks), att_strides(c->in[2], b->vs);
+    if (go > 0) att_strides(c->in[go], b->gs);
+}
 enum { ATT_PASS_FWD, ATT_PASS_KV, ATT_PASS_Q, ATT_PASS_HEAD };
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -173,10 +180,7 @@ cr_status cr_cpu_attention(cr_call *c) {
     att_geom g = geometry(c, c->in[3]);
     att_bufs b = {.q = cr_tensor_ptr(c->in[0]), .k = cr_tensor_ptr(c->in[1]), .v = cr_tensor_ptr(c->in[2]),
                   .out = cr_tensor_ptr(c->out[0]), .lse_out = cr_tensor_ptr(c->out[1])};
-    if (att_is_half(c->in[0]->dtype)) {
-        b.half = c->in[0]->dtype;
-        att_strides(c->in[0], b.qs), att_strides(c->in[1], b.ks), att_strides(c->in[2], b.vs);
-    }
+    att_half_inputs(&b, c, 0);
     if (!run_pass(&g, ATT_PASS_FWD, &b, c->in[0]->dtype != CR_DT_F64))
         return cr_fail(CR_ERR_OOM, "attention: out of memory for the threads' scratch tiles");
     return CR_OK;
@@ -215,12 +219,9 @@ cr_status cr_cpu_attention_backward(cr_call *c) {
                   .D = D, .dq = c->out[0] ? cr_tensor_ptr(c->out[0]) : NULL,
                   .dk = c->out[1] ? cr_tensor_ptr(c->out[1]) : NULL, .dv = c->out[2] ? cr_tensor_ptr(c->out[2]) : NULL};
     const bool par = rows * g.dv >= CR_PAR_GRAIN;
-    if (att_is_half(c->in[0]->dtype)) {
-        b.half = c->in[0]->dtype;
-        att_strides(c->in[0], b.qs), att_strides(c->in[1], b.ks), att_strides(c->in[2], b.vs);
-        att_strides(c->in[5], b.gs);
-        att_row_dots_half(&g, &b, D, par);
-    } else if (f32) att_row_dots_f32(b.go, b.o, D, rows, g.dv, par);
+    att_half_inputs(&b, c, 5);
+    if (b.half) att_row_dots_half(&g, &b, D, par);
+    else if (f32) att_row_dots_f32(b.go, b.o, D, rows, g.dv, par);
     else att_row_dots_f64(b.go, b.o, D, rows, g.dv, par);
     /* a head per work item where the heads keep every thread busy (one pass, each tile's
      * scores once); else key blocks, then query blocks */
@@ -323,7 +324,7 @@ cr_status cr_op_attention(cr_tensor **out, cr_tensor *q, cr_tensor *k, cr_tensor
                        "zeroing a weight", dropout_p);
     const cr_dtype dt = q->dtype == CR_DT_F64 ? CR_DT_F64 : CR_DT_F32;
     /* the CPU kernel takes f16/bf16 in any strides (att_bufs); the GPU's, f32 contiguous */
-    const bool half_io = att_is_half(q->dtype) && cr_tensor_on_cpu(q);
+    const bool half_io = cr_dtype_is_half(q->dtype) && cr_tensor_on_cpu(q);
     cr_tensor *cast[3] = {NULL, NULL, NULL}, *cont[3] = {NULL, NULL, NULL}, *mv = NULL;
     cr_tensor *src[3] = {q, k, v};
     cr_call c;
@@ -384,7 +385,7 @@ cr_status cr_grad_attention(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     if (n->call.i[7] && (st = cr_saved_in(n, 3, &mask))) return st;
     if ((st = cr_saved_out(n, 0, &o)) || (st = cr_saved_out(n, 1, &lse))) return st;
     /* half inputs on the CPU: dO in their dtype, any strides; else contiguous */
-    if (att_is_half(t[0]->dtype) && cr_tensor_on_cpu(t[0])) st = cr_cast_if_needed(&g, gout[0], t[0]->dtype);
+    if (cr_dtype_is_half(t[0]->dtype) && cr_tensor_on_cpu(t[0])) st = cr_cast_if_needed(&g, gout[0], t[0]->dtype);
     else st = cr_op_contiguous(&g, gout[0]);
     if (st) return st;
     cr_call c;

@@ -59,7 +59,7 @@ static cr_status cached_cast(cr_tensor **out, cr_tensor *t, cr_dtype dt) {
 
 cr_dtype cr_autocast_set(cr_dtype dt) {
     cr_dtype old = autocast_dtype;
-    autocast_dtype = (dt == CR_DT_F16 || dt == CR_DT_BF16) ? dt : CR_DT_F32;
+    autocast_dtype = cr_dtype_is_half(dt) ? dt : CR_DT_F32;
     if (autocast_dtype != old) cast_cache_clear();
     return old;
 }
@@ -67,7 +67,7 @@ cr_dtype cr_autocast_set(cr_dtype dt) {
 cr_dtype cr_autocast_get(void) { return autocast_dtype; }
 
 static cr_status cast_one(cr_tensor **out, cr_tensor *t, bool down, cr_dtype amp) {
-    bool half = t && (t->dtype == CR_DT_F16 || t->dtype == CR_DT_BF16);
+    bool half = t && cr_dtype_is_half(t->dtype);
     if (t && down && t->dtype == CR_DT_F32 && t->requires_grad && !t->grad_fn && !t->is_view)
         return cached_cast(out, t, amp);
     if (t && down && t->dtype == CR_DT_F32) return cr_op_to(out, t, amp);

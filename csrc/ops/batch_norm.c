@@ -250,7 +250,7 @@ cr_status cr_cpu_batch_norm(cr_call *c) {
         }
         done = true;
     }
-    if (!done && (x->dtype == CR_DT_F16 || x->dtype == CR_DT_BF16)) {
+    if (!done && cr_dtype_is_half(x->dtype)) {
         free(mean);
         return cr_call_via_f32(c, cr_cpu_batch_norm);
     }
@@ -423,7 +423,7 @@ static cr_status batch_norm(cr_tensor **out, cr_tensor *x, cr_tensor *weight, cr
      * halves themselves (io), as cuDNN's mixed-precision batch norm does; otherwise
      * through an f32 copy of x */
     cr_dtype dt = x->dtype == CR_DT_F64 ? CR_DT_F64 : CR_DT_F32;
-    const bool half = x->dtype == CR_DT_F16 || x->dtype == CR_DT_BF16;
+    const bool half = cr_dtype_is_half(x->dtype);
     const bool native = !cr_tensor_on_cpu(x) ||
                         (x->dtype == CR_DT_BF16 && cr_cpu_bf16_native() && rows_of_channels(x));
     const cr_dtype io = half && native ? x->dtype : dt;
@@ -707,7 +707,7 @@ cr_status cr_cpu_batch_norm_backward(cr_call *c) {
         return CR_OK;
 #endif
     if (nhwc_kernels(x)) return bn_backward_nhwc(c);
-    if (x->dtype == CR_DT_F16 || x->dtype == CR_DT_BF16)
+    if (cr_dtype_is_half(x->dtype))
         return cr_call_via_f32(c, cr_cpu_batch_norm_backward);
     if (x->dtype == CR_DT_F32 && cr_fast_paths_enabled())
         bn_backward_f32(c);

@@ -294,11 +294,10 @@ static cr_status conv_check(const char *op, const cr_tensor *x, const cr_tensor 
     return cr_check_shape_arg(op, 4, out);
 }
 
-static bool is_half(cr_dtype dt) { return dt == CR_DT_F16 || dt == CR_DT_BF16; }
 
 /* Half tensors the cpu does not convolve natively (f16; bf16 without AVX512-BF16). */
 static bool half_via_f32(const cr_tensor *x) {
-    return is_half(x->dtype) && cr_tensor_on_cpu(x) &&
+    return cr_dtype_is_half(x->dtype) && cr_tensor_on_cpu(x) &&
            !(x->dtype == CR_DT_BF16 && cr_cpu_bf16_native());
 }
 
@@ -352,7 +351,7 @@ cr_status cr_cpu_conv2d(cr_call *c) {
         cr_conv2d_dnnl_forward(&g, cr_tensor_ptr(c->in[0]), cr_tensor_ptr(c->in[1]), b,
                                cr_tensor_ptr(c->out[0])) == CR_OK)
         return CR_OK;
-    if (is_half(dt)) return cr_call_via_f32(c, cr_cpu_conv2d);
+    if (cr_dtype_is_half(dt)) return cr_call_via_f32(c, cr_cpu_conv2d);
     cr_tensor *x = NULL, *y = c->out[0];
     cr_status st = rowmajor(&x, c->in[0]);
     if (!st && g.dst_cl) st = cr_tensor_alloc(&y, 4, y->shape, dt, CR_CPU);
@@ -485,7 +484,7 @@ cr_status cr_cpu_conv2d_backward(cr_call *c) {
                                 gb ? cr_tensor_ptr(gb) : NULL) == CR_OK);
     if (gw && gw_done && !gw_gemm) gb = NULL; /* oneDNN wrote the bias grad too */
     if (gx_done && gw_done && !gb) return CR_OK;
-    if (is_half(dt)) { /* the f32 route for what oneDNN declined */
+    if (cr_dtype_is_half(dt)) { /* the f32 route for what oneDNN declined */
         cr_call rest = *c;
         rest.in = rest.in_small;
         memcpy(rest.in_small, c->in, sizeof(cr_tensor *) * 3);

@@ -33,6 +33,12 @@ cr_status cr_copy_into(cr_tensor *dst, cr_tensor *src);
  * operand a broadcast scalar (x * 2, 1 - x, a [B, 1, 1] factor over rows: all three
  * vectorised), and general strides. Used inside a cr_loop_fn, where p, s and n are its
  * arguments. */
+#define CR_BIN_DENSE(T, A, B, STORE, EXPR)                                           \
+    for (int64_t i = 0; i < n; i++) {                                                \
+        const T a = (A), b = (B);                                                    \
+        o[i] = STORE(EXPR);                                                          \
+    }
+#define CR_BIN_AS_IS(v) (v)
 #define CR_BIN_LOOP(TO, TI, EXPR)                                                    \
     do {                                                                             \
         TO *o = (TO *)p[0];                                                          \
@@ -40,22 +46,13 @@ cr_status cr_copy_into(cr_tensor *dst, cr_tensor *src);
         const int64_t so = s[0] / (int64_t)sizeof(TO), sx = s[1] / (int64_t)sizeof(TI), \
                       sy = s[2] / (int64_t)sizeof(TI);                               \
         if (so == 1 && sx == 1 && sy == 1) {                                         \
-            for (int64_t i = 0; i < n; i++) {                                        \
-                TI a = x[i], b = y[i];                                               \
-                o[i] = (EXPR);                                                       \
-            }                                                                        \
+            CR_BIN_DENSE(TI, x[i], y[i], CR_BIN_AS_IS, EXPR)                         \
         } else if (so == 1 && sx == 1 && sy == 0) {                                  \
-            const TI b = y[0];                                                       \
-            for (int64_t i = 0; i < n; i++) {                                        \
-                TI a = x[i];                                                         \
-                o[i] = (EXPR);                                                       \
-            }                                                                        \
+            const TI y0 = y[0];                                                      \
+            CR_BIN_DENSE(TI, x[i], y0, CR_BIN_AS_IS, EXPR)                           \
         } else if (so == 1 && sx == 0 && sy == 1) {                                  \
-            const TI a = x[0];                                                       \
-            for (int64_t i = 0; i < n; i++) {                                        \
-                TI b = y[i];                                                         \
-                o[i] = (EXPR);                                                       \
-            }                                                                        \
+            const TI x0 = x[0];                                                      \
+            CR_BIN_DENSE(TI, x0, y[i], CR_BIN_AS_IS, EXPR)                           \
         } else {                                                                     \
             for (int64_t i = 0; i < n; i++) {                                        \
                 TI a = x[i * sx], b = y[i * sy];                                     \
@@ -72,22 +69,13 @@ cr_status cr_copy_into(cr_tensor *dst, cr_tensor *src);
         const uint16_t *xp = (const uint16_t *)p[1], *yp = (const uint16_t *)p[2];   \
         const bool dense_o = s[0] == (int64_t)sizeof(TO);                            \
         if (dense_o && s[1] == 2 && s[2] == 2) {                                     \
-            for (int64_t i = 0; i < n; i++) {                                        \
-                float a = LOAD(xp[i]), b = LOAD(yp[i]);                              \
-                o[i] = STORE(EXPR);                                                  \
-            }                                                                        \
+            CR_BIN_DENSE(float, LOAD(xp[i]), LOAD(yp[i]), STORE, EXPR)               \
         } else if (dense_o && s[1] == 2 && s[2] == 0) {                              \
-            const float b = LOAD(yp[0]);                                             \
-            for (int64_t i = 0; i < n; i++) {                                        \
-                float a = LOAD(xp[i]);                                               \
-                o[i] = STORE(EXPR);                                                  \
-            }                                                                        \
+            const float y0 = LOAD(yp[0]);                                            \
+            CR_BIN_DENSE(float, LOAD(xp[i]), y0, STORE, EXPR)                        \
         } else if (dense_o && s[1] == 0 && s[2] == 2) {                              \
-            const float a = LOAD(xp[0]);                                             \
-            for (int64_t i = 0; i < n; i++) {                                        \
-                float b = LOAD(yp[i]);                                               \
-                o[i] = STORE(EXPR);                                                  \
-            }                                                                        \
+            const float x0 = LOAD(xp[0]);                                            \
+            CR_BIN_DENSE(float, x0, LOAD(yp[i]), STORE, EXPR)                        \
         } else {                                                                     \
             for (int64_t i = 0; i < n; i++) {                                        \
                 float a = LOAD(*(const uint16_t *)(p[1] + i * s[1]));                \

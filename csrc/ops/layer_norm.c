@@ -85,33 +85,12 @@ cr_status cr_cpu_layer_norm(cr_call *c) {
     return CR_OK;
 }
 
-/* LN_ROW_SUM for two sums in one pass (the same lanes and order as two LN_ROW_SUMs). */
-#define LN_ROW_SUM2(ACC1, ACC2, EXPR1, EXPR2)                                        \
-    do {                                                                             \
-        double l1_[LN_LANES] = { 0 }, l2_[LN_LANES] = { 0 };                         \
-        int64_t j = 0;                                                               \
-        for (; j + LN_LANES <= D; j += LN_LANES)                                     \
-            for (int64_t k_ = 0; k_ < LN_LANES; k_++) {                              \
-                const int64_t jj_ = j + k_;                                          \
-                l1_[k_] += (EXPR1(jj_));                                             \
-                l2_[k_] += (EXPR2(jj_));                                             \
-            }                                                                        \
-        double t1_ = 0, t2_ = 0;                                                     \
-        for (; j < D; j++) {                                                         \
-            t1_ += (EXPR1(j));                                                       \
-            t2_ += (EXPR2(j));                                                       \
-        }                                                                            \
-        for (int k_ = 0; k_ < LN_LANES; k_++) t1_ += l1_[k_], t2_ += l2_[k_];        \
-        ACC1 = t1_;                                                                  \
-        ACC2 = t2_;                                                                  \
-    } while (0)
-
 /* Per row, with xhat = (x-mean)*rstd and gy = g*w:
  *   gx = rstd * (gy - mean(gy) - xhat * mean(gy*xhat))
  * and over rows gw = sum(g*xhat), gb = sum(g), each thread summing into its own f64
- * buffer before the buffers are added up. Two passes over the row: the two means, then
- * gx and the weight and bias sums together (the common case, all of them wanted with a
- * weight, in a loop of its own without branches). */
+ * buffer before the buffers are added up. The two means, then gx and the weight and bias
+ * sums in one pass (the common case, all of them wanted with a weight, in a loop of its
+ * own without branches). */
 #define LN_GY(j) (wv ? (double)gr[j] * wv[j] : (double)gr[j])
 #define LN_XHAT(j) (((double)xr[j] - m) * rs)
 #define LN_GY_XHAT(j) (LN_GY(j) * LN_XHAT(j))
@@ -123,7 +102,8 @@ cr_status cr_cpu_layer_norm(cr_call *c) {
         T *gxr = gxp ? (T *)gxp + r * D : NULL;                                      \
         double a = 0, b = 0;                                                         \
         if (gxr) {                                                                   \
-            LN_ROW_SUM2(a, b, LN_GY, LN_GY_XHAT);                                    \
+            LN_ROW_SUM(a, LN_GY);                                                    \
+            LN_ROW_SUM(b, LN_GY_XHAT);                                               \
             a /= (double)D;                                                          \
             b /= (double)D;                                                          \
         }                                                                            \

@@ -178,7 +178,7 @@ static cr_status loss_entry(cr_tensor **out, cr_op op, cr_tensor *x, cr_tensor *
     if ((st = check_loss_shapes(name, x, target, soft, &s))) return st;
     if (eps != eps || eps < 0 || eps > 1)
         return cr_fail(CR_ERR_ARG, "%s: label_smoothing %g must be in [0, 1]", name, eps);
-    if (x->dtype == CR_DT_F16 || x->dtype == CR_DT_BF16) { /* through f32, recorded */
+    if (cr_dtype_is_half(x->dtype)) { /* through f32, recorded */
         cr_tensor *f = NULL, *tf = NULL, *r = NULL;
         if (!(st = cr_op_to(&f, x, CR_DT_F32)) &&
             !(st = cr_cast_if_needed(&tf, target, soft ? CR_DT_F32 : target->dtype)) &&

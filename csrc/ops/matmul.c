@@ -136,7 +136,6 @@ static bool dnnl_operand(const cr_tensor *t, bool batched, int64_t batch, int64_
 }
 #endif
 
-static bool is_half(cr_dtype dt) { return dt == CR_DT_F16 || dt == CR_DT_BF16; }
 
 /* out = beta * bias + alpha * (a @ b) for [n,k]@[k,m] (batched: [B,n,k]@[B,k,m]); bias
  * may be NULL (then beta is unused). out is a fresh contiguous tensor. A bf16 product
@@ -155,7 +154,7 @@ static cr_status run_gemm(cr_tensor *out, cr_tensor *a, cr_tensor *b, bool batch
     g.c = cr_tensor_ptr(out);
     if (out->numel == 0) return CR_OK;
     size_t es = cr_dtype_size(g.dt);
-    const bool half = is_half(g.dt);
+    const bool half = cr_dtype_is_half(g.dt);
 
     /* c starts as beta * bias broadcast to [n, m] (or as the fused oneDNN bias row) */
 #ifdef CR_HAVE_DNNL
@@ -272,7 +271,7 @@ static cr_status check_operands(const char *op, cr_tensor *a, cr_tensor *b, cons
 
 /* Half tensors the cpu does not multiply natively (f16; bf16 without AVX512-BF16). */
 static bool half_via_f32(const cr_tensor *a) {
-    return is_half(a->dtype) && cr_tensor_on_cpu(a) &&
+    return cr_dtype_is_half(a->dtype) && cr_tensor_on_cpu(a) &&
            !(a->dtype == CR_DT_BF16 && cr_cpu_bf16_native());
 }
 
@@ -381,7 +380,7 @@ static cr_status product_grads(cr_node *n, int ia, cr_tensor *g, double alpha,
 /* ---- mm ---- */
 /* A kernel's result, or its run on f32 copies where a bf16 product was declined. */
 static cr_status gemm_kernel(cr_call *c, cr_kernel_fn self, cr_status st) {
-    if (st == CR_ERR_UNSUPPORTED && is_half(c->out[0]->dtype)) return cr_call_via_f32(c, self);
+    if (st == CR_ERR_UNSUPPORTED && cr_dtype_is_half(c->out[0]->dtype)) return cr_call_via_f32(c, self);
     return st;
 }
 

@@ -69,7 +69,6 @@ static int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, 
 
 enum { PARAM_LIMIT = 1 << 30 };
 
-static bool is_half(cr_dtype dt) { return dt == CR_DT_F16 || dt == CR_DT_BF16; }
 
 /* Whether a GPU max-pooling tensor keeps its channels-last layout (rather than a
  * row-major copy): 4-D, channels-last and not also row-major. */
@@ -230,7 +229,7 @@ cr_status cr_op_max_pool2d(cr_tensor **out, cr_tensor **indices, cr_tensor *x,
     cr_status s = check_input("max_pool2d", x);
     if (!s) s = check_params("max_pool2d", x->ndim, x->shape, p, true, oshape);
     if (s) return s;
-    if (is_half(x->dtype) && cr_tensor_on_cpu(x)) return max_pool_through_f32(out, indices, x, p);
+    if (cr_dtype_is_half(x->dtype) && cr_tensor_on_cpu(x)) return max_pool_through_f32(out, indices, x, p);
     cr_call c;
     cr_tensor *xc = NULL;
     if ((s = cr_call_init(&c, CR_OP_MAX_POOL2D, 1, 2))) return s;
@@ -296,7 +295,7 @@ static cr_status backward_out_shape(const char *op, const cr_tensor *gout, int64
     if (gout->ndim != 3 && gout->ndim != 4)
         return cr_fail(CR_ERR_ARG, "%s: grad_output must be 4-D or 3-D, got %s", op,
                        cr_shape_str(gout, a, sizeof a));
-    if (!cr_dtype_is_float(gout->dtype) || (is_half(gout->dtype) && !halves_ok))
+    if (!cr_dtype_is_float(gout->dtype) || (cr_dtype_is_half(gout->dtype) && !halves_ok))
         return cr_fail(CR_ERR_ARG, "%s: grad_output must be f32 or f64%s, got %s", op,
                        halves_ok ? ", or a half" : "", cr_dtype_name(gout->dtype));
     if (in_h < 1 || in_w < 1 || in_h > PARAM_LIMIT || in_w > PARAM_LIMIT)
@@ -481,7 +480,7 @@ cr_status cr_op_avg_pool2d(cr_tensor **out, cr_tensor *x, const cr_pool2d_params
     cr_status s = check_input("avg_pool2d", x);
     if (!s) s = check_params("avg_pool2d", x->ndim, x->shape, p, false, oshape);
     if (s) return s;
-    if (is_half(x->dtype)) {
+    if (cr_dtype_is_half(x->dtype)) {
         cr_tensor *xf = NULL, *y = NULL;
         s = cr_op_to(&xf, x, CR_DT_F32);
         if (!s) s = cr_op_avg_pool2d(&y, xf, p);
@@ -610,7 +609,7 @@ cr_status cr_op_adaptive_avg_pool2d(cr_tensor **out, cr_tensor *x, int64_t out_h
     if (out_h < 1 || out_w < 1 || out_h > PARAM_LIMIT || out_w > PARAM_LIMIT)
         return cr_fail(CR_ERR_ARG, "%s: output size must be >= 1 (and sane), got {%lld, %lld}",
                        op, (long long)out_h, (long long)out_w);
-    if (is_half(x->dtype)) {
+    if (cr_dtype_is_half(x->dtype)) {
         cr_tensor *xf = NULL, *y = NULL;
         s = cr_op_to(&xf, x, CR_DT_F32);
         if (!s) s = cr_op_adaptive_avg_pool2d(&y, xf, out_h, out_w);

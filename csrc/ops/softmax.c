@@ -157,7 +157,7 @@ static cr_status softmax_entry(cr_tensor **out, cr_op op, cr_tensor *t, int64_t 
     CR_CHECK_TENSOR(name, t, "self");
     cr_status st = cr_check_float(name, t, "self");
     if (st || (st = cr_check_dim(name, &dim, t->ndim, false))) return st;
-    if (t->dtype == CR_DT_F16 || t->dtype == CR_DT_BF16) { /* through f32, recorded */
+    if (cr_dtype_is_half(t->dtype)) { /* through f32, recorded */
         cr_tensor *f = NULL, *r = NULL;
         if (!(st = cr_op_to(&f, t, CR_DT_F32)) && !(st = softmax_entry(&r, op, f, dim)))
             st = cr_op_to(out, r, t->dtype);

@@ -550,12 +550,10 @@ static bool gelu_grad_by_table(char **p, const int64_t *s, int64_t n, bool tanh_
     return true;
 }
 
-static bool is_half(cr_dtype dt) { return dt == CR_DT_BF16 || dt == CR_DT_F16; }
-
 /* ---- gelu, exact: x * Phi(x) = x/2 * (1 + erf(x/sqrt 2)) ---- */
 static void loop_gelu(char **p, const int64_t *s, int64_t n, const void *ctx) {
     UN_PROLOGUE;
-    if (fast && is_half(dt) && gelu_by_table(p, s, n, false, dt)) return;
+    if (fast && cr_dtype_is_half(dt) && gelu_by_table(p, s, n, false, dt)) return;
     UN_FLOAT_TYPES(fast_geluf(x), ref_geluf(x), ref_gelu(x))
 }
 cr_status cr_cpu_gelu(cr_call *c) { return cr_run_unary(c, loop_gelu); }
@@ -569,7 +567,7 @@ cr_status cr_grad_gelu(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
 /* ---- gelu, tanh approximation ---- */
 static void loop_gelu_tanh(char **p, const int64_t *s, int64_t n, const void *ctx) {
     UN_PROLOGUE;
-    if (fast && is_half(dt) && gelu_by_table(p, s, n, true, dt)) return;
+    if (fast && cr_dtype_is_half(dt) && gelu_by_table(p, s, n, true, dt)) return;
     UN_FLOAT_TYPES(fast_gelu_tanhf(x), ref_gelu_tanhf(x), ref_gelu_tanh(x))
 }
 cr_status cr_cpu_gelu_tanh(cr_call *c) { return cr_run_unary(c, loop_gelu_tanh); }
@@ -819,7 +817,7 @@ static void loop_tanh_backward(char **p, const int64_t *s, int64_t n, const void
 }
 static void loop_gelu_backward(char **p, const int64_t *s, int64_t n, const void *ctx) {
     BW_PROLOGUE;
-    if (fast && is_half(dt) && gelu_grad_by_table(p, s, n, false, dt)) return;
+    if (fast && cr_dtype_is_half(dt) && gelu_grad_by_table(p, s, n, false, dt)) return;
     BW_FLOAT_TYPES(fast_gelu_gradf(g, v), ref_gelu_gradf(g, v), ref_gelu_grad(g, v))
 }
 cr_status cr_cpu_relu_backward(cr_call *c) { return cr_run_binary(c, loop_relu_backward); }
@@ -828,7 +826,7 @@ cr_status cr_cpu_tanh_backward(cr_call *c) { return cr_run_binary(c, loop_tanh_b
 cr_status cr_cpu_gelu_backward(cr_call *c) { return cr_run_binary(c, loop_gelu_backward); }
 static void loop_gelu_tanh_backward(char **p, const int64_t *s, int64_t n, const void *ctx) {
     BW_PROLOGUE;
-    if (fast && is_half(dt) && gelu_grad_by_table(p, s, n, true, dt)) return;
+    if (fast && cr_dtype_is_half(dt) && gelu_grad_by_table(p, s, n, true, dt)) return;
     BW_FLOAT_TYPES(fast_gelu_tanh_gradf(g, v), ref_gelu_tanh_gradf(g, v), ref_gelu_tanh_grad(g, v))
 }
 cr_status cr_cpu_gelu_tanh_backward(cr_call *c) { return cr_run_binary(c, loop_gelu_tanh_backward); }

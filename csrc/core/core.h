@@ -65,9 +65,17 @@ struct cr_node; /* autograd/node.h */
 enum { CR_TENSOR_LIVE = 0x7e4a5c31, CR_TENSOR_DEAD = 0x0dead7e4 };
 
 struct cr_tensor {
+    /* What freeing a handle reads sits in its first cache line: handles are freed in
+     * batches long after their last use (core/handles.c), so each line is a cache miss. */
     uint32_t magic; /* CR_TENSOR_LIVE; first, so checking it reads only the first word */
+    int nhooks;     /* leaf pre-hooks */
     int64_t refcount;
     cr_storage *storage;
+    cr_tensor *grad;
+    struct cr_node *grad_fn; /* owned reference; NULL for leaves */
+    int *hooks;
+    int *post_hooks;
+    int npost_hooks;
     int64_t offset; /* in elements */
     int64_t numel;
     int ndim;
@@ -78,12 +86,8 @@ struct cr_tensor {
     bool requires_grad;
     bool retains_grad;
     bool is_view; /* shares storage with another tensor of the graph */
-    cr_tensor *grad;
-    struct cr_node *grad_fn; /* owned reference; NULL for leaves */
     int output_nr;
     struct cr_node *grad_acc; /* weak: the leaf's accumulate node, if one is alive */
-    int *hooks, nhooks;       /* leaf pre-hooks */
-    int *post_hooks, npost_hooks;
 };
 
 /* Allocation of a fresh contiguous tensor; returns CR_ERR_OOM with a message on failure. */

@@ -3,12 +3,29 @@
 
 #include "iter.h"
 
+/* Every operand row-major with the output's element count, so of its shape (an operand
+ * broadcasts to the output): one flat run, without the general setup below, which was
+ * most of a small op's iteration cost. */
+static bool init_flat(cr_iter *it, int nargs, cr_tensor *const *args) {
+    int64_t numel = args[0]->numel;
+    for (int k = 0; k < nargs; k++)
+        if (args[k]->numel != numel || !cr_tensor_is_contiguous(args[k])) return false;
+    it->ndim = 1;
+    it->shape[0] = numel > 0 ? numel : 1;
+    for (int k = 0; k < nargs; k++) {
+        it->base[k] = cr_tensor_ptr(args[k]);
+        it->stride[k][0] = numel > 1 ? (int64_t)cr_dtype_size(args[k]->dtype) : 0;
+    }
+    return true;
+}
+
 void cr_iter_init(cr_iter *it, int nargs, cr_tensor *const *args) {
     CR_ASSERT(nargs <= CR_ITER_MAX_ARGS);
     const cr_tensor *out = args[0];
     int n = out->ndim;
     it->nargs = nargs;
     it->numel = out->numel;
+    if (init_flat(it, nargs, args)) return;
     for (int k = 0; k < nargs; k++) {
         const cr_tensor *t = args[k];
         int64_t es = (int64_t)cr_dtype_size(t->dtype);

@@ -1,6 +1,6 @@
 -- crescent.util — the glue every binding file uses: status checks that raise Lua errors
--- with the C message, ownership of returned handles (ffi.gc, plus GC nudges because
--- tensor bytes live outside the Lua heap), dtype names and shape arguments.
+-- with the C message, ownership of returned tensor handles (a registry swept once per GC
+-- cycle, plus GC nudges because tensor bytes live outside the Lua heap), dtype names and shape arguments.
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 
@@ -42,13 +42,59 @@ function M.check(st)
   if st ~= 0 then raise() end
 end
 
--- Tensor bytes are invisible to the Lua GC: every so often ask C whether enough bytes
--- were allocated since the last collection that garbage should be collected now.
--- The hint is one relaxed atomic load in C, cheap enough to ask on every handle.
+-- Ownership of the tensor handles C returns. A finalizer per handle (ffi.gc) cost more
+-- than a small op, and one running while LuaJIT records a trace aborts the recording, so
+-- loops making small tensors ended up interpreted. Instead each handle goes into a slot of
+-- a C registry (core/handles.c) and into `held`, a weak table, at the same index; once per
+-- GC cycle a sentinel's finalizer frees the tensors whose Lua object was collected. A full
+-- collectgarbage() still frees every unreachable tensor.
+-- Tensor bytes are invisible to the Lua GC too: every so often ask C whether enough bytes
+-- were allocated since the last collection that garbage should be collected now (one
+-- relaxed atomic load in C, cheap enough to ask on every handle).
 local free_fn, gc_hint = C.cr_tensor_free, C.cr_memory_gc_hint
+local handles = C.cr_handles_new()          -- lives as long as the Lua state
+local put = C.cr_handles_put
+local held = setmetatable({}, { __mode = 'v' })
+local int32_vla_ct = ffi.typeof('int32_t[?]')
+local dead, dead_cap = int32_vla_ct(4096), 4096
+
+-- Runs inside a finalizer: must not raise (LuaJIT passes finalizer errors on).
+local function sweep()
+  local top = C.cr_handles_top(handles)
+  if top > dead_cap then
+    dead_cap = top * 2
+    dead = int32_vla_ct(dead_cap)
+  end
+  local n = 0
+  for i = 1, top do
+    if held[i] == nil then
+      dead[n] = i
+      n = n + 1
+    end
+  end
+  if n > 0 then C.cr_handles_free(handles, dead, n) end
+end
+
+local function arm_sweep()
+  local sentinel = newproxy(true)
+  getmetatable(sentinel).__gc = function()
+    sweep()
+    arm_sweep()
+  end
+end
+arm_sweep()
+
+-- How many slots the registry has handed out at most (spec/memory_spec.lua).
+function M.handle_slots() return C.cr_handles_top(handles) end
+
+-- The slot and the weak entry are set with no GC step in between (put returns a plain
+-- number, and a table store runs no finalizer), so a sweep never sees one without the other.
 function M.own(p)
   if gc_hint() ~= 0 then collectgarbage('collect') end
-  return ffi.gc(p, free_fn)
+  local i = put(handles, p)
+  if i == 0 then return ffi.gc(p, free_fn) end   -- NULL, or no memory for the registry
+  held[i] = p
+  return p
 end
 
 -- A failed allocation collects garbage and retries once before raising.

@@ -65,8 +65,8 @@ struct cr_node; /* autograd/node.h */
 enum { CR_TENSOR_LIVE = 0x7e4a5c31, CR_TENSOR_DEAD = 0x0dead7e4 };
 
 struct cr_tensor {
-    /* What freeing a handle reads sits in its first cache line: handles are freed in
-     * batches long after their last use (core/handles.c), so each line is a cache miss. */
+    /* What freeing a handle reads sits in its first cache line: Lua's collector frees
+     * handles in bursts long after their last use, so each line read is a cache miss. */
     uint32_t magic; /* CR_TENSOR_LIVE; first, so checking it reads only the first word */
     int nhooks;     /* leaf pre-hooks */
     int64_t refcount;

@@ -26,9 +26,9 @@ enum { CR_SMALL_STORAGE = 256 };
 
 /* Counts of tensors and storages are kept per thread and summed when read, so making and
  * freeing a tensor costs no locked instruction for them: on a small op those (ten per op
- * before) were a third of the C time. Each thread also keeps a few freed tensor handles
- * for its next ops instead of going through malloc. A thread's counts
- * are folded into `exited` when it ends. */
+ * before) were a third of the C time. Each thread also keeps up to HANDLE_CACHE freed
+ * tensor handles for its next ops instead of going through malloc (Lua's collector frees
+ * them in bursts). A thread's counts are folded into `exited` when it ends. */
 enum { HANDLE_CACHE = 1024, FLUSH_BYTES = 1 << 20 };
 #if defined(__SANITIZE_ADDRESS__)
 enum { CACHE_ON = 0 }; /* let ASan see every use after free */

@@ -137,16 +137,6 @@ bool cr_tensor_release(cr_tensor *t);
 /* Whether t is a live tensor (not released or freed, and a tensor at all). */
 bool cr_tensor_is_live(const cr_tensor *t);
 
-/* The registry of the handles a Lua state owns (core/handles.c): a handle goes into a slot
- * (>= 1; 0 when out of memory, and the caller keeps the handle some other way) and the
- * binding frees the slots of handles Lua collected, once per GC cycle, in one call
- * (empty or out-of-range slots are skipped; returns how many tensors it freed). */
-typedef struct cr_handles cr_handles;
-cr_handles *cr_handles_new(void);
-int32_t cr_handles_put(cr_handles *h, cr_tensor *t);
-int32_t cr_handles_top(const cr_handles *h);
-int32_t cr_handles_free(cr_handles *h, const int32_t *dead, int32_t n);
-
 int cr_tensor_ndim(const cr_tensor *t);
 int64_t cr_tensor_size(const cr_tensor *t, int dim);
 int64_t cr_tensor_stride(const cr_tensor *t, int dim);

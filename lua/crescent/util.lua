@@ -1,6 +1,6 @@
 -- crescent.util — the glue every binding file uses: status checks that raise Lua errors
--- with the C message, ownership of returned tensor handles (a registry swept once per GC
--- cycle, plus GC nudges because tensor bytes live outside the Lua heap), dtype names and shape arguments.
+-- with the C message, ownership of returned handles (ffi.gc, plus GC nudges because
+-- tensor bytes live outside the Lua heap), dtype names and shape arguments.
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 
@@ -42,61 +42,13 @@ function M.check(st)
   if st ~= 0 then raise() end
 end
 
--- Ownership of the tensor handles C returns. A finalizer per handle (ffi.gc) cost more
--- than a small op, and one running while LuaJIT records a trace aborts the recording, so
--- loops making small tensors ended up interpreted. Instead each handle goes into a slot of
--- a C registry (core/handles.c) and into `held`, a weak table, at the same index; once per
--- GC cycle a sentinel's finalizer frees the tensors whose Lua object was collected. A full
--- collectgarbage() still frees every unreachable tensor.
--- Tensor bytes are invisible to the Lua GC too: every so often ask C whether enough bytes
--- were allocated since the last collection that garbage should be collected now (one
--- relaxed atomic load in C, cheap enough to ask on every handle).
+-- Tensor bytes are invisible to the Lua GC: every so often ask C whether enough bytes
+-- were allocated since the last collection that garbage should be collected now.
+-- The hint is one relaxed atomic load in C, cheap enough to ask on every handle.
 local free_fn, gc_hint = C.cr_tensor_free, C.cr_memory_gc_hint
-local handles = C.cr_handles_new()          -- lives as long as the Lua state
-local put = C.cr_handles_put
-local held = setmetatable({}, { __mode = 'v' })    -- slot -> handle; false: a free slot
-local int32_vla_ct = ffi.typeof('int32_t[?]')
-local dead = {}                                    -- this sweep's dead slots, reused
-
--- Runs inside a finalizer, where LuaJIT records no traces: the loop uses plain table
--- operations (a cdata store per slot, interpreted, cost three times as much) and hands the
--- slots to C in one conversion. Must not raise (LuaJIT passes finalizer errors on).
-local function sweep()
-  local n = 0
-  for i = 1, C.cr_handles_top(handles) do
-    if held[i] == nil then
-      n = n + 1
-      dead[n] = i
-    end
-  end
-  if n == 0 then return end
-  local after = dead[n + 1]
-  dead[n + 1] = nil -- the conversion stops at the first nil
-  C.cr_handles_free(handles, int32_vla_ct(n, dead), n)
-  dead[n + 1] = after
-  for k = 1, n do held[dead[k]] = false end
-end
-
-local function arm_sweep()
-  local sentinel = newproxy(true)
-  getmetatable(sentinel).__gc = function()
-    sweep()
-    arm_sweep()
-  end
-end
-arm_sweep()
-
--- How many slots the registry has handed out at most (spec/memory_spec.lua).
-function M.handle_slots() return C.cr_handles_top(handles) end
-
--- The slot and the weak entry are set with no GC step in between (put returns a plain
--- number, and a table store runs no finalizer), so a sweep never sees one without the other.
 function M.own(p)
   if gc_hint() ~= 0 then collectgarbage('collect') end
-  local i = put(handles, p)
-  if i == 0 then return ffi.gc(p, free_fn) end   -- NULL, or no memory for the registry
-  held[i] = p
-  return p
+  return ffi.gc(p, free_fn)
 end
 
 -- A failed allocation collects garbage and retries once before raising.

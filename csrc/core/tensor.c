@@ -1,6 +1,7 @@
-/* tensor.c — storages and tensor handles: allocation with byte accounting, reference
- * counts, metadata accessors, aliases (views share storage and its version counter),
- * and the argument checks every op uses. */
+/* tensor.c — storages and tensor handles: allocation with byte accounting (per-thread
+ * counts, a per-thread cache of freed handles), reference counts, metadata accessors,
+ * aliases (views share storage and its version counter), and the argument checks every
+ * op uses. */
 #include <math.h>
 #include <pthread.h>
 

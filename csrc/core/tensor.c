@@ -26,37 +26,42 @@ enum { CR_SMALL_STORAGE = 256 };
 
 /* Counts of tensors and storages are kept per thread and summed when read, so making and
  * freeing a tensor costs no locked instruction for them: in a profile of 1-element adds
- * those (ten per op before) were most of the time of tensor allocation and freeing. Each thread also keeps up to HANDLE_CACHE freed
- * tensor handles for its next ops instead of going through malloc (Lua's collector frees
- * them in bursts). A thread's counts are folded into `exited` when it ends. */
+ * those (ten per op before) were most of the time of tensor allocation and freeing. A
+ * thread's counts are folded into `exited` when it ends. Each thread also keeps up to
+ * HANDLE_CACHE freed tensor handles for its next tensors instead of going through malloc
+ * (Lua's finalizers free handles many at a time; the size was not tuned). */
 enum { HANDLE_CACHE = 1024, FLUSH_BYTES = 1 << 20 };
 #if defined(__SANITIZE_ADDRESS__)
 enum { CACHE_ON = 0 }; /* let ASan see every use after free */
 #else
 enum { CACHE_ON = 1 };
 #endif
+typedef struct {
+    int64_t tensors, storages, allocs; /* made minus freed; allocs only grows */
+} tensor_counts;
 typedef struct thread_counts {
-    int64_t tensors, storages, allocs; /* made minus freed on this thread; allocs only grows */
-    int64_t unflushed;                 /* bytes allocated since the last add to stat_since_hint */
+    tensor_counts n;    /* this thread's */
+    int64_t unflushed;  /* bytes allocated since the last add to stat_since_hint */
     struct thread_counts *prev, *next;
     int nhandles;
     cr_tensor *handles[HANDLE_CACHE];
 } thread_counts;
-static thread_counts exited, *counts_list;
+static tensor_counts exited; /* of the threads that ended */
+static thread_counts *counts_list;
 static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t counts_key;
 static pthread_once_t counts_once = PTHREAD_ONCE_INIT;
 static __thread thread_counts *my_counts;
 
 /* Only the owning thread writes a thread's counts; readers load them relaxed. */
-#define COUNT_ADD(c, field, d) __atomic_store_n(&(c)->field, (c)->field + (d), __ATOMIC_RELAXED)
+#define COUNT_ADD(c, field, d) __atomic_store_n(&(c)->n.field, (c)->n.field + (d), __ATOMIC_RELAXED)
 
 static void counts_exit(void *arg) {
     thread_counts *c = arg;
     pthread_mutex_lock(&counts_lock);
-    exited.tensors += c->tensors;
-    exited.storages += c->storages;
-    exited.allocs += c->allocs;
+    exited.tensors += c->n.tensors;
+    exited.storages += c->n.storages;
+    exited.allocs += c->n.allocs;
     if (c->prev) c->prev->next = c->next;
     else counts_list = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -88,10 +93,10 @@ static inline thread_counts *counts(void) {
     return __builtin_expect(c != NULL, 1) ? c : counts_register();
 }
 
-static void stats_add_bytes(int64_t n) {
+/* c: the calling thread's counts (counts()), looked up once by the caller. */
+static void stats_add_bytes(thread_counts *c, int64_t n) {
     int64_t live = __atomic_add_fetch(&stat_live_bytes, n, __ATOMIC_RELAXED);
     if (n > 0) {
-        thread_counts *c = counts();
         c->unflushed += n;
         if (c->unflushed >= FLUSH_BYTES) {
             __atomic_add_fetch(&stat_since_hint, c->unflushed, __ATOMIC_RELAXED);
@@ -110,9 +115,9 @@ void cr_memory_stats(cr_memstats *out) {
     pthread_mutex_lock(&counts_lock);
     int64_t tensors = exited.tensors, storages = exited.storages, allocs = exited.allocs;
     for (thread_counts *c = counts_list; c; c = c->next) {
-        tensors += __atomic_load_n(&c->tensors, __ATOMIC_RELAXED);
-        storages += __atomic_load_n(&c->storages, __ATOMIC_RELAXED);
-        allocs += __atomic_load_n(&c->allocs, __ATOMIC_RELAXED);
+        tensors += __atomic_load_n(&c->n.tensors, __ATOMIC_RELAXED);
+        storages += __atomic_load_n(&c->n.storages, __ATOMIC_RELAXED);
+        allocs += __atomic_load_n(&c->n.allocs, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&counts_lock);
     out->live_tensors = tensors;
@@ -213,8 +218,8 @@ static cr_status storage_new(cr_storage **out, size_t nbytes, cr_device dev, boo
     s->data = data;
     s->nbytes = alloc;
     s->device = CR_DEV_CPU;
-    stats_add_bytes((int64_t)alloc);
     thread_counts *c = counts();
+    stats_add_bytes(c, (int64_t)alloc);
     COUNT_ADD(c, storages, 1);
     COUNT_ADD(c, allocs, 1);
     *out = s;
@@ -242,8 +247,8 @@ static void storage_release(cr_storage *s) {
         free(s);
         return;
     }
-    stats_add_bytes(-(int64_t)s->nbytes);
     thread_counts *c = counts();
+    stats_add_bytes(c, -(int64_t)s->nbytes);
     COUNT_ADD(c, storages, -1);
     if (s->nbytes > CR_SMALL_STORAGE) cr_host_free(s->data, s->nbytes); /* small: inside s */
     free(s);

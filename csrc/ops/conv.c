@@ -294,7 +294,6 @@ static cr_status conv_check(const char *op, const cr_tensor *x, const cr_tensor 
     return cr_check_shape_arg(op, 4, out);
 }
 
-
 /* Half tensors the cpu does not convolve natively (f16; bf16 without AVX512-BF16). */
 static bool half_via_f32(const cr_tensor *x) {
     return cr_dtype_is_half(x->dtype) && cr_tensor_on_cpu(x) &&

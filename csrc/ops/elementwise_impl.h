@@ -28,17 +28,19 @@ cr_status cr_run_unary(cr_call *c, cr_loop_fn fn);
  * kernels use between layouts. Not recorded, no checks: dst is a fresh tensor or view. */
 cr_status cr_copy_into(cr_tensor *dst, cr_tensor *src);
 
-/* The inner loop of a binary op for one dtype pair: out of type TO, inputs of type TI,
- * `a` and `b` bound for EXPR. It handles the layouts that matter: all contiguous, either
- * operand a broadcast scalar (x * 2, 1 - x, a [B, 1, 1] factor over rows: all three
- * vectorised), and general strides. Used inside a cr_loop_fn, where p, s and n are its
- * arguments. */
+/* One dense run of a binary loop: a and b (of type T) from the expressions A and B of i,
+ * o[i] = STORE(EXPR); CR_BIN_AS_IS stores as is. */
 #define CR_BIN_DENSE(T, A, B, STORE, EXPR)                                           \
     for (int64_t i = 0; i < n; i++) {                                                \
         const T a = (A), b = (B);                                                    \
         o[i] = STORE(EXPR);                                                          \
     }
 #define CR_BIN_AS_IS(v) (v)
+/* The inner loop of a binary op for one dtype pair: out of type TO, inputs of type TI,
+ * `a` and `b` bound for EXPR. It handles the layouts that matter: all contiguous, either
+ * operand a broadcast scalar (x * 2, 1 - x, a [B, 1, 1] factor over rows: all three
+ * vectorised), and general strides. Used inside a cr_loop_fn, where p, s and n are its
+ * arguments. */
 #define CR_BIN_LOOP(TO, TI, EXPR)                                                    \
     do {                                                                             \
         TO *o = (TO *)p[0];                                                          \

@@ -136,7 +136,6 @@ static bool dnnl_operand(const cr_tensor *t, bool batched, int64_t batch, int64_
 }
 #endif
 
-
 /* out = beta * bias + alpha * (a @ b) for [n,k]@[k,m] (batched: [B,n,k]@[B,k,m]); bias
  * may be NULL (then beta is unused). out is a fresh contiguous tensor. A bf16 product
  * oneDNN does not take returns CR_ERR_UNSUPPORTED without a message (see gemm_kernel). */

@@ -69,7 +69,6 @@ static int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, 
 
 enum { PARAM_LIMIT = 1 << 30 };
 
-
 /* Whether a GPU max-pooling tensor keeps its channels-last layout (rather than a
  * row-major copy): 4-D, channels-last and not also row-major. */
 static bool gpu_channels_last(const cr_tensor *t) {

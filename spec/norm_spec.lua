@@ -265,6 +265,35 @@ describe('batch_norm', function()
     end
   end)
 
+  it('agrees between the channels-last kernels and the reference path in f32, with and without relu', function()
+    -- 16-channel vectors plus a tail (40 = 16 + 16 + 8), blocks of rows merged across
+    -- threads (3600 rows), and an offset input whose variance is small against its mean
+    local function channels_last(t) return t:permute(0, 2, 3, 1):contiguous():permute(0, 3, 1, 2) end
+    local cases = { { shape = { 4, 40, 30, 30 } }, { shape = { 64, 24, 7, 7 }, relu = true },
+                    { shape = { 2, 16, 3, 3 }, relu = true }, { shape = { 8, 32, 6, 6 }, offset = 100 } }
+    for _, case in ipairs(cases) do
+      local shape, C = case.shape, case.shape[2]
+      local x0 = channels_last(seq(shape, 0.37, 7, 'f32') * (case.offset and 0.01 or 1) + (case.offset or 0))
+      local function run()
+        local x = x0:detach():requires_grad_()
+        local w, b = (seq({ C }, 1.1, 2, 'f32') + 0.5):requires_grad_(), seq({ C }, 0.4, 2, 'f32'):requires_grad_()
+        local rm, rv = cr.zeros(C), cr.ones(C)
+        local y = cr.batch_norm(x, rm, rv, { weight = w, bias = b, training = true, relu = case.relu })
+        ;(y * seq(shape, 1.9, 5, 'f32')):sum():backward()
+        return y, x.grad, w.grad, b.grad
+      end
+      local fast = { run() }
+      assert.is_true(fast[1]:is_channels_last(), table.concat(shape, 'x'))
+      local ref = { reference(run) }
+      local M = shape[1] * shape[3] * shape[4]
+      for k = 1, 4 do
+        local scale = math.max(1, H.max_diff(ref[k], ref[k] * 0))
+        local atol = (k == 3 or k == 4) and math.max(2e-4 * scale, 1e-6 * M) or 2e-4 * scale
+        H.assert_close(fast[k], ref[k], atol, 1e-4, table.concat(shape, 'x') .. ' output ' .. k)
+      end
+    end
+  end)
+
   it('accepts non-contiguous inputs and half-precision inputs', function()
     local xt = seq({ 3, 2, 4 }, 0.6, 3):permute(2, 1, 0) -- [4, 2, 3], non-contiguous
     assert.is_false(xt:is_contiguous())

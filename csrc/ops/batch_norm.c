@@ -207,7 +207,7 @@ static bool bn_forward_nhwc(cr_call *c, bool use_batch, double *mean, double *va
     cr_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *rm = c->in[3], *rv = c->in[4];
     const int64_t C = x->shape[1], M = x->numel / C;
     const bool bf16 = x->dtype == CR_DT_BF16;
-    float *scale = malloc(sizeof(float) * (size_t)(2 * C)), *shift = scale + C;
+    float *scale = malloc(sizeof(float) * (size_t)(3 * C)), *shift = scale + C, *mf = shift + C;
     if (!scale) return false;
     const void *xp = cr_tensor_ptr(x);
     if (use_batch) {
@@ -221,10 +221,11 @@ static bool bn_forward_nhwc(cr_call *c, bool use_batch, double *mean, double *va
     for (int64_t ch = 0; ch < C; ch++) {
         const double invstd = 1.0 / sqrt(var[ch] + c->f[1]);
         const double wc = w ? vec_get(w, ch) : 1.0, bc = b ? vec_get(b, ch) : 0.0;
+        mf[ch] = (float)mean[ch];
         scale[ch] = (float)(invstd * wc);
-        shift[ch] = (float)(bc - mean[ch] * invstd * wc);
+        shift[ch] = (float)(bc - (mean[ch] - mf[ch]) * invstd * wc); /* mf's rounding */
     }
-    bool ok = cr_bn_nhwc_apply(cr_tensor_ptr(c->out[0]), xp, bf16, M, C, scale, shift, c->i[4]);
+    bool ok = cr_bn_nhwc_apply(cr_tensor_ptr(c->out[0]), xp, bf16, M, C, mf, scale, shift, c->i[4]);
     free(scale);
     return ok;
 }
@@ -670,7 +671,7 @@ static cr_status bn_backward_nhwc(cr_call *c) {
     const bool use_batch = c->i[0], bf16 = x->dtype == CR_DT_BF16;
     const void *y = c->nin > 5 && c->in[5] ? cr_tensor_ptr(c->in[5]) : NULL;
     double *m = malloc(sizeof(double) * (size_t)(3 * C)), *sg = m + C, *sgx = m + 2 * C;
-    float *a = malloc(sizeof(float) * (size_t)(3 * C)), *bx = a + C, *c0 = a + 2 * C;
+    float *a = malloc(sizeof(float) * (size_t)(4 * C)), *bx = a + C, *c0 = a + 2 * C, *mf = a + 3 * C;
     if (!m || !a) {
         free(m);
         free(a);
@@ -681,6 +682,10 @@ static cr_status bn_backward_nhwc(cr_call *c) {
     const void *gp = cr_tensor_ptr(g), *xp = cr_tensor_ptr(x);
     bool ok = cr_bn_nhwc_grad_sums(gp, xp, y, bf16, m, M, C, sg, sgx);
     for (int64_t ch = 0; ch < C && ok; ch++) {
+        /* the kernels centre x on the f32 mean mf: account for its rounding here */
+        mf[ch] = (float)m[ch];
+        const double dm = m[ch] - mf[ch];
+        sgx[ch] -= dm * sg[ch];
         const double is = vec_get(inv, ch), wc = w ? vec_get(w, ch) : 1.0;
         if (gb) vec_set(gb, ch, sg[ch]);
         if (gw) vec_set(gw, ch, sgx[ch] * is);
@@ -688,9 +693,10 @@ static cr_status bn_backward_nhwc(cr_call *c) {
         const double proj = use_batch ? sgx[ch] / (double)M * is * is : 0.0;
         a[ch] = (float)(wc * is);
         bx[ch] = (float)(-wc * is * proj);
-        c0[ch] = (float)(wc * is * (m[ch] * proj - gmean));
+        c0[ch] = (float)(wc * is * (dm * proj - gmean));
     }
-    if (ok && gx) ok = cr_bn_nhwc_grad_input(cr_tensor_ptr(gx), gp, xp, y, bf16, M, C, a, bx, c0);
+    if (ok && gx)
+        ok = cr_bn_nhwc_grad_input(cr_tensor_ptr(gx), gp, xp, y, bf16, M, C, mf, a, bx, c0);
     free(m);
     free(a);
     return ok ? CR_OK : cr_fail(CR_ERR_OOM, "batch_norm backward: out of memory for the "

@@ -23,20 +23,20 @@ bool cr_dnnl_batch_norm_backward(float *gx, float *gw, float *gb, const float *g
 /* Channels-last f32 or (bf16 true) bf16 data as rows [M = N*H*W, C] (batch_norm_nhwc.c,
  * any build); statistics and per-channel vectors stay f64/f32. Each returns false when out
  * of memory. */
-/* Batch mean and biased variance per channel (two passes, f64). */
+/* Batch mean and biased variance per channel (one pass over memory, f64 moments). */
 bool cr_bn_nhwc_stats(const void *x, bool bf16, int64_t M, int64_t C, double *mean,
                       double *var);
-/* y = x*scale + shift per channel, then relu when asked. */
+/* y = (x - mean)*scale + shift per channel, then relu when asked. */
 bool cr_bn_nhwc_apply(void *y, const void *x, bool bf16, int64_t M, int64_t C,
-                      const float *scale, const float *shift, bool relu);
+                      const float *mean, const float *scale, const float *shift, bool relu);
 /* sum_g = sum g, sum_gx = sum g*(x - mean) per channel; g masked where y <= 0 when y is
  * given (the fused relu). */
 bool cr_bn_nhwc_grad_sums(const void *g, const void *x, const void *y, bool bf16,
                           const double *mean, int64_t M, int64_t C, double *sum_g,
                           double *sum_gx);
-/* gx = g*a + x*bx + c0 per channel (g masked as above). */
+/* gx = g*a + (x - mean)*bx + c0 per channel (g masked as above). */
 bool cr_bn_nhwc_grad_input(void *gx, const void *g, const void *x, const void *y, bool bf16,
-                           int64_t M, int64_t C, const float *a, const float *bx,
-                           const float *c0);
+                           int64_t M, int64_t C, const float *mean, const float *a,
+                           const float *bx, const float *c0);
 
 #endif

@@ -1,112 +1,186 @@
 /* batch_norm_nhwc.c — batch norm on channels-last activations (what conv2d writes on its
  * oneDNN path), f32 or bf16: the data are rows [M = N*H*W, C] with the per-channel
  * vectors along a row. Rows go in blocks of about BLOCK_ELEMS values, split across
- * threads; within a block, channels go CHUNK at a time with their sums (and scale and
- * shift) held in registers across the block's rows, so a row of 16 channels costs a few
- * vector instructions instead of a pass through memory-resident accumulators (per-row
- * loops over 16-channel rows were bound by loop overhead and store-to-load latency).
- * bf16 values are widened to f32 in registers and results rounded back (half.h), so the
- * arithmetic is the f32 kernel's and the activations cross memory as bf16. The sums of a
- * block (at most BLOCK_ELEMS / CHUNK = 256 rows) run in f32 registers, centred on the mean
- * where the formula is, and are added into each thread's f64 sums, which are then added
- * in thread order: the two-pass arithmetic of the row-major kernels in batch_norm.c,
- * reassociated, with f32 partial sums of at most 256 terms. */
+ * threads; within a block, channels go CHUNK at a time as one 16-lane vector (GCC vector
+ * extensions: AVX-512 registers under -march=native, pairs of AVX2 ones on x86-64-v3),
+ * with their sums (and scale and shift) held in registers across the block's rows.
+ * bf16 values are widened to f32 in registers and results rounded back with half.h's
+ * rounding (nearest even, quiet NaNs), so the arithmetic is the f32 kernel's and the
+ * activations cross memory as bf16.
+ *
+ * The forward statistics take one pass over memory: a block (at most 16 KiB) is summed,
+ * then read again from L1 for the squares about its own mean, and the block's (count,
+ * mean, M2) is merged into the thread's f64 moments (Chan et al.'s pairwise update), the
+ * threads' moments then merged in thread order. The gradient sums are f32 per block (at
+ * most 256 terms) added into each thread's f64 sums. */
 #include <omp.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #include "batch_norm_impl.h"
 
-enum { BLOCK_ELEMS = 4096, CHUNK = 16 };
+enum { BLOCK_ELEMS = 4096, CHUNK = 16, UNROLL = 4 };
 
 /* Rows per block for C channels, at least 1. */
 static inline int64_t block_rows(int64_t C) { return C >= BLOCK_ELEMS ? 1 : BLOCK_ELEMS / C; }
+
+/* CHUNK lanes of f32, their bit patterns, and CHUNK bf16 values. Without AVX-512 GCC warns
+ * that passing them by value changes the ABI; they never cross this file's functions
+ * that are not inlined, so the warning does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float vf __attribute__((vector_size(4 * CHUNK)));
+typedef int32_t vi __attribute__((vector_size(4 * CHUNK)));
+typedef uint32_t vu __attribute__((vector_size(4 * CHUNK)));
+typedef uint16_t vh __attribute__((vector_size(2 * CHUNK)));
+
+static inline vf vload_f32(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+#ifdef __AVX512F__ /* GCC 12 widens a 16-lane convertvector in two halves */
+static inline vf vload_bf16(const uint16_t *p) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return (vf)_mm512_slli_epi32(w, 16);
+}
+#else
+static inline vf vload_bf16(const uint16_t *p) {
+    vh h;
+    memcpy(&h, p, sizeof h);
+    return (vf)(__builtin_convertvector(h, vu) << 16);
+}
+#endif
+static inline void vstore_f32(float *p, vf v) { memcpy(p, &v, sizeof v); }
+/* cr_f32_to_bf16 on CHUNK lanes: round to nearest even, a NaN kept quiet with its sign. */
+static inline void vstore_bf16(uint16_t *p, vf v) {
+    const vu x = (vu)v;
+    const vu rounded = x + 0x7fffu + ((x >> 16) & 1u);
+    const vu is_nan = (vu)((x & 0x7fffffffu) > 0x7f800000u);
+    const vu bits = (((x | 0x00400000u) & is_nan) | (rounded & ~is_nan)) >> 16;
+#ifdef __AVX512F__
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16((__m512i)bits));
+#else
+    const vh h = __builtin_convertvector(bits, vh);
+    memcpy(p, &h, sizeof h);
+#endif
+}
+/* v where mask lanes are set, else 0 (mask: a lane comparison's all-ones or zero). */
+static inline vf vkeep(vf v, vi mask) { return (vf)((vi)v & mask); }
 
 #define LD_f32(p, i) ((p)[i])
 #define LD_bf16(p, i) cr_bf16_to_f32((p)[i])
 #define ST_f32(p, i, v) ((p)[i] = (v))
 #define ST_bf16(p, i, v) ((p)[i] = cr_f32_to_bf16(v))
 
+/* Merges the moments of nb values (mean mb, M2 qb) into those of n values (*mean, *m2). */
+static inline void merge_moments(double n, double nb, double mb, double qb, double *mean,
+                                 double *m2) {
+    const double total = n + nb, delta = mb - *mean;
+    *mean += delta * (nb / total);
+    *m2 += qb + delta * delta * (n * nb / total);
+}
+/* The same for a block of nb values summed about mu, its f32 mean: l = sum (x - mu) and
+ * q = sum (x - mu)^2 correct mu's rounding (the corrected two-pass formula), which would
+ * otherwise count in the variance of values far from 0 against their spread. */
+static inline void merge_block(double n, double nb, double mu, double l, double q, double *mean,
+                               double *m2) {
+    merge_moments(n, nb, mu + l / nb, q - l * l / nb, mean, m2);
+}
+
 /* The kernels for one storage type T (float or uint16_t bf16), loaded with LD_<S> and
- * stored with ST_<S>. `kind` of sums: 0: x; 1: (x - mean)^2; 2: g (masked where y <= 0
- * when y is given) into a and g*(x - mean) into a2. Rows [m0, m0 + nr). */
+ * vload_<S>, stored with ST_<S> and vstore_<S>. Rows [m0, m0 + nr). */
 #define NHWC_KERNELS(S, T)                                                                          \
-    static void sums_##S(int kind, const T *x, const T *g, const T *y, int64_t m0, int64_t nr,      \
-                         int64_t C, const double *mean, double *a, double *a2) {                    \
+    /* Merges the block's per-channel count, mean and M2 into (n, mean, m2). */                    \
+    static void moments_##S(const T *x, int64_t m0, int64_t nr, int64_t C, double n, double *mean, \
+                            double *m2) {                                                           \
+        const float inv_nr = 1.0f / (float)nr;                                                      \
         int64_t c0 = 0;                                                                             \
         for (; c0 + CHUNK <= C; c0 += CHUNK) {                                                      \
-            float s[CHUNK] = {0}, s2[CHUNK] = {0}, mu[CHUNK];                                       \
-            for (int k = 0; k < CHUNK; k++) mu[k] = mean ? (float)mean[c0 + k] : 0.0f;              \
-            const T *xc = x + m0 * C + c0, *gc = g ? g + m0 * C + c0 : NULL;                        \
-            const T *yc = y ? y + m0 * C + c0 : NULL;                                               \
-            if (kind == 0) {                                                                        \
-                for (int64_t i = 0; i < nr; i++)                                                    \
-                    _Pragma("omp simd") for (int k = 0; k < CHUNK; k++) s[k] += LD_##S(xc, i * C + k); \
-            } else if (kind == 1) {                                                                 \
-                for (int64_t i = 0; i < nr; i++)                                                    \
-                    _Pragma("omp simd") for (int k = 0; k < CHUNK; k++) {                           \
-                        const float d = LD_##S(xc, i * C + k) - mu[k];                              \
-                        s[k] += d * d;                                                              \
-                    }                                                                               \
-            } else if (yc) {                                                                        \
-                for (int64_t i = 0; i < nr; i++)                                                    \
-                    _Pragma("omp simd") for (int k = 0; k < CHUNK; k++) {                           \
-                        const float gk = LD_##S(gc, i * C + k), yk = LD_##S(yc, i * C + k);         \
-                        const float gv = yk > 0.0f ? gk : 0.0f;                                     \
-                        s[k] += gv;                                                                 \
-                        s2[k] += gv * (LD_##S(xc, i * C + k) - mu[k]);                              \
-                    }                                                                               \
-            } else {                                                                                \
-                for (int64_t i = 0; i < nr; i++)                                                    \
-                    _Pragma("omp simd") for (int k = 0; k < CHUNK; k++) {                           \
-                        const float gk = LD_##S(gc, i * C + k);                                     \
-                        s[k] += gk;                                                                 \
-                        s2[k] += gk * (LD_##S(xc, i * C + k) - mu[k]);                              \
-                    }                                                                               \
+            const T *xc = x + m0 * C + c0;                                                          \
+            vf s[UNROLL] = {{0}}, q[UNROLL] = {{0}};                                                \
+            int64_t i = 0;                                                                          \
+            for (; i + UNROLL <= nr; i += UNROLL)                                                   \
+                for (int u = 0; u < UNROLL; u++) s[u] += vload_##S(xc + (i + u) * C);               \
+            for (; i < nr; i++) s[0] += vload_##S(xc + i * C);                                      \
+            const vf mu = (s[0] + s[1] + s[2] + s[3]) * inv_nr;                                     \
+            vf l[UNROLL] = {{0}};                                                                   \
+            for (i = 0; i + UNROLL <= nr; i += UNROLL)                                              \
+                for (int u = 0; u < UNROLL; u++) {                                                  \
+                    const vf d = vload_##S(xc + (i + u) * C) - mu;                                  \
+                    l[u] += d;                                                                      \
+                    q[u] += d * d;                                                                  \
+                }                                                                                   \
+            for (; i < nr; i++) {                                                                   \
+                const vf d = vload_##S(xc + i * C) - mu;                                            \
+                l[0] += d;                                                                          \
+                q[0] += d * d;                                                                      \
             }                                                                                       \
-            for (int k = 0; k < CHUNK; k++) {                                                       \
-                a[c0 + k] += s[k];                                                                  \
-                if (a2) a2[c0 + k] += s2[k];                                                        \
+            const vf ls = l[0] + l[1] + l[2] + l[3], qs = q[0] + q[1] + q[2] + q[3];                \
+            for (int k = 0; k < CHUNK; k++)                                                         \
+                merge_block(n, (double)nr, mu[k], ls[k], qs[k], mean + c0 + k, m2 + c0 + k);        \
+        }                                                                                           \
+        for (int64_t c = c0; c < C; c++) { /* the channels past the last chunk */                  \
+            float s = 0, l = 0, q = 0;                                                              \
+            for (int64_t i = m0; i < m0 + nr; i++) s += LD_##S(x, i * C + c);                       \
+            const float mu = s * inv_nr;                                                            \
+            for (int64_t i = m0; i < m0 + nr; i++) {                                                \
+                const float d = LD_##S(x, i * C + c) - mu;                                          \
+                l += d;                                                                             \
+                q += d * d;                                                                         \
             }                                                                                       \
+            merge_block(n, (double)nr, mu, l, q, mean + c, m2 + c);                                 \
+        }                                                                                           \
+    }                                                                                               \
+    /* a += sum g, a2 += sum g*(x - mean), g masked where y <= 0 when y is given. */               \
+    static void grad_sums_##S(const T *x, const T *g, const T *y, int64_t m0, int64_t nr,            \
+                              int64_t C, const double *mean, double *a, double *a2) {               \
+        int64_t c0 = 0;                                                                             \
+        for (; c0 + CHUNK <= C; c0 += CHUNK) {                                                      \
+            vf s[2] = {{0}}, s2[2] = {{0}}, mu;                                                     \
+            for (int k = 0; k < CHUNK; k++) mu[k] = (float)mean[c0 + k];                            \
+            const int64_t o0 = m0 * C + c0;                                                         \
+            for (int64_t i = 0; i < nr; i++) { /* two chains: row parity */                        \
+                const int64_t o = o0 + i * C;                                                       \
+                vf gv = vload_##S(g + o);                                                           \
+                if (y) gv = vkeep(gv, vload_##S(y + o) > 0.0f);                                     \
+                s[i & 1] += gv;                                                                     \
+                s2[i & 1] += gv * (vload_##S(x + o) - mu);                                          \
+            }                                                                                       \
+            for (int k = 0; k < CHUNK; k++) a[c0 + k] += s[0][k] + s[1][k], a2[c0 + k] += s2[0][k] + s2[1][k]; \
         }                                                                                           \
         for (int64_t i = m0; i < m0 + nr && c0 < C; i++) { /* the channels past the last chunk */  \
             for (int64_t c = c0; c < C; c++) {                                                      \
                 const float xv = LD_##S(x, i * C + c);                                              \
-                if (kind == 0) {                                                                    \
-                    a[c] += xv;                                                                     \
-                } else if (kind == 1) {                                                             \
-                    const double d = (double)xv - mean[c];                                          \
-                    a[c] += d * d;                                                                  \
-                } else {                                                                            \
-                    const float gv = y && !(LD_##S(y, i * C + c) > 0.0f) ? 0.0f : LD_##S(g, i * C + c); \
-                    a[c] += gv;                                                                     \
-                    a2[c] += (double)gv * ((double)xv - mean[c]);                                   \
-                }                                                                                   \
+                const float gv = y && !(LD_##S(y, i * C + c) > 0.0f) ? 0.0f : LD_##S(g, i * C + c); \
+                a[c] += gv;                                                                         \
+                a2[c] += (double)gv * ((double)xv - mean[c]);                                       \
             }                                                                                       \
         }                                                                                           \
     }                                                                                               \
-    /* out = x*p + q (relu: clipped at 0; NaN stays NaN, as in relu), or with g given:             \
-     * out = g'*p + x*q + r, g' = g masked where y <= 0 when y is given. */                        \
+    /* out = (x - m)*p + q (relu: clipped at 0; NaN stays NaN, as in relu), or with g given:     \
+     * out = g'*p + (x - m)*q + r, g' = g masked where y <= 0 when y is given. Centred on the     \
+     * mean, so an input far from 0 against its spread keeps its precision. */                   \
     static void affine_##S(T *out, const T *x, const T *g, const T *y, int64_t m0, int64_t nr,      \
-                           int64_t C, const float *p, const float *q, const float *r, bool relu) {  \
+                           int64_t C, const float *m, const float *p, const float *q,               \
+                           const float *r, bool relu) {                                             \
         int64_t c0 = 0;                                                                             \
         for (; c0 + CHUNK <= C; c0 += CHUNK) {                                                      \
-            float pk[CHUNK], qk[CHUNK], rk[CHUNK];                                                  \
-            for (int k = 0; k < CHUNK; k++) pk[k] = p[c0 + k], qk[k] = q[c0 + k], rk[k] = r ? r[c0 + k] : 0.0f; \
+            vf mk, pk, qk, rk;                                                                      \
+            for (int k = 0; k < CHUNK; k++)                                                         \
+                mk[k] = m[c0 + k], pk[k] = p[c0 + k], qk[k] = q[c0 + k], rk[k] = r ? r[c0 + k] : 0.0f; \
             for (int64_t i = m0; i < m0 + nr; i++) {                                                \
                 const int64_t o = i * C + c0;                                                       \
+                vf v;                                                                               \
                 if (!g) {                                                                           \
-                    _Pragma("omp simd") for (int k = 0; k < CHUNK; k++) {                           \
-                        const float v = LD_##S(x, o + k) * pk[k] + qk[k];                           \
-                        ST_##S(out, o + k, relu && v < 0.0f ? 0.0f : v);                            \
-                    }                                                                               \
-                } else if (y) {                                                                     \
-                    _Pragma("omp simd") for (int k = 0; k < CHUNK; k++) {                           \
-                        const float gk = LD_##S(g, o + k), yk = LD_##S(y, o + k);                   \
-                        ST_##S(out, o + k, (yk > 0.0f ? gk : 0.0f) * pk[k] + LD_##S(x, o + k) * qk[k] + rk[k]); \
-                    }                                                                               \
+                    v = (vload_##S(x + o) - mk) * pk + qk;                                          \
+                    if (relu) v = vkeep(v, ~(v < 0.0f));                                            \
                 } else {                                                                            \
-                    _Pragma("omp simd") for (int k = 0; k < CHUNK; k++)                             \
-                        ST_##S(out, o + k, LD_##S(g, o + k) * pk[k] + LD_##S(x, o + k) * qk[k] + rk[k]); \
+                    vf gv = vload_##S(g + o);                                                       \
+                    if (y) gv = vkeep(gv, vload_##S(y + o) > 0.0f);                                 \
+                    v = gv * pk + (vload_##S(x + o) - mk) * qk + rk;                                \
                 }                                                                                   \
+                vstore_##S(out + o, v);                                                             \
             }                                                                                       \
         }                                                                                           \
         for (int64_t i = m0; i < m0 + nr && c0 < C; i++) {                                          \
@@ -114,11 +188,11 @@ static inline int64_t block_rows(int64_t C) { return C >= BLOCK_ELEMS ? 1 : BLOC
                 const int64_t o = i * C + c;                                                        \
                 float v;                                                                            \
                 if (!g) {                                                                           \
-                    v = LD_##S(x, o) * p[c] + q[c];                                                 \
+                    v = (LD_##S(x, o) - m[c]) * p[c] + q[c];                                        \
                     if (relu && v < 0.0f) v = 0.0f;                                                 \
                 } else {                                                                            \
                     const float gv = y && !(LD_##S(y, o) > 0.0f) ? 0.0f : LD_##S(g, o);             \
-                    v = gv * p[c] + LD_##S(x, o) * q[c] + r[c];                                     \
+                    v = gv * p[c] + (LD_##S(x, o) - m[c]) * q[c] + r[c];                            \
                 }                                                                                   \
                 ST_##S(out, o, v);                                                                  \
             }                                                                                       \
@@ -128,43 +202,74 @@ static inline int64_t block_rows(int64_t C) { return C >= BLOCK_ELEMS ? 1 : BLOC
 NHWC_KERNELS(f32, float)
 NHWC_KERNELS(bf16, uint16_t)
 
-typedef struct {
-    const void *x, *g, *y; /* y: fused relu's output, masks g where y <= 0 */
-    const double *mean;
-    int64_t M, C;
-    bool bf16;
-} rows;
+/* Threads for a pass over M rows of C channels. */
+static int pass_threads(int64_t M, int64_t C) { return M * C >= CR_PAR_GRAIN ? omp_get_max_threads() : 1; }
 
-/* sums[c] (and sums2[c]) over all rows for `kind` as in sums_<S>, f64, rows split across
- * threads in blocks. Returns false when out of memory. */
-static bool row_sums(const rows *r, int kind, double *sums, double *sums2) {
-    const int64_t M = r->M, C = r->C, R = block_rows(C), nb = (M + R - 1) / R;
-    int nt = M * C >= CR_PAR_GRAIN ? omp_get_max_threads() : 1;
-    int nacc = kind == 2 ? 2 : 1;
-    double *acc = calloc((size_t)(nt * nacc) * (size_t)C, sizeof(double));
+/* Per-channel batch mean and biased variance over all rows, rows split across threads in
+ * blocks. Returns false when out of memory. */
+static bool row_moments(const void *x, bool bf16, int64_t M, int64_t C, double *mean,
+                        double *var) {
+    const int64_t R = block_rows(C), nb = (M + R - 1) / R;
+    const int nt = pass_threads(M, C);
+    double *acc = calloc((size_t)nt * (size_t)(2 * C + 1), sizeof(double)); /* mean, m2, n */
     if (!acc) return false;
-    const double *mean = kind == 0 ? NULL : r->mean;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-        double *a = acc + (size_t)omp_get_thread_num() * (size_t)(nacc * C);
-        double *a2 = kind == 2 ? a + C : NULL;
+        double *tm = acc + (size_t)omp_get_thread_num() * (size_t)(2 * C + 1), *tq = tm + C;
+        double *tn = tq + C;
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < nb; b++) {
             const int64_t m0 = b * R, nr = M - m0 < R ? M - m0 : R;
-            if (r->bf16)
-                sums_bf16(kind, r->x, r->g, r->y, m0, nr, C, mean, a, a2);
+            if (bf16)
+                moments_bf16(x, m0, nr, C, *tn, tm, tq);
             else
-                sums_f32(kind, r->x, r->g, r->y, m0, nr, C, mean, a, a2);
+                moments_f32(x, m0, nr, C, *tn, tm, tq);
+            *tn += (double)nr;
+        }
+    }
+    for (int64_t c = 0; c < C; c++) mean[c] = 0, var[c] = 0;
+    double n = 0;
+    for (int t = 0; t < nt; t++) {
+        const double *tm = acc + (size_t)t * (size_t)(2 * C + 1), *tq = tm + C, tn = tq[C];
+        if (tn == 0) continue;
+        for (int64_t c = 0; c < C; c++) merge_moments(n, tn, tm[c], tq[c], mean + c, var + c);
+        n += tn;
+    }
+    for (int64_t c = 0; c < C; c++) var[c] /= (double)M;
+    free(acc);
+    return true;
+}
+
+/* sum_g[c] = sum g, sum_gx[c] = sum g*(x - mean) over all rows (g masked where y <= 0
+ * when y is given), f64, rows split across threads in blocks. Returns false when out of
+ * memory. */
+static bool row_grad_sums(const void *g, const void *x, const void *y, bool bf16,
+                          const double *mean, int64_t M, int64_t C, double *sum_g,
+                          double *sum_gx) {
+    const int64_t R = block_rows(C), nb = (M + R - 1) / R;
+    const int nt = pass_threads(M, C);
+    double *acc = calloc((size_t)nt * (size_t)(2 * C), sizeof(double));
+    if (!acc) return false;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        double *a = acc + (size_t)omp_get_thread_num() * (size_t)(2 * C), *a2 = a + C;
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < nb; b++) {
+            const int64_t m0 = b * R, nr = M - m0 < R ? M - m0 : R;
+            if (bf16)
+                grad_sums_bf16(x, g, y, m0, nr, C, mean, a, a2);
+            else
+                grad_sums_f32(x, g, y, m0, nr, C, mean, a, a2);
         }
     }
     for (int64_t c = 0; c < C; c++) {
         double s = 0, s2 = 0;
         for (int t = 0; t < nt; t++) {
-            s += acc[(size_t)t * (size_t)(nacc * C) + (size_t)c];
-            if (nacc == 2) s2 += acc[(size_t)t * (size_t)(nacc * C) + (size_t)(C + c)];
+            s += acc[(size_t)t * (size_t)(2 * C) + (size_t)c];
+            s2 += acc[(size_t)t * (size_t)(2 * C) + (size_t)(C + c)];
         }
-        sums[c] = s;
-        if (nacc == 2) sums2[c] = s2;
+        sum_g[c] = s;
+        sum_gx[c] = s2;
     }
     free(acc);
     return true;
@@ -172,46 +277,40 @@ static bool row_sums(const rows *r, int kind, double *sums, double *sums2) {
 
 /* affine_<S> over all rows, in blocks across threads. */
 static void row_affine(void *out, const void *x, const void *g, const void *y, bool bf16,
-                       int64_t M, int64_t C, const float *p, const float *q, const float *r,
-                       bool relu) {
+                       int64_t M, int64_t C, const float *m, const float *p, const float *q,
+                       const float *r, bool relu) {
     const int64_t R = block_rows(C), nb = (M + R - 1) / R;
-    bool par = M * C >= CR_PAR_GRAIN;
-#pragma omp parallel for if (par) schedule(static)
+    const int nt = pass_threads(M, C);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t b = 0; b < nb; b++) {
         const int64_t m0 = b * R, nr = M - m0 < R ? M - m0 : R;
         if (bf16)
-            affine_bf16(out, x, g, y, m0, nr, C, p, q, r, relu);
+            affine_bf16(out, x, g, y, m0, nr, C, m, p, q, r, relu);
         else
-            affine_f32(out, x, g, y, m0, nr, C, p, q, r, relu);
+            affine_f32(out, x, g, y, m0, nr, C, m, p, q, r, relu);
     }
 }
 
 bool cr_bn_nhwc_stats(const void *x, bool bf16, int64_t M, int64_t C, double *mean,
                       double *var) {
-    rows r = {x, NULL, NULL, mean, M, C, bf16};
-    if (!row_sums(&r, 0, mean, NULL)) return false;
-    for (int64_t c = 0; c < C; c++) mean[c] /= (double)M;
-    if (!row_sums(&r, 1, var, NULL)) return false;
-    for (int64_t c = 0; c < C; c++) var[c] /= (double)M;
-    return true;
+    return row_moments(x, bf16, M, C, mean, var);
 }
 
 bool cr_bn_nhwc_apply(void *y, const void *x, bool bf16, int64_t M, int64_t C,
-                      const float *scale, const float *shift, bool relu) {
-    row_affine(y, x, NULL, NULL, bf16, M, C, scale, shift, NULL, relu);
+                      const float *mean, const float *scale, const float *shift, bool relu) {
+    row_affine(y, x, NULL, NULL, bf16, M, C, mean, scale, shift, NULL, relu);
     return true;
 }
 
 bool cr_bn_nhwc_grad_sums(const void *g, const void *x, const void *y, bool bf16,
                           const double *mean, int64_t M, int64_t C, double *sum_g,
                           double *sum_gx) {
-    rows r = {x, g, y, mean, M, C, bf16};
-    return row_sums(&r, 2, sum_g, sum_gx);
+    return row_grad_sums(g, x, y, bf16, mean, M, C, sum_g, sum_gx);
 }
 
 bool cr_bn_nhwc_grad_input(void *gx, const void *g, const void *x, const void *y, bool bf16,
-                           int64_t M, int64_t C, const float *a, const float *bx,
-                           const float *c0) {
-    row_affine(gx, x, g, y, bf16, M, C, a, bx, c0, false);
+                           int64_t M, int64_t C, const float *mean, const float *a,
+                           const float *bx, const float *c0) {
+    row_affine(gx, x, g, y, bf16, M, C, mean, a, bx, c0, false);
     return true;
 }

@@ -671,7 +671,8 @@ static cr_status bn_backward_nhwc(cr_call *c) {
     const bool use_batch = c->i[0], bf16 = x->dtype == CR_DT_BF16;
     const void *y = c->nin > 5 && c->in[5] ? cr_tensor_ptr(c->in[5]) : NULL;
     double *m = malloc(sizeof(double) * (size_t)(3 * C)), *sg = m + C, *sgx = m + 2 * C;
-    float *a = malloc(sizeof(float) * (size_t)(4 * C)), *bx = a + C, *c0 = a + 2 * C, *mf = a + 3 * C;
+    float *a = malloc(sizeof(float) * (size_t)(4 * C)), *bx = a + C, *c0 = a + 2 * C;
+    float *mf = a + 3 * C;
     if (!m || !a) {
         free(m);
         free(a);

@@ -103,7 +103,8 @@ static inline void merge_block(double n, double nb, double mu, double l, double 
             for (; i + UNROLL <= nr; i += UNROLL)                                                   \
                 for (int u = 0; u < UNROLL; u++) s[u] += vload_##S(xc + (i + u) * C);               \
             for (; i < nr; i++) s[0] += vload_##S(xc + i * C);                                      \
-            const vf mu = (s[0] + s[1] + s[2] + s[3]) * inv_nr;                                     \
+            for (int u = 1; u < UNROLL; u++) s[0] += s[u];                                          \
+            const vf mu = s[0] * inv_nr;                                                            \
             vf l[UNROLL] = {{0}};                                                                   \
             for (i = 0; i + UNROLL <= nr; i += UNROLL)                                              \
                 for (int u = 0; u < UNROLL; u++) {                                                  \
@@ -116,9 +117,9 @@ static inline void merge_block(double n, double nb, double mu, double l, double 
                 l[0] += d;                                                                          \
                 q[0] += d * d;                                                                      \
             }                                                                                       \
-            const vf ls = l[0] + l[1] + l[2] + l[3], qs = q[0] + q[1] + q[2] + q[3];                \
+            for (int u = 1; u < UNROLL; u++) l[0] += l[u], q[0] += q[u];                            \
             for (int k = 0; k < CHUNK; k++)                                                         \
-                merge_block(n, (double)nr, mu[k], ls[k], qs[k], mean + c0 + k, m2 + c0 + k);        \
+                merge_block(n, (double)nr, mu[k], l[0][k], q[0][k], mean + c0 + k, m2 + c0 + k);    \
         }                                                                                           \
         for (int64_t c = c0; c < C; c++) { /* the channels past the last chunk */                  \
             float s = 0, l = 0, q = 0;                                                              \
@@ -147,7 +148,10 @@ static inline void merge_block(double n, double nb, double mu, double l, double 
                 s[i & 1] += gv;                                                                     \
                 s2[i & 1] += gv * (vload_##S(x + o) - mu);                                          \
             }                                                                                       \
-            for (int k = 0; k < CHUNK; k++) a[c0 + k] += s[0][k] + s[1][k], a2[c0 + k] += s2[0][k] + s2[1][k]; \
+            for (int k = 0; k < CHUNK; k++) {                                                       \
+                a[c0 + k] += s[0][k] + s[1][k];                                                     \
+                a2[c0 + k] += s2[0][k] + s2[1][k];                                                  \
+            }                                                                                       \
         }                                                                                           \
         for (int64_t i = m0; i < m0 + nr && c0 < C; i++) { /* the channels past the last chunk */  \
             for (int64_t c = c0; c < C; c++) {                                                      \
@@ -167,8 +171,10 @@ static inline void merge_block(double n, double nb, double mu, double l, double 
         int64_t c0 = 0;                                                                             \
         for (; c0 + CHUNK <= C; c0 += CHUNK) {                                                      \
             vf mk, pk, qk, rk;                                                                      \
-            for (int k = 0; k < CHUNK; k++)                                                         \
-                mk[k] = m[c0 + k], pk[k] = p[c0 + k], qk[k] = q[c0 + k], rk[k] = r ? r[c0 + k] : 0.0f; \
+            for (int k = 0; k < CHUNK; k++) {                                                       \
+                mk[k] = m[c0 + k], pk[k] = p[c0 + k], qk[k] = q[c0 + k];                            \
+                rk[k] = r ? r[c0 + k] : 0.0f;                                                       \
+            }                                                                                       \
             for (int64_t i = m0; i < m0 + nr; i++) {                                                \
                 const int64_t o = i * C + c0;                                                       \
                 vf v;                                                                               \
@@ -203,7 +209,9 @@ NHWC_KERNELS(f32, float)
 NHWC_KERNELS(bf16, uint16_t)
 
 /* Threads for a pass over M rows of C channels. */
-static int pass_threads(int64_t M, int64_t C) { return M * C >= CR_PAR_GRAIN ? omp_get_max_threads() : 1; }
+static int pass_threads(int64_t M, int64_t C) {
+    return M * C >= CR_PAR_GRAIN ? omp_get_max_threads() : 1;
+}
 
 /* Per-channel batch mean and biased variance over all rows, rows split across threads in
  * blocks. Returns false when out of memory. */

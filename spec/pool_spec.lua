@@ -284,6 +284,35 @@ describe('pooling matches PyTorch', function()
   end)
 end)
 
+describe('global average pooling of channels-last tensors', function()
+  -- its own kernel reads the [N, H, W, C] memory as it lies and writes the grad
+  -- channels-last; values and grads equal the row-major path's, bit for bit
+  local function channels_last(t) return t:permute(0, 2, 3, 1):contiguous():permute(0, 3, 1, 2) end
+  for _, dt in ipairs { 'f32', 'bf16' } do
+    for _, shape in ipairs { { 3, 5, 4, 6 }, { 2, 300, 3, 3 }, { 64, 16, 7, 7 } } do
+      it(string.format('%s %s: values, grads and the grad\'s layout', dt, table.concat(shape, 'x')), function()
+        local x0 = pat(shape, 7, 13, 6, 4):to(dt)
+        local gy = pat({ shape[1], shape[2], 1, 1 }, 5, 11, 3, 2):to(dt)
+        local function run(x)
+          -- the grad as the op gives it (a leaf's accumulated grad is made row-major)
+          x = x:detach():requires_grad_(true) * 1
+          local g
+          x:register_hook(function(grad) g = grad end)
+          local y = cr.adaptive_avg_pool2d(x, 1)
+          y:backward(gy)
+          return y, g
+        end
+        local y, g = run(channels_last(x0))
+        local y_ref, g_ref = run(x0)
+        assert.is_true(g:is_channels_last())
+        assert.are.equal(dt, y.dtype)
+        assert.are.same(H.flat(y_ref:double()), H.flat(y:double()))
+        assert.are.same(H.flat(g_ref:double()), H.flat(g:contiguous():double()))
+      end)
+    end
+  end
+end)
+
 describe('pooling gradcheck (f64)', function()
   local checks = {
     { 'max 2x2', function(x) return cr.max_pool2d(x, 2) end, { 2, 2, 4, 6 } },

@@ -556,9 +556,73 @@ static inline __attribute__((always_inline)) void adaptive_plane_backward(const 
     }
 }
 
+/* Global average pooling (a 1 x 1 output) of a channels-last cpu tensor, f32 or bf16: its
+ * [N, H, W, C] memory is read as it lies, rows of C channels summed in f64 per image (the
+ * row-major path's sums, in the same order), where that path would first copy it to
+ * row-major; the grad is written channels-last. c->i[12] marks such calls. */
+enum { GLOBAL_NHWC_FLAG = 12, GLOBAL_CHUNK = 256 };
+
+static bool global_pool_nhwc(const cr_tensor *x, int64_t out_h, int64_t out_w) {
+    return out_h == 1 && out_w == 1 && x->ndim == 4 && cr_tensor_on_cpu(x) &&
+           (x->dtype == CR_DT_F32 || x->dtype == CR_DT_BF16) && cr_tensor_is_channels_last(x) &&
+           !cr_tensor_is_contiguous(x);
+}
+
+static inline double ld_row(bool bf16, const void *p, int64_t i) {
+    return bf16 ? (double)cr_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+static inline void st_row(bool bf16, void *p, int64_t i, float v) {
+    if (bf16) ((uint16_t *)p)[i] = cr_f32_to_bf16(v);
+    else ((float *)p)[i] = v;
+}
+
+/* y[n, c] = mean of x[n, :, :, c]; x [N, C, H, W] channels-last, y [N, C, 1, 1]. */
+static void global_pool_nhwc_forward(const cr_tensor *x, cr_tensor *y) {
+    const int64_t N = x->shape[0], C = x->shape[1], HW = x->shape[2] * x->shape[3];
+    const bool bf16 = x->dtype == CR_DT_BF16;
+    const void *xp = cr_tensor_ptr(x);
+    void *yp = cr_tensor_ptr(y);
+#pragma omp parallel for schedule(static) if (N * HW * C > CR_PAR_GRAIN) num_threads(cr_threads())
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t c0 = 0; c0 < C; c0 += GLOBAL_CHUNK) {
+            const int64_t nc = C - c0 < GLOBAL_CHUNK ? C - c0 : GLOBAL_CHUNK;
+            double sum[GLOBAL_CHUNK] = {0};
+            for (int64_t p = 0; p < HW; p++) {
+                const int64_t row = (n * HW + p) * C + c0;
+                for (int64_t k = 0; k < nc; k++) sum[k] += ld_row(bf16, xp, row + k);
+            }
+            for (int64_t k = 0; k < nc; k++) st_row(bf16, yp, n * C + c0 + k, (float)(sum[k] / (double)HW));
+        }
+    }
+}
+
+/* gx[n, :, :, c] = gy[n, c] / (H W); gy [N, C, 1, 1] dense, gx channels-last. */
+static void global_pool_nhwc_backward(const cr_tensor *gy, cr_tensor *gx) {
+    const int64_t N = gx->shape[0], C = gx->shape[1], HW = gx->shape[2] * gx->shape[3];
+    const bool bf16 = gx->dtype == CR_DT_BF16;
+    const void *gyp = cr_tensor_ptr(gy);
+    void *gxp = cr_tensor_ptr(gx);
+#pragma omp parallel for schedule(static) if (N * HW * C > CR_PAR_GRAIN) num_threads(cr_threads())
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t c0 = 0; c0 < C; c0 += GLOBAL_CHUNK) {
+            const int64_t nc = C - c0 < GLOBAL_CHUNK ? C - c0 : GLOBAL_CHUNK;
+            float v[GLOBAL_CHUNK];
+            for (int64_t k = 0; k < nc; k++) v[k] = (float)(ld_row(bf16, gyp, n * C + c0 + k) / (double)HW);
+            for (int64_t p = 0; p < HW; p++) {
+                const int64_t row = (n * HW + p) * C + c0;
+                for (int64_t k = 0; k < nc; k++) st_row(bf16, gxp, row + k, v[k]);
+            }
+        }
+    }
+}
+
 /* Adaptive pooling keeps no params in c->i beyond the sizes: its bins come from them. */
 cr_status cr_cpu_adaptive_avg_pool2d(cr_call *c) {
     const cr_tensor *x = c->in[0];
+    if (c->i[GLOBAL_NHWC_FLAG]) {
+        global_pool_nhwc_forward(x, c->out[0]);
+        return CR_OK;
+    }
     pool_geom g;
     memset(&g, 0, sizeof g);
     geom_from_call(c, x->shape[x->ndim - 2], x->shape[x->ndim - 1], c->out[0], &g);
@@ -579,6 +643,10 @@ cr_status cr_cpu_adaptive_avg_pool2d(cr_call *c) {
 
 cr_status cr_cpu_adaptive_avg_pool2d_backward(cr_call *c) {
     const cr_tensor *gy = c->in[0];
+    if (c->i[GLOBAL_NHWC_FLAG]) {
+        global_pool_nhwc_backward(gy, c->out[0]);
+        return CR_OK;
+    }
     pool_geom g;
     geom_from_call(c, c->i[10], c->i[11], gy, &g);
     const cr_dtype dt = gy->dtype;
@@ -608,6 +676,18 @@ cr_status cr_op_adaptive_avg_pool2d(cr_tensor **out, cr_tensor *x, int64_t out_h
     if (out_h < 1 || out_w < 1 || out_h > PARAM_LIMIT || out_w > PARAM_LIMIT)
         return cr_fail(CR_ERR_ARG, "%s: output size must be >= 1 (and sane), got {%lld, %lld}",
                        op, (long long)out_h, (long long)out_w);
+    if (global_pool_nhwc(x, out_h, out_w)) {
+        const int64_t oshape[4] = {x->shape[0], x->shape[1], 1, 1};
+        cr_call c;
+        if ((s = cr_call_init(&c, CR_OP_ADAPTIVE_AVG_POOL2D, 1, 1))) return s;
+        c.i[GLOBAL_NHWC_FLAG] = 1;
+        c.in[0] = x;
+        if ((s = cr_tensor_alloc(&c.out[0], 4, oshape, x->dtype, cr_tensor_dev(x)))) {
+            cr_call_drop_outs(&c);
+            return s;
+        }
+        return cr_call_finish(out, &c, 0, 0); /* the backward needs only sizes */
+    }
     if (cr_dtype_is_half(x->dtype)) {
         cr_tensor *xf = NULL, *y = NULL;
         s = cr_op_to(&xf, x, CR_DT_F32);
@@ -629,6 +709,21 @@ cr_status cr_op_adaptive_avg_pool2d(cr_tensor **out, cr_tensor *x, int64_t out_h
 
 cr_status cr_grad_adaptive_avg_pool2d(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     const cr_input_meta *m = &n->in_meta[0];
+    if (n->call.i[GLOBAL_NHWC_FLAG]) { /* the grad channels-last, as the input was */
+        cr_call c;
+        cr_status s = cr_call_init(&c, CR_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, 1, 1);
+        if (s) return s;
+        c.i[10] = m->shape[2], c.i[11] = m->shape[3], c.i[GLOBAL_NHWC_FLAG] = 1;
+        cr_tensor *t = NULL, *g = NULL; /* gout as [N, C, 1, 1], dense, in the input's dtype */
+        bool prev = cr_grad_set_enabled(false);
+        s = cr_op_to(&t, gout[0], m->dtype);
+        if (!s) s = cr_op_contiguous(&g, t);
+        cr_grad_set_enabled(prev);
+        cr_tensor_free(t);
+        if (!s) s = run_backward(&c, &gin[0], 1, &g, 4, m->shape, m->dtype, true);
+        cr_tensor_free(g);
+        return s;
+    }
     return cr_op_adaptive_avg_pool2d_backward(&gin[0], gout[0], m->shape[m->ndim - 2],
                                               m->shape[m->ndim - 1]);
 }

@@ -559,13 +559,14 @@ static inline __attribute__((always_inline)) void adaptive_plane_backward(const 
 /* Global average pooling (a 1 x 1 output) of a channels-last cpu tensor, f32 or bf16: its
  * [N, H, W, C] memory is read as it lies, rows of C channels summed in f64 per image (the
  * row-major path's sums, in the same order), where that path would first copy it to
- * row-major; the grad is written channels-last. c->i[12] marks such calls. */
+ * row-major; the grad is written channels-last. c->i[12] marks such calls. A fast path: off
+ * with the others (cr_set_fast_paths). */
 enum { GLOBAL_NHWC_FLAG = 12, GLOBAL_CHUNK = 256 };
 
 static bool global_pool_nhwc(const cr_tensor *x, int64_t out_h, int64_t out_w) {
-    return out_h == 1 && out_w == 1 && x->ndim == 4 && cr_tensor_on_cpu(x) &&
-           (x->dtype == CR_DT_F32 || x->dtype == CR_DT_BF16) && cr_tensor_is_channels_last(x) &&
-           !cr_tensor_is_contiguous(x);
+    return cr_fast_paths_enabled() && out_h == 1 && out_w == 1 && x->ndim == 4 &&
+           cr_tensor_on_cpu(x) && (x->dtype == CR_DT_F32 || x->dtype == CR_DT_BF16) &&
+           cr_tensor_is_channels_last(x) && !cr_tensor_is_contiguous(x);
 }
 
 static inline double ld_row(bool bf16, const void *p, int64_t i) {
@@ -591,7 +592,8 @@ static void global_pool_nhwc_forward(const cr_tensor *x, cr_tensor *y) {
                 const int64_t row = (n * HW + p) * C + c0;
                 for (int64_t k = 0; k < nc; k++) sum[k] += ld_row(bf16, xp, row + k);
             }
-            for (int64_t k = 0; k < nc; k++) st_row(bf16, yp, n * C + c0 + k, (float)(sum[k] / (double)HW));
+            for (int64_t k = 0; k < nc; k++)
+                st_row(bf16, yp, n * C + c0 + k, (float)(sum[k] / (double)HW));
         }
     }
 }
@@ -607,7 +609,8 @@ static void global_pool_nhwc_backward(const cr_tensor *gy, cr_tensor *gx) {
         for (int64_t c0 = 0; c0 < C; c0 += GLOBAL_CHUNK) {
             const int64_t nc = C - c0 < GLOBAL_CHUNK ? C - c0 : GLOBAL_CHUNK;
             float v[GLOBAL_CHUNK];
-            for (int64_t k = 0; k < nc; k++) v[k] = (float)(ld_row(bf16, gyp, n * C + c0 + k) / (double)HW);
+            for (int64_t k = 0; k < nc; k++)
+                v[k] = (float)(ld_row(bf16, gyp, n * C + c0 + k) / (double)HW);
             for (int64_t p = 0; p < HW; p++) {
                 const int64_t row = (n * HW + p) * C + c0;
                 for (int64_t k = 0; k < nc; k++) st_row(bf16, gxp, row + k, v[k]);

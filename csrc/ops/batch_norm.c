@@ -679,12 +679,11 @@ static cr_status bn_backward_nhwc(cr_call *c) {
         return cr_fail(CR_ERR_OOM, "batch_norm backward: out of memory for %lld channels",
                        (long long)C);
     }
-    for (int64_t ch = 0; ch < C; ch++) m[ch] = vec_get(mean, ch);
+    /* the kernels centre x on the f32 mean mf: its rounding is accounted for below */
+    for (int64_t ch = 0; ch < C; ch++) m[ch] = vec_get(mean, ch), mf[ch] = (float)m[ch];
     const void *gp = cr_tensor_ptr(g), *xp = cr_tensor_ptr(x);
-    bool ok = cr_bn_nhwc_grad_sums(gp, xp, y, bf16, m, M, C, sg, sgx);
+    bool ok = cr_bn_nhwc_grad_sums(gp, xp, y, bf16, mf, M, C, sg, sgx);
     for (int64_t ch = 0; ch < C && ok; ch++) {
-        /* the kernels centre x on the f32 mean mf: account for its rounding here */
-        mf[ch] = (float)m[ch];
         const double dm = m[ch] - mf[ch];
         sgx[ch] -= dm * sg[ch];
         const double is = vec_get(inv, ch), wc = w ? vec_get(w, ch) : 1.0;

@@ -29,10 +29,10 @@ bool cr_bn_nhwc_stats(const void *x, bool bf16, int64_t M, int64_t C, double *me
 /* y = (x - mean)*scale + shift per channel, then relu when asked. */
 bool cr_bn_nhwc_apply(void *y, const void *x, bool bf16, int64_t M, int64_t C,
                       const float *mean, const float *scale, const float *shift, bool relu);
-/* sum_g = sum g, sum_gx = sum g*(x - mean) per channel; g masked where y <= 0 when y is
- * given (the fused relu). */
+/* sum_g = sum g, sum_gx = sum g*(x - mean) per channel, about the same f32 mean the
+ * affine passes take; g masked where y <= 0 when y is given (the fused relu). */
 bool cr_bn_nhwc_grad_sums(const void *g, const void *x, const void *y, bool bf16,
-                          const double *mean, int64_t M, int64_t C, double *sum_g,
+                          const float *mean, int64_t M, int64_t C, double *sum_g,
                           double *sum_gx);
 /* gx = g*a + (x - mean)*bx + c0 per channel (g masked as above). */
 bool cr_bn_nhwc_grad_input(void *gx, const void *g, const void *x, const void *y, bool bf16,

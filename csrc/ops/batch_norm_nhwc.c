@@ -133,13 +133,13 @@ static inline void merge_block(double n, double nb, double mu, double l, double 
             merge_block(n, (double)nr, mu, l, q, mean + c, m2 + c);                                 \
         }                                                                                           \
     }                                                                                               \
-    /* a += sum g, a2 += sum g*(x - mean), g masked where y <= 0 when y is given. */               \
+    /* a += sum g, a2 += sum g*(x - m), g masked where y <= 0 when y is given. */                  \
     static void grad_sums_##S(const T *x, const T *g, const T *y, int64_t m0, int64_t nr,            \
-                              int64_t C, const double *mean, double *a, double *a2) {               \
+                              int64_t C, const float *m, double *a, double *a2) {                   \
         int64_t c0 = 0;                                                                             \
         for (; c0 + CHUNK <= C; c0 += CHUNK) {                                                      \
             vf s[2] = {{0}}, s2[2] = {{0}}, mu;                                                     \
-            for (int k = 0; k < CHUNK; k++) mu[k] = (float)mean[c0 + k];                            \
+            for (int k = 0; k < CHUNK; k++) mu[k] = m[c0 + k];                                      \
             const int64_t o0 = m0 * C + c0;                                                         \
             for (int64_t i = 0; i < nr; i++) { /* two chains: row parity */                        \
                 const int64_t o = o0 + i * C;                                                       \
@@ -158,7 +158,7 @@ static inline void merge_block(double n, double nb, double mu, double l, double 
                 const float xv = LD_##S(x, i * C + c);                                              \
                 const float gv = y && !(LD_##S(y, i * C + c) > 0.0f) ? 0.0f : LD_##S(g, i * C + c); \
                 a[c] += gv;                                                                         \
-                a2[c] += (double)gv * ((double)xv - mean[c]);                                       \
+                a2[c] += (double)gv * ((double)xv - m[c]);                                          \
             }                                                                                       \
         }                                                                                           \
     }                                                                                               \
@@ -252,7 +252,7 @@ static bool row_moments(const void *x, bool bf16, int64_t M, int64_t C, double *
  * when y is given), f64, rows split across threads in blocks. Returns false when out of
  * memory. */
 static bool row_grad_sums(const void *g, const void *x, const void *y, bool bf16,
-                          const double *mean, int64_t M, int64_t C, double *sum_g,
+                          const float *mean, int64_t M, int64_t C, double *sum_g,
                           double *sum_gx) {
     const int64_t R = block_rows(C), nb = (M + R - 1) / R;
     const int nt = pass_threads(M, C);
@@ -311,7 +311,7 @@ bool cr_bn_nhwc_apply(void *y, const void *x, bool bf16, int64_t M, int64_t C,
 }
 
 bool cr_bn_nhwc_grad_sums(const void *g, const void *x, const void *y, bool bf16,
-                          const double *mean, int64_t M, int64_t C, double *sum_g,
+                          const float *mean, int64_t M, int64_t C, double *sum_g,
                           double *sum_gx) {
     return row_grad_sums(g, x, y, bf16, mean, M, C, sum_g, sum_gx);
 }

@@ -131,11 +131,15 @@ static cr_status check_params(const char *op, int ndim, const int64_t *ishape,
     return cr_check_shape_arg(op, ndim, oshape);
 }
 
+/* Element i of an f32, f64 or (global_pool_nhwc's kernels only) bf16 array; a bf16 store
+ * rounds through f32. */
 static inline double ld(cr_dtype dt, const char *p, int64_t i) {
+    if (dt == CR_DT_BF16) return cr_bf16_to_f32(((const uint16_t *)p)[i]);
     return dt == CR_DT_F32 ? ((const float *)p)[i] : ((const double *)p)[i];
 }
 static inline void st(cr_dtype dt, char *p, int64_t i, double v) {
-    if (dt == CR_DT_F32) ((float *)p)[i] = (float)v;
+    if (dt == CR_DT_BF16) ((uint16_t *)p)[i] = cr_f32_to_bf16((float)v);
+    else if (dt == CR_DT_F32) ((float *)p)[i] = (float)v;
     else ((double *)p)[i] = v;
 }
 static inline void add(cr_dtype dt, char *p, int64_t i, double v) {
@@ -569,20 +573,12 @@ static bool global_pool_nhwc(const cr_tensor *x, int64_t out_h, int64_t out_w) {
            cr_tensor_is_channels_last(x) && !cr_tensor_is_contiguous(x);
 }
 
-static inline double ld_row(bool bf16, const void *p, int64_t i) {
-    return bf16 ? (double)cr_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-static inline void st_row(bool bf16, void *p, int64_t i, float v) {
-    if (bf16) ((uint16_t *)p)[i] = cr_f32_to_bf16(v);
-    else ((float *)p)[i] = v;
-}
-
 /* y[n, c] = mean of x[n, :, :, c]; x [N, C, H, W] channels-last, y [N, C, 1, 1]. */
 static void global_pool_nhwc_forward(const cr_tensor *x, cr_tensor *y) {
     const int64_t N = x->shape[0], C = x->shape[1], HW = x->shape[2] * x->shape[3];
-    const bool bf16 = x->dtype == CR_DT_BF16;
-    const void *xp = cr_tensor_ptr(x);
-    void *yp = cr_tensor_ptr(y);
+    const cr_dtype dt = x->dtype;
+    const char *xp = cr_tensor_ptr(x);
+    char *yp = cr_tensor_ptr(y);
 #pragma omp parallel for schedule(static) if (N * HW * C > CR_PAR_GRAIN) num_threads(cr_threads())
     for (int64_t n = 0; n < N; n++) {
         for (int64_t c0 = 0; c0 < C; c0 += GLOBAL_CHUNK) {
@@ -590,10 +586,9 @@ static void global_pool_nhwc_forward(const cr_tensor *x, cr_tensor *y) {
             double sum[GLOBAL_CHUNK] = {0};
             for (int64_t p = 0; p < HW; p++) {
                 const int64_t row = (n * HW + p) * C + c0;
-                for (int64_t k = 0; k < nc; k++) sum[k] += ld_row(bf16, xp, row + k);
+                for (int64_t k = 0; k < nc; k++) sum[k] += ld(dt, xp, row + k);
             }
-            for (int64_t k = 0; k < nc; k++)
-                st_row(bf16, yp, n * C + c0 + k, (float)(sum[k] / (double)HW));
+            for (int64_t k = 0; k < nc; k++) st(dt, yp, n * C + c0 + k, sum[k] / (double)HW);
         }
     }
 }
@@ -601,19 +596,19 @@ static void global_pool_nhwc_forward(const cr_tensor *x, cr_tensor *y) {
 /* gx[n, :, :, c] = gy[n, c] / (H W); gy [N, C, 1, 1] dense, gx channels-last. */
 static void global_pool_nhwc_backward(const cr_tensor *gy, cr_tensor *gx) {
     const int64_t N = gx->shape[0], C = gx->shape[1], HW = gx->shape[2] * gx->shape[3];
-    const bool bf16 = gx->dtype == CR_DT_BF16;
-    const void *gyp = cr_tensor_ptr(gy);
-    void *gxp = cr_tensor_ptr(gx);
+    const cr_dtype dt = gx->dtype;
+    const char *gyp = cr_tensor_ptr(gy);
+    char *gxp = cr_tensor_ptr(gx);
 #pragma omp parallel for schedule(static) if (N * HW * C > CR_PAR_GRAIN) num_threads(cr_threads())
     for (int64_t n = 0; n < N; n++) {
         for (int64_t c0 = 0; c0 < C; c0 += GLOBAL_CHUNK) {
             const int64_t nc = C - c0 < GLOBAL_CHUNK ? C - c0 : GLOBAL_CHUNK;
-            float v[GLOBAL_CHUNK];
+            float v[GLOBAL_CHUNK]; /* the f32 values every pixel gets */
             for (int64_t k = 0; k < nc; k++)
-                v[k] = (float)(ld_row(bf16, gyp, n * C + c0 + k) / (double)HW);
+                v[k] = (float)(ld(dt, gyp, n * C + c0 + k) / (double)HW);
             for (int64_t p = 0; p < HW; p++) {
                 const int64_t row = (n * HW + p) * C + c0;
-                for (int64_t k = 0; k < nc; k++) st_row(bf16, gxp, row + k, v[k]);
+                for (int64_t k = 0; k < nc; k++) st(dt, gxp, row + k, v[k]);
             }
         }
     }
@@ -710,25 +705,33 @@ cr_status cr_op_adaptive_avg_pool2d(cr_tensor **out, cr_tensor *x, int64_t out_h
     return run_forward(&c, out, x, oshape);
 }
 
+/* gx of the given shape from gout (checked by the caller); nhwc: the global channels-last
+ * kernel, gout a dense [N, C, 1, 1] and gx channels-last. */
+static cr_status adaptive_backward(cr_tensor **gx, cr_tensor *gout, int ndim,
+                                   const int64_t *shape, bool nhwc) {
+    cr_call c;
+    cr_status s = cr_call_init(&c, CR_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, 1, 1);
+    if (s) return s;
+    c.i[10] = shape[ndim - 2], c.i[11] = shape[ndim - 1], c.i[GLOBAL_NHWC_FLAG] = nhwc;
+    return run_backward(&c, gx, 1, &gout, ndim, shape, gout->dtype, nhwc);
+}
+
 cr_status cr_grad_adaptive_avg_pool2d(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
     const cr_input_meta *m = &n->in_meta[0];
-    if (n->call.i[GLOBAL_NHWC_FLAG]) { /* the grad channels-last, as the input was */
-        cr_call c;
-        cr_status s = cr_call_init(&c, CR_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, 1, 1);
-        if (s) return s;
-        c.i[10] = m->shape[2], c.i[11] = m->shape[3], c.i[GLOBAL_NHWC_FLAG] = 1;
-        cr_tensor *t = NULL, *g = NULL; /* gout as [N, C, 1, 1], dense, in the input's dtype */
-        bool prev = cr_grad_set_enabled(false);
-        s = cr_op_to(&t, gout[0], m->dtype);
-        if (!s) s = cr_op_contiguous(&g, t);
-        cr_grad_set_enabled(prev);
-        cr_tensor_free(t);
-        if (!s) s = run_backward(&c, &gin[0], 1, &g, 4, m->shape, m->dtype, true);
-        cr_tensor_free(g);
-        return s;
-    }
-    return cr_op_adaptive_avg_pool2d_backward(&gin[0], gout[0], m->shape[m->ndim - 2],
-                                              m->shape[m->ndim - 1]);
+    if (!n->call.i[GLOBAL_NHWC_FLAG])
+        return cr_op_adaptive_avg_pool2d_backward(&gin[0], gout[0], m->shape[m->ndim - 2],
+                                                  m->shape[m->ndim - 1]);
+    /* the forward's global channels-last kernel: the grad channels-last too, from gout as a
+     * dense [N, C, 1, 1] in the input's dtype (f32 or bf16, which the kernel reads) */
+    cr_tensor *t = NULL, *g = NULL;
+    bool prev = cr_grad_set_enabled(false);
+    cr_status s = cr_op_to(&t, gout[0], m->dtype);
+    if (!s) s = cr_op_contiguous(&g, t);
+    cr_grad_set_enabled(prev);
+    cr_tensor_free(t);
+    if (!s) s = adaptive_backward(&gin[0], g, 4, m->shape, true);
+    cr_tensor_free(g);
+    return s;
 }
 
 cr_status cr_op_adaptive_avg_pool2d_backward(cr_tensor **gx, cr_tensor *gout, int64_t in_h,
@@ -738,9 +741,5 @@ cr_status cr_op_adaptive_avg_pool2d_backward(cr_tensor **gx, cr_tensor *gout, in
     CR_CHECK_TENSOR(op, gout, "grad_output");
     int64_t shape[4];
     cr_status s = backward_out_shape(op, gout, in_h, in_w, shape, false);
-    if (s) return s;
-    cr_call c;
-    if ((s = cr_call_init(&c, CR_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, 1, 1))) return s;
-    c.i[10] = in_h, c.i[11] = in_w;
-    return run_backward(&c, gx, 1, &gout, gout->ndim, shape, gout->dtype, false);
+    return s ? s : adaptive_backward(gx, gout, gout->ndim, shape, false);
 }

@@ -94,6 +94,20 @@ describe('scaled_dot_product_attention', function()
     for i = 1, 3 do assert.is_true(max_diff(gf[i], gp[i]) < 1e-4) end
   end)
 
+  it('matches the plain path in f32 at head sizes that are not whole register blocks', function()
+    -- head dims 20 and 12 and 70 keys (a last key tile of 6): the f32 tile products'
+    -- narrow last blocks of columns, and rows that are not a multiple of 6
+    cr.manual_seed(4)
+    local q, k, v = randn({ 2, 3, 37, 20 }, 'f32'), randn({ 2, 3, 70, 20 }, 'f32'), randn({ 2, 3, 70, 12 }, 'f32')
+    local opts = { mask = randn({ 37, 70 }, 'f32') }
+    local p64 = function(a, b, c) return plain(a, b, c, { mask = opts.mask:double() }) end
+    assert.is_true(max_diff(sdpa(q, k, v, opts), p64(q:double(), k:double(), v:double())) < 2e-5)
+    local g = randn({ 2, 3, 37, 12 }, 'f32')
+    local gf = grads(function(a, b, c) return sdpa(a, b, c, opts) end, q, k, v, g)
+    local gp = grads(p64, q:double(), k:double(), v:double(), g:double())
+    for i = 1, 3 do assert.is_true(max_diff(gf[i], gp[i]) < 1e-4) end
+  end)
+
   it('passes finite-difference gradchecks with masks', function()
     cr.manual_seed(3)
     local q, k, v = randn({ 1, 2, 3, 4 }), randn({ 1, 2, 5, 4 }), randn({ 1, 2, 5, 3 })

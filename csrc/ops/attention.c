@@ -22,7 +22,11 @@
 #include "rng.h"
 
 enum { ATT_BR = 64, ATT_BC = 64 }; /* query rows and keys per tile */
-enum { ATT_MR = 6, ATT_NR = 16 };  /* the tile product's block of C held in registers */
+#if defined(__AVX512F__)
+enum { ATT_MR = 6, ATT_NR = 32 };  /* the tile product's block of C held in registers */
+#else
+enum { ATT_MR = 6, ATT_NR = 16 };
+#endif
 enum { ATT_PAD_K = 256 };          /* the longest sum whose last rows of A are padded */
 enum { ATT_MASK_NONE = 0, ATT_MASK_BOOL = 1, ATT_MASK_ADD = 2 };
 
@@ -92,7 +96,57 @@ static void att_half_inputs(att_bufs *b, const cr_call *c, int go) {
 }
 enum { ATT_PASS_FWD, ATT_PASS_KV, ATT_PASS_Q, ATT_PASS_HEAD };
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* acc = A[6, K] B[K, nr] for f32 (A's rows of stride lda, B's of ldb; nr <= 32, the
+ * columns past nr read as 0 through masked loads, so B is never read past its N): twelve
+ * 16-wide accumulators, two of B's vectors and A's broadcast, fused multiply-adds along k
+ * in order (the AVX2 kernel below at twice the width; 12 independent chains cover the FMA
+ * latency). */
+static inline void att_block_f32(int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, int nr,
+                                 float acc[ATT_MR][ATT_NR]) {
+    const __mmask16 m0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1);
+    const __mmask16 m1 = nr >= 32 ? (__mmask16)0xFFFF : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    const float *a0 = A, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda, *a4 = a3 + lda, *a5 = a4 + lda;
+    for (int64_t k = 0; k < K; k++) {
+        const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + k * ldb), b1 = _mm512_maskz_loadu_ps(m1, B + k * ldb + 16);
+        __m512 a = _mm512_set1_ps(a0[k]);
+        c00 = _mm512_fmadd_ps(a, b0, c00);
+        c01 = _mm512_fmadd_ps(a, b1, c01);
+        a = _mm512_set1_ps(a1[k]);
+        c10 = _mm512_fmadd_ps(a, b0, c10);
+        c11 = _mm512_fmadd_ps(a, b1, c11);
+        a = _mm512_set1_ps(a2[k]);
+        c20 = _mm512_fmadd_ps(a, b0, c20);
+        c21 = _mm512_fmadd_ps(a, b1, c21);
+        a = _mm512_set1_ps(a3[k]);
+        c30 = _mm512_fmadd_ps(a, b0, c30);
+        c31 = _mm512_fmadd_ps(a, b1, c31);
+        a = _mm512_set1_ps(a4[k]);
+        c40 = _mm512_fmadd_ps(a, b0, c40);
+        c41 = _mm512_fmadd_ps(a, b1, c41);
+        a = _mm512_set1_ps(a5[k]);
+        c50 = _mm512_fmadd_ps(a, b0, c50);
+        c51 = _mm512_fmadd_ps(a, b1, c51);
+    }
+    _mm512_storeu_ps(acc[0], c00);
+    _mm512_storeu_ps(acc[0] + 16, c01);
+    _mm512_storeu_ps(acc[1], c10);
+    _mm512_storeu_ps(acc[1] + 16, c11);
+    _mm512_storeu_ps(acc[2], c20);
+    _mm512_storeu_ps(acc[2] + 16, c21);
+    _mm512_storeu_ps(acc[3], c30);
+    _mm512_storeu_ps(acc[3] + 16, c31);
+    _mm512_storeu_ps(acc[4], c40);
+    _mm512_storeu_ps(acc[4] + 16, c41);
+    _mm512_storeu_ps(acc[5], c50);
+    _mm512_storeu_ps(acc[5] + 16, c51);
+}
+#define ATT_BLOCK_F32 att_block_f32
+#define ATT_BLOCK_MASKED 1 /* takes any nr: no padded B needed */
+#elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 /* acc = A[6, K] B[K, 16] for f32 (A's rows of stride lda, B's of ldb): twelve 8-wide
  * accumulators in registers (with B's two vectors and A's broadcast, 15 of AVX2's 16),
@@ -102,8 +156,9 @@ enum { ATT_PASS_FWD, ATT_PASS_KV, ATT_PASS_Q, ATT_PASS_HEAD };
  * (perf: 70% of its time in the tile products). A variant reading A transposed (to save
  * the backward's tile transposes) made GCC spill an accumulator in the loop and was
  * slower than the transposes. */
-static inline void att_block_f32(int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+static inline void att_block_f32(int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, int nr,
                                  float acc[ATT_MR][ATT_NR]) {
+    (void)nr; /* a full block, or B padded to one */
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     const float *a0 = A, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda, *a4 = a3 + lda, *a5 = a4 + lda;

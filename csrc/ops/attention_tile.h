@@ -6,7 +6,8 @@
  * register-blocked kernel, C = alpha A B + beta C with A and B row-major (operands that
  * would be transposed are transposed into scratch first): each element's sum runs over k
  * in order, so the result does not depend on threads. ATT_BLOCK, where defined, computes
- * a full ATT_MR x ATT_NR block (attention.c's AVX2 kernel for f32). */
+ * a full ATT_MR x ATT_NR block (attention.c's AVX-512 or AVX2 kernel for f32; with
+ * ATT_BLOCK_MASKED it also takes a narrower last block). */
 
 #define ATT_CAT2(a, b) a##_##b
 #define ATT_CAT(a, b) ATT_CAT2(a, b)
@@ -37,8 +38,12 @@ static void ATT(att_gemm)(int64_t M, int64_t N, int64_t K, ATT_T alpha, const AT
             const int nr = (int)(N - j0 < ATT_NR ? N - j0 : ATT_NR);
             ATT_T acc[ATT_MR][ATT_NR];
 #ifdef ATT_BLOCK
+#ifdef ATT_BLOCK_MASKED
+            if (rows_full) {
+#else
             if (rows_full && (nr == ATT_NR || b_padded)) {
-                ATT_BLOCK(K, Ab, la, B + j0, ldb, acc);
+#endif
+                ATT_BLOCK(K, Ab, la, B + j0, ldb, nr, acc);
             } else
 #endif
             {

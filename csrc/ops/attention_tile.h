@@ -70,7 +70,17 @@ static void ATT(att_gemm)(int64_t M, int64_t N, int64_t K, ATT_T alpha, const AT
 
 /* dst[c][r] = src[r][c] for an nr x nc block of rows of stride lds, into rows of stride ldd. */
 static void ATT(att_transpose)(const ATT_T *src, int64_t lds, int64_t nr, int64_t nc, ATT_T *dst, int64_t ldd) {
-    for (int64_t r = 0; r < nr; r++)
+    int64_t r0 = 0;
+#ifdef ATT_TRANSPOSE8
+    /* whole 8 x 8 blocks in registers, the edges below */
+    for (; r0 + 8 <= nr; r0 += 8) {
+        int64_t c = 0;
+        for (; c + 8 <= nc; c += 8) ATT_TRANSPOSE8(src + r0 * lds + c, lds, dst + c * ldd + r0, ldd);
+        for (; c < nc; c++)
+            for (int64_t r = r0; r < r0 + 8; r++) dst[c * ldd + r] = src[r * lds + c];
+    }
+#endif
+    for (int64_t r = r0; r < nr; r++)
         for (int64_t c = 0; c < nc; c++) dst[c * ldd + r] = src[r * lds + c];
 }
 

@@ -193,14 +193,15 @@ describe('scaled_dot_product_attention', function()
     end
   end)
 
-  it('takes f16/bf16 views in any strides (q, k, v of one qkv product), forward and backward', function()
+  it('takes f16/bf16/f32 views in any strides (q, k, v of one qkv product), forward and backward', function()
     -- a ViT's q, k and v: views of one [B, T, 3, H, d] product; the CPU kernel reads them in
-    -- place and writes the output and the grads in their dtype. Two head counts: the
+    -- place and writes the output and the grads in their dtype (f32 views are read the
+    -- same way instead of being copied contiguous first). Two head counts: the
     -- backward's two-pass scheme (B H = 2, T over one 64-row block) and its head pass.
     cr.manual_seed(9)
     for _, case in ipairs { { B = 1, H = 2, T = 70 }, { B = 4, H = 2, T = 9 } } do
       local base = randn({ case.B, case.T, 3, case.H, 8 }, 'f32')
-      for _, dt in ipairs { 'bf16', 'f16' } do
+      for _, dt in ipairs { 'bf16', 'f16', 'f32' } do
         local x = base:to(dt):requires_grad_(true)
         local qkv = x:permute({ 2, 0, 3, 1, 4 })
         local q, k, v = qkv:select(0, 0), qkv:select(0, 1), qkv:select(0, 2)
@@ -217,7 +218,7 @@ describe('scaled_dot_product_attention', function()
         ref:backward(g:float())
         assert.are.equal(dt, x.grad.dtype)
         -- the backward's row terms use the output as saved, rounded to dt
-        local tol = (dt == 'bf16' and 2e-2 or 3e-3) * xf.grad:abs():max():item()
+        local tol = ({ bf16 = 2e-2, f16 = 3e-3, f32 = 1e-6 })[dt] * xf.grad:abs():max():item()
         assert.is_true(max_diff(x.grad, xf.grad) <= tol, dt .. ' grad ' .. max_diff(x.grad, xf.grad) .. ' > ' .. tol)
       end
     end

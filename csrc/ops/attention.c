@@ -68,12 +68,16 @@ static bool parallel_worth(const att_geom *g, int64_t items) {
     return items > 1 && g->B * g->H * g->Tq * g->Tk * (g->d + g->dv) >= CR_PAR_GRAIN;
 }
 
-/* The tensors of a pass: the forward's inputs and outputs, the backward's besides. half:
- * 0, or the f16/bf16 dtype of q, k, v, dO and the outputs (lse and D are f32), whose
- * inputs' strides along b, h, t and the last dim (elements) are qs, ks, vs, gs. */
+/* The tensors of a pass: the forward's inputs and outputs, the backward's besides.
+ * staged: q, k, v and dO are read through their strides along b, h, t and the last dim
+ * (elements: qs, ks, vs, gs) into per-thread f32 copies of a head, as f16/bf16 inputs
+ * always are (half: their dtype; the outputs are in it too, lse and D f32) and f32 ones
+ * that are views (half 0: the ViT's q, k, v are views of one qkv product). Otherwise they
+ * are contiguous and read in place. */
 typedef struct {
     const void *q, *k, *v, *o, *lse, *go, *D;
     void *out, *lse_out, *dq, *dk, *dv;
+    bool staged;
     cr_dtype half;
     int64_t qs[4], ks[4], vs[4], gs[4];
 } att_bufs;
@@ -86,11 +90,21 @@ static void att_strides(const cr_tensor *t, int64_t s[4]) {
     s[0] = t->stride[0], s[1] = nd == 4 ? t->stride[1] : 0, s[2] = t->stride[nd - 2], s[3] = t->stride[nd - 1];
 }
 
-/* b's half dtype and the strides of q, k, v (and dO, in[go] when go > 0) of a call whose
- * inputs are f16/bf16; nothing for other dtypes. */
-static void att_half_inputs(att_bufs *b, const cr_call *c, int go) {
-    if (!cr_dtype_is_half(c->in[0]->dtype)) return;
-    b->half = c->in[0]->dtype;
+/* Whether the CPU kernel reads q, k, v (of one dtype) through their strides: f16/bf16
+ * always, f32 when one of them is not contiguous; the entry, its derivative and the
+ * kernels decide alike from the same tensors. */
+static bool att_reads_strided(const cr_tensor *q, const cr_tensor *k, const cr_tensor *v) {
+    if (cr_dtype_is_half(q->dtype)) return true;
+    return q->dtype == CR_DT_F32 &&
+           !(cr_tensor_is_contiguous(q) && cr_tensor_is_contiguous(k) && cr_tensor_is_contiguous(v));
+}
+
+/* b's staging and the strides of q, k, v (and dO, in[go] when go > 0) of a call whose
+ * inputs are read through their strides; nothing for others. */
+static void att_staged_inputs(att_bufs *b, const cr_call *c, int go) {
+    if (!att_reads_strided(c->in[0], c->in[1], c->in[2])) return;
+    b->staged = true;
+    b->half = cr_dtype_is_half(c->in[0]->dtype) ? c->in[0]->dtype : (cr_dtype)0;
     att_strides(c->in[0], b->qs), att_strides(c->in[1], b->ks), att_strides(c->in[2], b->vs);
     if (go > 0) att_strides(c->in[go], b->gs);
 }
@@ -264,27 +278,34 @@ static bool run_pass(const att_geom *g, int pass, const att_bufs *b, bool f32) {
 }
 
 /* in: q [N, Tq, d], k [N, Tk, d], v [N, Tk, dv] (one float dtype; contiguous unless
- * f16/bf16), mask?; out: o [N, Tq, dv] (q's dtype), lse [N Tq] (f32, f64 for f64). */
+ * read strided: att_reads_strided), mask?; out: o [N, Tq, dv] (q's dtype), lse [N Tq] (f32, f64 for f64). */
 cr_status cr_cpu_attention(cr_call *c) {
     att_geom g = geometry(c, c->in[3]);
     att_bufs b = {.q = cr_tensor_ptr(c->in[0]), .k = cr_tensor_ptr(c->in[1]), .v = cr_tensor_ptr(c->in[2]),
                   .out = cr_tensor_ptr(c->out[0]), .lse_out = cr_tensor_ptr(c->out[1])};
-    att_half_inputs(&b, c, 0);
+    att_staged_inputs(&b, c, 0);
     if (!run_pass(&g, ATT_PASS_FWD, &b, c->in[0]->dtype != CR_DT_F64))
         return cr_fail(CR_ERR_OOM, "attention: out of memory for the threads' scratch tiles");
     return CR_OK;
 }
 
-/* D_i = dO_i . O_i of half dO (any strides) and O (contiguous), summed in f32. */
-static void att_row_dots_half(const att_geom *g, const att_bufs *b, float *D, bool par) {
+/* D_i = dO_i . O_i of a staged dO (any strides) and O (contiguous), summed in f32. */
+static void att_row_dots_staged(const att_geom *g, const att_bufs *b, float *D, bool par) {
     const bool bf16 = b->half == CR_DT_BF16;
     const int64_t rows = g->B * g->H * g->Tq, dv = g->dv;
 #pragma omp parallel for if (par) schedule(static)
     for (int64_t i = 0; i < rows; i++) {
         const int64_t n = i / g->Tq, t = i % g->Tq;
-        const uint16_t *go = (const uint16_t *)b->go + (n / g->H) * b->gs[0] + (n % g->H) * b->gs[1] + t * b->gs[2];
-        const uint16_t *o = (const uint16_t *)b->o + i * dv;
+        const int64_t off = (n / g->H) * b->gs[0] + (n % g->H) * b->gs[1] + t * b->gs[2];
         float s = 0;
+        if (!b->half) {
+            const float *go = (const float *)b->go + off, *o = (const float *)b->o + i * dv;
+            for (int64_t e = 0; e < dv; e++) s += go[e * b->gs[3]] * o[e];
+            D[i] = s;
+            continue;
+        }
+        const uint16_t *go = (const uint16_t *)b->go + off;
+        const uint16_t *o = (const uint16_t *)b->o + i * dv;
         if (bf16 && b->gs[3] == 1) {
 #pragma omp simd reduction(+ : s)
             for (int64_t e = 0; e < dv; e++) s += cr_bf16_to_f32(go[e]) * cr_bf16_to_f32(o[e]);
@@ -295,7 +316,7 @@ static void att_row_dots_half(const att_geom *g, const att_bufs *b, float *D, bo
     }
 }
 
-/* in: q, k, v, o, lse, dO (contiguous unless f16/bf16), mask?; out: dq?, dk?, dv? (the
+/* in: q, k, v, o, lse, dO (contiguous unless read strided), mask?; out: dq?, dk?, dv? (the
  * inputs' dtype); the forward's i[], f[]. */
 cr_status cr_cpu_attention_backward(cr_call *c) {
     att_geom g = geometry(c, c->in[6]);
@@ -308,8 +329,8 @@ cr_status cr_cpu_attention_backward(cr_call *c) {
                   .D = D, .dq = c->out[0] ? cr_tensor_ptr(c->out[0]) : NULL,
                   .dk = c->out[1] ? cr_tensor_ptr(c->out[1]) : NULL, .dv = c->out[2] ? cr_tensor_ptr(c->out[2]) : NULL};
     const bool par = rows * g.dv >= CR_PAR_GRAIN;
-    att_half_inputs(&b, c, 5);
-    if (b.half) att_row_dots_half(&g, &b, D, par);
+    att_staged_inputs(&b, c, 5);
+    if (b.staged) att_row_dots_staged(&g, &b, D, par);
     else if (f32) att_row_dots_f32(b.go, b.o, D, rows, g.dv, par);
     else att_row_dots_f64(b.go, b.o, D, rows, g.dv, par);
     /* a head per work item where the heads keep every thread busy (one pass, each tile's
@@ -412,14 +433,15 @@ cr_status cr_op_attention(cr_tensor **out, cr_tensor *q, cr_tensor *k, cr_tensor
         return cr_fail(CR_ERR_ARG, "attention: dropout p = %g is outside [0, 1); pass the probability of "
                        "zeroing a weight", dropout_p);
     const cr_dtype dt = q->dtype == CR_DT_F64 ? CR_DT_F64 : CR_DT_F32;
-    /* the CPU kernel takes f16/bf16 in any strides (att_bufs); the GPU's, f32 contiguous */
-    const bool half_io = cr_dtype_is_half(q->dtype) && cr_tensor_on_cpu(q);
+    /* the CPU kernel takes f16/bf16, and f32 views, in any strides (att_bufs); the GPU's,
+     * f32 contiguous */
+    const bool strided_io = cr_tensor_on_cpu(q) && att_reads_strided(q, k, v);
     cr_tensor *cast[3] = {NULL, NULL, NULL}, *cont[3] = {NULL, NULL, NULL}, *mv = NULL;
     cr_tensor *src[3] = {q, k, v};
     cr_call c;
     memset(&c, 0, sizeof c);
     for (int t = 0; t < 3; t++) {
-        if (half_io) st = cr_cast_if_needed(&cont[t], src[t], q->dtype); /* a new reference */
+        if (strided_io) st = cr_cast_if_needed(&cont[t], src[t], q->dtype); /* a new reference */
         else if (!(st = cr_cast_if_needed(&cast[t], src[t], dt))) st = cr_op_contiguous(&cont[t], cast[t]);
         if (st) goto done;
     }
@@ -433,7 +455,7 @@ cr_status cr_op_attention(cr_tensor **out, cr_tensor *q, cr_tensor *k, cr_tensor
     int64_t oshape[4], rows = B * H * Tq;
     memcpy(oshape, q->shape, sizeof(int64_t) * (size_t)nd);
     oshape[nd - 1] = dv;
-    if ((st = cr_tensor_alloc(&c.out[0], nd, oshape, half_io ? q->dtype : dt, cr_tensor_dev(q))) ||
+    if ((st = cr_tensor_alloc(&c.out[0], nd, oshape, strided_io ? q->dtype : dt, cr_tensor_dev(q))) ||
         (st = cr_tensor_alloc(&c.out[1], 1, &rows, dt, cr_tensor_dev(q))))
         goto done;
     cr_philox_stream rs = {0, 0};
@@ -473,8 +495,9 @@ cr_status cr_grad_attention(cr_node *n, cr_tensor **gout, cr_tensor **gin) {
         if ((st = cr_saved_in(n, k, &t[k]))) return st;
     if (n->call.i[7] && (st = cr_saved_in(n, 3, &mask))) return st;
     if ((st = cr_saved_out(n, 0, &o)) || (st = cr_saved_out(n, 1, &lse))) return st;
-    /* half inputs on the CPU: dO in their dtype, any strides; else contiguous */
-    if (cr_dtype_is_half(t[0]->dtype) && cr_tensor_on_cpu(t[0])) st = cr_cast_if_needed(&g, gout[0], t[0]->dtype);
+    /* inputs read strided on the CPU: dO in their dtype, any strides; else contiguous */
+    if (cr_tensor_on_cpu(t[0]) && att_reads_strided(t[0], t[1], t[2]))
+        st = cr_cast_if_needed(&g, gout[0], t[0]->dtype);
     else st = cr_op_contiguous(&g, gout[0]);
     if (st) return st;
     cr_call c;

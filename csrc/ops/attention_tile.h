@@ -338,21 +338,31 @@ static void ATT(att_row_dots)(const ATT_T *dO, const ATT_T *O, ATT_T *D, int64_t
 }
 
 /* One head's rows as the work items read and write them: straight into the tensors, or
- * (half inputs) f32 copies in the thread's staging area, converted in before the item and
- * its outputs converted out after it. lse, D and lse_out are always the tensors' own. */
+ * (staged inputs) f32 copies in the thread's staging area, read in before the item and
+ * its outputs written out after it. lse, D and lse_out are always the tensors' own. */
 typedef struct {
     const ATT_T *q, *k, *v, *go, *lse, *D;
     ATT_T *o, *lse_out, *dq, *dk, *dv;
 } ATT(att_head);
 
-/* Staging elements per thread for half inputs: q, k, v, dO of a head and the outputs. */
+/* Staging elements per thread for staged inputs: q, k, v, dO of a head and the outputs. */
 static int64_t ATT(att_stage_elems)(const att_geom *g) {
     return 2 * (g->Tq * g->d + g->Tk * g->d + g->Tk * g->dv + g->Tq * g->dv);
 }
 
-/* rows x cols of a half tensor's head (row stride sr, element stride se) into dst. */
-static void ATT(att_load_half)(ATT_T *dst, const uint16_t *src, int64_t rows, int64_t cols, int64_t sr, int64_t se,
-                               bool bf16) {
+/* rows x cols of a staged tensor's head (row stride sr, element stride se) into dst:
+ * f32 (half 0) copied, f16/bf16 converted. */
+static void ATT(att_load_staged)(ATT_T *dst, const void *head, int64_t rows, int64_t cols, int64_t sr, int64_t se,
+                                 cr_dtype half) {
+    const bool bf16 = half == CR_DT_BF16;
+    if (!half) {
+        for (int64_t r = 0; r < rows; r++) {
+            const float *s = (const float *)head + r * sr;
+            for (int64_t e = 0; e < cols; e++) dst[r * cols + e] = (ATT_T)s[e * se];
+        }
+        return;
+    }
+    const uint16_t *src = head;
     for (int64_t r = 0; r < rows; r++) {
         const uint16_t *s = src + r * sr;
         ATT_T *o = dst + r * cols;
@@ -363,21 +373,26 @@ static void ATT(att_load_half)(ATT_T *dst, const uint16_t *src, int64_t rows, in
     }
 }
 
-static void ATT(att_store_half)(uint16_t *dst, const ATT_T *src, int64_t n, bool bf16) {
-    if (bf16)
+/* n elements out of the staging area into a staged tensor (contiguous) of dtype half
+ * (0: f32). */
+static void ATT(att_store_staged)(void *out, const ATT_T *src, int64_t n, cr_dtype half) {
+    uint16_t *dst = out;
+    if (!half)
+        for (int64_t e = 0; e < n; e++) ((float *)out)[e] = (float)src[e];
+    else if (half == CR_DT_BF16)
         for (int64_t e = 0; e < n; e++) dst[e] = cr_f32_to_bf16((float)src[e]);
     else
         for (int64_t e = 0; e < n; e++) dst[e] = cr_f32_to_f16((float)src[e]);
 }
 
-/* Head n's pointers for a pass; with half inputs, its q, k, v (and dO) converted into stage. */
+/* Head n's pointers for a pass; with staged inputs, its q, k, v (and dO) read into stage. */
 static ATT(att_head) ATT(att_head_of)(const att_geom *g, int pass, const att_bufs *b, int64_t n, ATT_T *stage) {
     const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
     ATT(att_head) h;
     h.lse = b->lse ? (const ATT_T *)b->lse + n * Tq : NULL;
     h.D = b->D ? (const ATT_T *)b->D + n * Tq : NULL;
     h.lse_out = b->lse_out ? (ATT_T *)b->lse_out + n * Tq : NULL;
-    if (!b->half) {
+    if (!b->staged) {
         h.q = (const ATT_T *)b->q + n * Tq * d, h.k = (const ATT_T *)b->k + n * Tk * d;
         h.v = (const ATT_T *)b->v + n * Tk * dv;
         h.go = b->go ? (const ATT_T *)b->go + n * Tq * dv : NULL;
@@ -387,49 +402,51 @@ static ATT(att_head) ATT(att_head_of)(const att_geom *g, int pass, const att_buf
         h.dv = b->dv ? (ATT_T *)b->dv + n * Tk * dv : NULL;
         return h;
     }
-    const bool bf16 = b->half == CR_DT_BF16;
+    const size_t es = b->half ? 2 : 4;
     const int64_t hb = n / g->H, hh = n % g->H;
     ATT_T *sq = stage, *sk = sq + Tq * d, *sv = sk + Tk * d, *sgo = sv + Tk * dv, *so = sgo + Tq * dv,
           *sdq = so + Tq * dv, *sdk = sdq + Tq * d, *sdv = sdk + Tk * d;
     const int64_t *qs = b->qs, *ks = b->ks, *vs = b->vs, *gs = b->gs;
-    ATT(att_load_half)(sq, (const uint16_t *)b->q + hb * qs[0] + hh * qs[1], Tq, d, qs[2], qs[3], bf16);
-    ATT(att_load_half)(sk, (const uint16_t *)b->k + hb * ks[0] + hh * ks[1], Tk, d, ks[2], ks[3], bf16);
-    ATT(att_load_half)(sv, (const uint16_t *)b->v + hb * vs[0] + hh * vs[1], Tk, dv, vs[2], vs[3], bf16);
+    ATT(att_load_staged)(sq, (const char *)b->q + (hb * qs[0] + hh * qs[1]) * es, Tq, d, qs[2], qs[3], b->half);
+    ATT(att_load_staged)(sk, (const char *)b->k + (hb * ks[0] + hh * ks[1]) * es, Tk, d, ks[2], ks[3], b->half);
+    ATT(att_load_staged)(sv, (const char *)b->v + (hb * vs[0] + hh * vs[1]) * es, Tk, dv, vs[2], vs[3], b->half);
     if (pass != ATT_PASS_FWD)
-        ATT(att_load_half)(sgo, (const uint16_t *)b->go + hb * gs[0] + hh * gs[1], Tq, dv, gs[2], gs[3], bf16);
+        ATT(att_load_staged)(sgo, (const char *)b->go + (hb * gs[0] + hh * gs[1]) * es, Tq, dv, gs[2], gs[3],
+                             b->half);
     h.q = sq, h.k = sk, h.v = sv, h.go = pass != ATT_PASS_FWD ? sgo : NULL;
     h.o = b->out ? so : NULL, h.dq = b->dq ? sdq : NULL, h.dk = b->dk ? sdk : NULL, h.dv = b->dv ? sdv : NULL;
     return h;
 }
 
-/* A work item's outputs out of the staging area into the half tensors (contiguous):
+/* A work item's outputs out of the staging area into the staged tensors (contiguous):
  * rows [start, start + count) of the head, or all of them (ATT_PASS_HEAD). */
 static void ATT(att_head_out)(const att_geom *g, int pass, const att_bufs *b, int64_t n, const ATT(att_head) *h,
                               int64_t start, int64_t count) {
     const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
-    const bool bf16 = b->half == CR_DT_BF16;
+    const cr_dtype hd = b->half;
+    const size_t es = hd ? 2 : 4;
     if (pass == ATT_PASS_FWD) {
-        ATT(att_store_half)((uint16_t *)b->out + (n * Tq + start) * dv, h->o + start * dv, count * dv, bf16);
+        ATT(att_store_staged)((char *)b->out + (n * Tq + start) * dv * es, h->o + start * dv, count * dv, hd);
         return;
     }
     const int64_t q0 = pass == ATT_PASS_HEAD ? 0 : start, qn = pass == ATT_PASS_HEAD ? Tq : count;
     const int64_t k0 = pass == ATT_PASS_HEAD ? 0 : start, kn = pass == ATT_PASS_HEAD ? Tk : count;
     if (pass != ATT_PASS_KV && h->dq)
-        ATT(att_store_half)((uint16_t *)b->dq + (n * Tq + q0) * d, h->dq + q0 * d, qn * d, bf16);
+        ATT(att_store_staged)((char *)b->dq + (n * Tq + q0) * d * es, h->dq + q0 * d, qn * d, hd);
     if (pass != ATT_PASS_Q && h->dk)
-        ATT(att_store_half)((uint16_t *)b->dk + (n * Tk + k0) * d, h->dk + k0 * d, kn * d, bf16);
+        ATT(att_store_staged)((char *)b->dk + (n * Tk + k0) * d * es, h->dk + k0 * d, kn * d, hd);
     if (pass != ATT_PASS_Q && h->dv)
-        ATT(att_store_half)((uint16_t *)b->dv + (n * Tk + k0) * dv, h->dv + k0 * dv, kn * dv, bf16);
+        ATT(att_store_staged)((char *)b->dv + (n * Tk + k0) * dv * es, h->dv + k0 * dv, kn * dv, hd);
 }
 
 /* One pass over every work item of every head (ATT_PASS_FWD and ATT_PASS_Q: query row
  * blocks; ATT_PASS_KV: key blocks; ATT_PASS_HEAD: whole heads), with a scratch buffer per
- * thread (and a staging area for half inputs); false when one could not be allocated. */
+ * thread (and a staging area for staged inputs); false when one could not be allocated. */
 static bool ATT(att_run)(const att_geom *g, int pass, const att_bufs *b) {
     const int64_t N = g->B * g->H, nqb = (g->Tq + ATT_BR - 1) / ATT_BR, nkb = (g->Tk + ATT_BC - 1) / ATT_BC;
     const int64_t per = pass == ATT_PASS_HEAD ? 1 : pass == ATT_PASS_KV ? nkb : nqb, items = N * per;
     const int64_t elems = pass == ATT_PASS_FWD ? ATT_FWD_SCRATCH(g->d, g->dv) : ATT_BWD_SCRATCH(g->d, g->dv);
-    const int64_t staged = b->half ? ATT(att_stage_elems)(g) : 0;
+    const int64_t staged = b->staged ? ATT(att_stage_elems)(g) : 0;
     const size_t bytes = (size_t)(elems + staged) * sizeof(ATT_T);
     int oom = 0;
 #pragma omp parallel if (parallel_worth(g, items))
@@ -457,7 +474,7 @@ static bool ATT(att_run)(const att_geom *g, int pass, const att_bufs *b) {
                 else ATT(att_backward_q_item)(g, h.q, h.k, h.v, h.go, h.lse, h.D, h.dq, n, start, nr, work);
                 count = nr;
             }
-            if (b->half) ATT(att_head_out)(g, pass, b, n, &h, start, count);
+            if (b->staged) ATT(att_head_out)(g, pass, b, n, &h, start, count);
         }
         free(work);
     }

@@ -81,7 +81,7 @@ return function(cr, nn)
     end
     local B, T, H, Dh = x.shape[1], x.shape[2], self.num_heads, self.head_dim
     -- [B, T, 3, H, Dh] -> [3, B, H, T, Dh], then q, k, v as [B, H, T, Dh] views (the CPU
-    -- kernel reads f16/bf16 views in place; other inputs it copies contiguous itself)
+    -- kernel reads f16/bf16/f32 views in place, a head at a time; the GPU's copies them)
     local qkv = self.qkv(x):view({ B, T, 3, H, Dh }):permute({ 2, 0, 3, 1, 4 })
     local q, k, v = qkv:select(0, 0), qkv:select(0, 1), qkv:select(0, 2)
     local p = self.training and self.attn_drop or 0

@@ -278,7 +278,8 @@ static bool run_pass(const att_geom *g, int pass, const att_bufs *b, bool f32) {
 }
 
 /* in: q [N, Tq, d], k [N, Tk, d], v [N, Tk, dv] (one float dtype; contiguous unless
- * read strided: att_reads_strided), mask?; out: o [N, Tq, dv] (q's dtype), lse [N Tq] (f32, f64 for f64). */
+ * read strided: att_reads_strided), mask?; out: o [N, Tq, dv] (q's dtype), lse [N Tq]
+ * (f32, f64 for f64). */
 cr_status cr_cpu_attention(cr_call *c) {
     att_geom g = geometry(c, c->in[3]);
     att_bufs b = {.q = cr_tensor_ptr(c->in[0]), .k = cr_tensor_ptr(c->in[1]), .v = cr_tensor_ptr(c->in[2]),

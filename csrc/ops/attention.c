@@ -110,105 +110,58 @@ static void att_staged_inputs(att_bufs *b, const cr_call *c, int go) {
 }
 enum { ATT_PASS_FWD, ATT_PASS_KV, ATT_PASS_Q, ATT_PASS_HEAD };
 
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+/* acc = A[6, K] B[K, nr] for f32 (A's rows of stride lda, B's of ldb): C's block in twelve
+ * accumulators (two vectors of B per row, A broadcast), fused multiply-adds along k in
+ * order, the shape of BLIS's Haswell kernel. Per k: 12 FMAs against 2 loads and 6
+ * broadcasts, and 12 independent chains to cover the FMA latency; the first 4 x 16
+ * version had 8 chains and ran the fused op at half the plain composite's speed. A variant
+ * reading A transposed (to save the backward's tile transposes) made GCC spill an
+ * accumulator in the loop and was slower than the transposes. With AVX-512 the block is
+ * 6 x 32 and B's columns past nr read as 0 through masked loads (B is never read past its
+ * N, so any nr takes it: ATT_BLOCK_MASKED); with AVX2 it is 6 x 16, for full blocks or B
+ * padded to one. */
 #if defined(__AVX512F__)
-#include <immintrin.h>
-/* acc = A[6, K] B[K, nr] for f32 (A's rows of stride lda, B's of ldb; nr <= 32, the
- * columns past nr read as 0 through masked loads, so B is never read past its N): twelve
- * 16-wide accumulators, two of B's vectors and A's broadcast, fused multiply-adds along k
- * in order (the AVX2 kernel below at twice the width; 12 independent chains cover the FMA
- * latency). */
+typedef __m512 att_vec;
+enum { ATT_VW = 16 };
+typedef __mmask16 att_lanes;
+#define ATT_VZERO _mm512_setzero_ps
+#define ATT_VLOAD(p, m) _mm512_maskz_loadu_ps(m, p)
+#define ATT_VSET1 _mm512_set1_ps
+#define ATT_VFMA _mm512_fmadd_ps
+#define ATT_VSTORE _mm512_storeu_ps
+static inline att_lanes att_lanes_of(int n) { return n >= 16 ? (att_lanes)0xFFFF : n > 0 ? (att_lanes)((1u << n) - 1) : 0; }
+#define ATT_BLOCK_MASKED 1
+#else
+typedef __m256 att_vec;
+enum { ATT_VW = 8 };
+typedef int att_lanes;
+#define ATT_VZERO _mm256_setzero_ps
+#define ATT_VLOAD(p, m) ((void)(m), _mm256_loadu_ps(p))
+#define ATT_VSET1 _mm256_set1_ps
+#define ATT_VFMA _mm256_fmadd_ps
+#define ATT_VSTORE _mm256_storeu_ps
+static inline att_lanes att_lanes_of(int n) { return n; }
+#endif
+_Static_assert(2 * ATT_VW == ATT_NR, "the block is two vectors wide");
 static inline void att_block_f32(int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, int nr,
                                  float acc[ATT_MR][ATT_NR]) {
-    const __mmask16 m0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1);
-    const __mmask16 m1 = nr >= 32 ? (__mmask16)0xFFFF : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
-    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-    __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    const float *a0 = A, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda, *a4 = a3 + lda, *a5 = a4 + lda;
+    const att_lanes m0 = att_lanes_of(nr), m1 = att_lanes_of(nr - ATT_VW);
+    att_vec c[ATT_MR][2];
+    for (int r = 0; r < ATT_MR; r++) c[r][0] = c[r][1] = ATT_VZERO();
     for (int64_t k = 0; k < K; k++) {
-        const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + k * ldb), b1 = _mm512_maskz_loadu_ps(m1, B + k * ldb + 16);
-        __m512 a = _mm512_set1_ps(a0[k]);
-        c00 = _mm512_fmadd_ps(a, b0, c00);
-        c01 = _mm512_fmadd_ps(a, b1, c01);
-        a = _mm512_set1_ps(a1[k]);
-        c10 = _mm512_fmadd_ps(a, b0, c10);
-        c11 = _mm512_fmadd_ps(a, b1, c11);
-        a = _mm512_set1_ps(a2[k]);
-        c20 = _mm512_fmadd_ps(a, b0, c20);
-        c21 = _mm512_fmadd_ps(a, b1, c21);
-        a = _mm512_set1_ps(a3[k]);
-        c30 = _mm512_fmadd_ps(a, b0, c30);
-        c31 = _mm512_fmadd_ps(a, b1, c31);
-        a = _mm512_set1_ps(a4[k]);
-        c40 = _mm512_fmadd_ps(a, b0, c40);
-        c41 = _mm512_fmadd_ps(a, b1, c41);
-        a = _mm512_set1_ps(a5[k]);
-        c50 = _mm512_fmadd_ps(a, b0, c50);
-        c51 = _mm512_fmadd_ps(a, b1, c51);
+        const att_vec b0 = ATT_VLOAD(B + k * ldb, m0), b1 = ATT_VLOAD(B + k * ldb + ATT_VW, m1);
+        for (int r = 0; r < ATT_MR; r++) {
+            const att_vec a = ATT_VSET1(A[r * lda + k]);
+            c[r][0] = ATT_VFMA(a, b0, c[r][0]);
+            c[r][1] = ATT_VFMA(a, b1, c[r][1]);
+        }
     }
-    _mm512_storeu_ps(acc[0], c00);
-    _mm512_storeu_ps(acc[0] + 16, c01);
-    _mm512_storeu_ps(acc[1], c10);
-    _mm512_storeu_ps(acc[1] + 16, c11);
-    _mm512_storeu_ps(acc[2], c20);
-    _mm512_storeu_ps(acc[2] + 16, c21);
-    _mm512_storeu_ps(acc[3], c30);
-    _mm512_storeu_ps(acc[3] + 16, c31);
-    _mm512_storeu_ps(acc[4], c40);
-    _mm512_storeu_ps(acc[4] + 16, c41);
-    _mm512_storeu_ps(acc[5], c50);
-    _mm512_storeu_ps(acc[5] + 16, c51);
-}
-#define ATT_BLOCK_F32 att_block_f32
-#define ATT_BLOCK_MASKED 1 /* takes any nr: no padded B needed */
-#elif defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-/* acc = A[6, K] B[K, 16] for f32 (A's rows of stride lda, B's of ldb): twelve 8-wide
- * accumulators in registers (with B's two vectors and A's broadcast, 15 of AVX2's 16),
- * fused multiply-adds along k, the shape of BLIS's Haswell kernel. Per k: 12 FMAs against
- * 2 loads and 6 broadcasts, and 12 independent chains to cover the FMA latency; the first
- * 4 x 16 version had 8 chains and ran the fused op at half the plain composite's speed
- * (perf: 70% of its time in the tile products). A variant reading A transposed (to save
- * the backward's tile transposes) made GCC spill an accumulator in the loop and was
- * slower than the transposes. */
-static inline void att_block_f32(int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, int nr,
-                                 float acc[ATT_MR][ATT_NR]) {
-    (void)nr; /* a full block, or B padded to one */
-    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    const float *a0 = A, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda, *a4 = a3 + lda, *a5 = a4 + lda;
-    for (int64_t k = 0; k < K; k++) {
-        const __m256 b0 = _mm256_loadu_ps(B + k * ldb), b1 = _mm256_loadu_ps(B + k * ldb + 8);
-        __m256 a = _mm256_broadcast_ss(a0 + k);
-        c00 = _mm256_fmadd_ps(a, b0, c00);
-        c01 = _mm256_fmadd_ps(a, b1, c01);
-        a = _mm256_broadcast_ss(a1 + k);
-        c10 = _mm256_fmadd_ps(a, b0, c10);
-        c11 = _mm256_fmadd_ps(a, b1, c11);
-        a = _mm256_broadcast_ss(a2 + k);
-        c20 = _mm256_fmadd_ps(a, b0, c20);
-        c21 = _mm256_fmadd_ps(a, b1, c21);
-        a = _mm256_broadcast_ss(a3 + k);
-        c30 = _mm256_fmadd_ps(a, b0, c30);
-        c31 = _mm256_fmadd_ps(a, b1, c31);
-        a = _mm256_broadcast_ss(a4 + k);
-        c40 = _mm256_fmadd_ps(a, b0, c40);
-        c41 = _mm256_fmadd_ps(a, b1, c41);
-        a = _mm256_broadcast_ss(a5 + k);
-        c50 = _mm256_fmadd_ps(a, b0, c50);
-        c51 = _mm256_fmadd_ps(a, b1, c51);
+    for (int r = 0; r < ATT_MR; r++) {
+        ATT_VSTORE(acc[r], c[r][0]);
+        ATT_VSTORE(acc[r] + ATT_VW, c[r][1]);
     }
-    _mm256_storeu_ps(acc[0], c00);
-    _mm256_storeu_ps(acc[0] + 8, c01);
-    _mm256_storeu_ps(acc[1], c10);
-    _mm256_storeu_ps(acc[1] + 8, c11);
-    _mm256_storeu_ps(acc[2], c20);
-    _mm256_storeu_ps(acc[2] + 8, c21);
-    _mm256_storeu_ps(acc[3], c30);
-    _mm256_storeu_ps(acc[3] + 8, c31);
-    _mm256_storeu_ps(acc[4], c40);
-    _mm256_storeu_ps(acc[4] + 8, c41);
-    _mm256_storeu_ps(acc[5], c50);
-    _mm256_storeu_ps(acc[5] + 8, c51);
 }
 #define ATT_BLOCK_F32 att_block_f32
 #endif
@@ -217,8 +170,8 @@ static inline void att_block_f32(int64_t K, const float *A, int64_t lda, const f
 #include <immintrin.h>
 /* dst[c][r] = src[r][c] for one 8 x 8 block of f32 (rows of stride lds and ldd): the
  * usual unpack / shuffle / lane-permute sequence, moves only, so the same bits as the
- * scalar loop. Done a float at a time, the tile transposes were 17% of the op's time
- * (perf, forward+backward at ViT shapes). */
+ * scalar loop. Done a float at a time, the transposes were the hottest code of the op
+ * outside its tile products (perf, forward+backward at ViT shapes). */
 static inline void att_transpose8_f32(const float *src, int64_t lds, float *dst, int64_t ldd) {
     __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lds), r2 = _mm256_loadu_ps(src + 2 * lds),
            r3 = _mm256_loadu_ps(src + 3 * lds), r4 = _mm256_loadu_ps(src + 4 * lds),

@@ -1,6 +1,6 @@
 -- dist_mpi_spec — distributed training on cpu ranks, each case a real `mpirun -np 2` job
--- running a script of spec/dist/: the collectives' values and the sampler's coverage
--- (collectives.lua), the proof of DDP with SyncBatchNorm — 2 ranks x batch 4 give the
+-- running a script of spec/dist/: the collectives' values, the sampler's coverage and
+-- SyncBatchNorm under bf16 autocast (collectives.lua), the proof of DDP with SyncBatchNorm — 2 ranks x batch 4 give the
 -- weights of 1 rank x batch 8 after 20 SGD steps, for the supervised model, SwAV and
 -- Barlow Twins, whose c is all-reduced, NPID and DeepCluster-v2, whose memory writes are
 -- all-gathered (equivalence.lua), and with gradient accumulation

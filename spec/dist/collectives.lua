@@ -1,6 +1,7 @@
 -- spec/dist/collectives.lua — under `mpirun -np 2` (spec/dist_mpi_spec.lua): the values of
--- every collective on cpu tensors. Rank 0 prints one line per check, 'ok <name>' or
--- 'FAIL <name>: <why>'; every rank checks its own results.
+-- every collective on cpu tensors, and SyncBatchNorm under bf16 autocast. Rank 0 prints
+-- one line per check, 'ok <name>' or 'FAIL <name>: <why>'; every rank checks its own
+-- results.
 local root = debug.getinfo(1, 'S').source:match('^@(.*)/spec/dist/[^/]*$') or '.'
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 local cr = require 'crescent'
@@ -88,6 +89,39 @@ local ok, err = pcall(dist.all_reduce, cr.ones({ 2 }), 'median')
 check('bad op is an error', cr.tensor({ (not ok and tostring(err):find("'sum', 'avg', 'max' or 'min'")) and 1 or 0 }), { 1 })
 ok, err = pcall(dist.all_reduce, cr.tensor({ 1, 2 }), 'avg')
 check('avg of integers is an error', cr.tensor({ (not ok and tostring(err):find('floating%-point')) and 1 or 0 }), { 1 })
+-- SyncBatchNorm under bf16 autocast (a recipe's default on a bf16 CPU): the output and
+-- x's grad in bf16, weight's and bias's grads in f32, the values those of BatchNorm over
+-- the global batch (both ranks' halves) within bf16's rounding; conv -> BN -> conv, so the
+-- next autocast product meets the BN's output
+do
+  cr.manual_seed(7)
+  local xs = cr.randn({ 2 * W, 3, 5, 5 }) * 2 + 1
+  local mine = xs:narrow(0, 2 * r, 2)
+  local function run(bn, x)
+    cr.manual_seed(8) -- the same convolutions on both sides
+    local conv, head = cr.nn.Conv2d(3, 4, 3, { padding = 1 }), cr.nn.Conv2d(4, 2, 1)
+    local xin = x:clone():requires_grad_()
+    local y = cr.autocast('bf16', function() return head(bn(conv(xin), true)) end)
+    local yf = y:float()
+    local loss = (yf * yf):sum()
+    loss:backward()
+    return y, xin.grad, bn.weight.grad, bn.bias.grad
+  end
+  local sync = cr.nn.BatchNorm2d(4)
+  cr.dist.convert_sync_batchnorm(sync)
+  local y, gx, gw, gb = run(sync, mine)
+  local plain = cr.nn.BatchNorm2d(4)
+  local y1, gx1 = run(plain, xs)
+  check('sync_bn bf16 output dtype', cr.tensor({ y.dtype == 'bf16' and 1 or 0 }), { 1 })
+  check('sync_bn bf16 grad dtypes', cr.tensor({ (gx.dtype == 'f32' and gw.dtype == 'f32' and gb.dtype == 'f32')
+    and 1 or 0 }), { 1 })
+  check('sync_bn bf16 output = global-batch BatchNorm', y:float(), y1:narrow(0, 2 * r, 2):float(), 0.05)
+  check('sync_bn bf16 input grad = global-batch BatchNorm', gx, gx1:narrow(0, 2 * r, 2), 0.05)
+  -- weight's grad: the global grad is the sum over ranks (DDP then averages)
+  check('sync_bn bf16 weight grad = global-batch BatchNorm', dist.all_reduce(gw:clone(), 'sum'), plain.weight.grad,
+    0.1)
+  check('sync_bn bf16 running mean', sync.running_mean, plain.running_mean, 1e-2)
+end
 -- the distributed sampler: every epoch, the ranks' shards cover the data set exactly once
 local ds = cr.data.synthetic { n = 30, shape = { 1, 2, 2 }, seed = 1 }
 local loader = cr.data.Loader(ds, { batch_size = 5, shuffle = true, drop_last = false, seed = 3,

@@ -28,40 +28,52 @@ local function reduce_dims(nd)
 end
 
 -- The Function: x, weight, bias (nil when not affine) and the module (running stats).
+-- Under autocast x comes in bf16 or f16 beside f32 parameters, as the C kernel takes it:
+-- statistics, normalisation and grads are computed in f32 (f64 for an f64 x), the output
+-- and x's grad come back in x's dtype, weight's and bias's grads in theirs. The backward
+-- recomputes x-hat from x and the saved statistics, so no f32 copy of x is kept.
+local function compute_dtype(x) return x.dtype == 'f64' and 'f64' or 'f32' end
+
 local SyncBN = cr.Function {
   forward = function(ctx, x, weight, bias, mod, factor)
     local C = x.shape[2]
     local dims, view = reduce_dims(x.ndim)
     local shape = view(C)
+    local ct = compute_dtype(x)
+    local xc = x:to(ct)
     local local_count = x:numel() / C
-    local s = comm.all_reduce(cr.cat({ x:sum(dims):double(), cr.full({ 1 }, local_count, { dtype = 'f64',
+    local s = comm.all_reduce(cr.cat({ xc:sum(dims):double(), cr.full({ 1 }, local_count, { dtype = 'f64',
       device = x.device }) }, 0), 'sum')
     local count = s:narrow(0, C, 1):item()
-    local mean = (s:narrow(0, 0, C) / count):to(x.dtype)
-    local xmu = x - mean:view(shape)
-    local var = (comm.all_reduce((xmu * xmu):sum(dims):double(), 'sum') / count):to(x.dtype)
+    local mean = (s:narrow(0, 0, C) / count):to(ct)
+    local xmu = xc - mean:view(shape)
+    local var = (comm.all_reduce((xmu * xmu):sum(dims):double(), 'sum') / count):to(ct)
     local invstd = (var + mod.eps):rsqrt()
-    local xhat = xmu * invstd:view(shape)
-    local y = xhat
-    if weight then y = xhat * weight:view(shape) + bias:view(shape) end
+    local y = xmu * invstd:view(shape)
+    if weight then y = y * weight:to(ct):view(shape) + bias:to(ct):view(shape) end
     if mod.running_mean and factor then
       local unbiased = count > 1 and var * (count / (count - 1)) or var
-      mod.running_mean:copy_(mod.running_mean * (1 - factor) + mean * factor)
-      mod.running_var:copy_(mod.running_var * (1 - factor) + unbiased * factor)
+      local rd = mod.running_mean.dtype
+      mod.running_mean:copy_(mod.running_mean * (1 - factor) + mean:to(rd) * factor)
+      mod.running_var:copy_(mod.running_var * (1 - factor) + unbiased:to(rd) * factor)
     end
-    ctx.xhat, ctx.invstd, ctx.weight, ctx.count, ctx.dims, ctx.shape = xhat, invstd, weight, count, dims, shape
-    return y
+    ctx.x, ctx.mean, ctx.invstd, ctx.weight, ctx.count, ctx.dims, ctx.shape = x, mean, invstd, weight, count, dims,
+      shape
+    return y:to(x.dtype)
   end,
   backward = function(ctx, g)
-    local xhat, dims, shape, C = ctx.xhat, ctx.dims, ctx.shape, ctx.shape[2]
-    local sum_g, sum_gx = g:sum(dims), (g * xhat):sum(dims)
-    local both = comm.all_reduce(cr.cat({ sum_g, sum_gx }, 0):double(), 'sum'):to(g.dtype)
+    local x, dims, shape, C = ctx.x, ctx.dims, ctx.shape, ctx.shape[2]
+    local ct = ctx.mean.dtype
+    local gc = g:to(ct)
+    local xhat = (x:to(ct) - ctx.mean:view(shape)) * ctx.invstd:view(shape)
+    local sum_g, sum_gx = gc:sum(dims), (gc * xhat):sum(dims)
+    local both = comm.all_reduce(cr.cat({ sum_g, sum_gx }, 0):double(), 'sum'):to(ct)
     local mean_g = both:narrow(0, 0, C) / ctx.count
     local mean_gx = both:narrow(0, C, C) / ctx.count
     local scale = ctx.invstd
-    if ctx.weight then scale = scale * ctx.weight end
-    local dx = (g - mean_g:view(shape) - xhat * mean_gx:view(shape)) * scale:view(shape)
-    if ctx.weight then return dx, sum_gx, sum_g end
+    if ctx.weight then scale = scale * ctx.weight:to(ct) end
+    local dx = ((gc - mean_g:view(shape) - xhat * mean_gx:view(shape)) * scale:view(shape)):to(x.dtype)
+    if ctx.weight then return dx, sum_gx:to(ctx.weight.dtype), sum_g:to(ctx.weight.dtype) end
     return dx
   end,
 }

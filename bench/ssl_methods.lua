@@ -28,7 +28,7 @@ local harness = require 'harness'
 local settings = dofile('bench/parity_settings.lua')
 local R = cr.ssl.recipe
 
-local ALL = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2', 'dino' }
+local ALL = cr.ssl.METHODS
 
 local args = harness.args('bench/ssl_methods.lua', { { 'methods', 'all' },
   { 'modes', 'eager,channels_last,compile,bf16,bf16_compile' }, { 'amp', 'off,bf16' }, { 'batch', 256 }, { 'windows', 3 },

@@ -49,6 +49,17 @@ describe('--dry-run', function()
     assert.truthy(out:find('train.epochs: 1 in the run, 2 now', 1, true), out)
   end)
 
+  it("every SSL recipe takes fractional crop scales (the README's multi-crop line, where the method has crops)",
+    function()
+      for _, name in ipairs(cr.ssl.METHODS) do
+        local crops = cr.config.load('recipes/' .. name .. '.lua').crops
+        local args = #crops.size > 1 and "'crops.size={28,14}' 'crops.num={2,2}' 'crops.min_scale={0.35,0.1}' " ..
+          "'crops.max_scale={1,0.35}'" or "'crops.min_scale={0.3}' 'crops.max_scale={0.9}'"
+        local out, code = recipe(name, '--dry-run ' .. args .. " 'augment.blur_sigma={0.1,2}' " .. base)
+        assert.are.equal(0, code, name .. ': ' .. out)
+      end
+    end)
+
   it('is refused by a recipe that does not train', function()
     local out, code = recipe('linear_eval', '--dry-run')
     assert.are.equal(2, code, out)

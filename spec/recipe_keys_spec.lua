@@ -7,9 +7,8 @@ local H = require 'spec.helper'
 local cr = H.cr
 
 local root = require('crescent.native_files').root
-local SSL = { 'swav', 'moco', 'simclr', 'simsiam', 'byol', 'barlow_twins', 'npid', 'deepcluster_v2' }
 local RECIPES = { 'supervised', 'linear_eval', 'extract' }
-for i, name in ipairs(SSL) do table.insert(RECIPES, i, name) end
+for i, name in ipairs(cr.ssl.METHODS) do table.insert(RECIPES, i, name) end
 
 -- A value as the command line writes it (strings bare, lists as Lua literals).
 local function literal(v)
@@ -112,7 +111,7 @@ describe('recipe keys', function()
       for _, a in ipairs { ... } do argv[#argv + 1] = a end
       return argv
     end
-    for _, name in ipairs { 'supervised', unpack(SSL) } do
+    for _, name in ipairs { 'supervised', unpack(cr.ssl.METHODS) } do
       assert.are.same({}, undeclared_reads(name, with('--dry-run', 'data.batch_size=16')), name)
     end
     assert.are.same({}, undeclared_reads('linear_eval', with('train.epochs=1', 'optim.batch_size=16')), 'linear_eval')

@@ -736,8 +736,7 @@ describe('ssl recipes', function()
     return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
   end
 
-  for _, method in ipairs { 'swav', 'moco', 'simclr', 'simsiam', 'byol', 'barlow_twins', 'npid', 'deepcluster_v2',
-                            'dino' } do
+  for _, method in ipairs(cr.ssl.METHODS) do
     it(method .. ' trains a few steps and reports kNN', function()
       local task = cr.ssl[method].task(config(method))
       task:add_hook { name = 'stop', after_step = function(_, t) if t.iteration >= 2 then t:request_stop('spec') end end }

@@ -25,12 +25,14 @@
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/tools/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 local cjson = require 'cjson'
-require 'crescent'
+local cr = require 'crescent'
 local util = require 'crescent.util'
 local now = require('crescent.engine.loop').now
 local checkpoint = require 'crescent.engine.checkpoint'
 
-local ALL = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2' }
+-- the ResNet methods: DINO trains a ViT, whose untrained-network row would be another network
+local ALL = {}
+for _, m in ipairs(cr.ssl.METHODS) do if m ~= 'dino' then ALL[#ALL + 1] = m end end
 local IS_METHOD = {}
 for _, m in ipairs(ALL) do IS_METHOD[m] = true end
 -- the recipe keys linear_eval takes too: the data, the untrained network's trunk, the machine

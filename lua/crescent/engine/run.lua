@@ -71,7 +71,7 @@ M.types = {
                                                    'checkpoint into a plain network)' },
   ['model.init_remove_prefix'] = { type = 'string', doc = "strip this prefix from the file's names (PyTorch's module.)" },
   ['model.init_add_prefix'] = { type = 'string', doc = "add this prefix to the file's names" },
-  ['model.init_skip'] = { type = 'list', doc = 'Lua patterns of names left alone on both sides' },
+  ['model.init_skip'] = { type = 'list', elem = 'string', doc = 'Lua patterns of names left alone on both sides' },
   ['model.init_strict'] = { type = 'boolean', doc = 'refuse missing, unexpected or mismatched keys' },
   ['model.ema'] = { type = 'number', min = 0, max = 0.999999999,
                     doc = 'keep an exponential moving average of the weights with this momentum (0: none)' },

@@ -61,7 +61,7 @@ M.types = {
                                                         'optim.weight_decay (-1: constant)' },
   ['optim.momentum'] = { type = 'number', min = 0, doc = 'momentum (sgd, lars)' },
   ['optim.nesterov'] = { type = 'boolean', doc = 'Nesterov momentum (sgd, lars)' },
-  ['optim.betas'] = { type = 'list', doc = "Adam's {beta1, beta2} (adamw)" },
+  ['optim.betas'] = { type = 'list', elem = 'number', doc = "Adam's {beta1, beta2} (adamw)" },
   ['optim.eps'] = { type = 'number', min = 0, doc = "Adam's epsilon (adamw)" },
   ['optim.trust_coefficient'] = { type = 'number', min = 0, doc = "LARS's trust coefficient (lars)" },
   ['optim.lars_clip'] = { type = 'boolean', doc = "LARC's clip mode: the ratio capped at 1 (lars)" },

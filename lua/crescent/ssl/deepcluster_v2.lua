@@ -234,9 +234,10 @@ end
 M.defaults = { prototypes = { 300, 300, 300 }, temperature = 0.1, crops_for_assign = { 0, 1 }, kmeans_iterations = 10 }
 
 M.types = {
-  ['deepcluster_v2.prototypes'] = { type = 'list', doc = 'the k of each prototype head (k-means clusters)' },
+  ['deepcluster_v2.prototypes'] = { type = 'list', elem = 'integer', doc = 'the k of each prototype head (k-means clusters)' },
   ['deepcluster_v2.temperature'] = { type = 'number', min = 0, doc = "the scores' temperature" },
-  ['deepcluster_v2.crops_for_assign'] = { type = 'list', doc = 'the crops (0-based) whose embeddings are clustered' },
+  ['deepcluster_v2.crops_for_assign'] = { type = 'list', elem = 'integer',
+                                          doc = 'the crops (0-based) whose embeddings are clustered' },
   ['deepcluster_v2.kmeans_iterations'] = { type = 'integer', min = 0, doc = 'k-means rounds at each epoch start' },
 }
 

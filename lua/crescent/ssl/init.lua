@@ -34,6 +34,10 @@ M.extract_features = require('crescent.ssl.features').extract
 -- ssl.swav.SwAV, ssl.moco.MoCo, ssl.simclr.SimCLR, ssl.simsiam.SimSiam, ssl.byol.BYOL,
 -- ssl.barlow_twins.BarlowTwins, ssl.npid.NPID, ssl.deepcluster_v2.DeepClusterV2, ssl.dino.DINO,
 -- ssl.recipe, ssl.linear_probe.
+-- The self-supervised methods, each a module crescent.ssl.<name> and a recipe
+-- recipes/<name>.lua: the one list specs, tools and benchmarks iterate over.
+M.METHODS = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2', 'dino' }
+
 local LAZY = { swav = 'crescent.ssl.swav', moco = 'crescent.ssl.moco', simclr = 'crescent.ssl.simclr',
                simsiam = 'crescent.ssl.simsiam', byol = 'crescent.ssl.byol', barlow_twins = 'crescent.ssl.barlow_twins',
                npid = 'crescent.ssl.npid', deepcluster_v2 = 'crescent.ssl.deepcluster_v2', dino = 'crescent.ssl.dino',

@@ -82,10 +82,12 @@ local SSL_TYPES = {
   ['knn.every'] = { type = 'integer', min = 0, doc = 'a kNN every N epochs too (0: at the end only)' },
   ['knn.at_start'] = { type = 'boolean', doc = 'a kNN of the network at init (the random baseline)' },
   ['train.log_every'] = { type = 'integer', min = 1, doc = 'a progress line, metrics and diagnostics every N steps' },
-  ['crops.size'] = { type = 'list', doc = 'multi-crop: the side of each crop size, global crops first' },
-  ['crops.num'] = { type = 'list', doc = 'multi-crop: how many crops of each size' },
-  ['crops.min_scale'] = { type = 'list', doc = "RandomResizedCrop's smallest area share, per crop size" },
-  ['crops.max_scale'] = { type = 'list', doc = "RandomResizedCrop's largest area share, per crop size" },
+  -- each list's element type is declared: one inferred from a default such as {1} would
+  -- refuse 'crops.max_scale={1,0.35}'
+  ['crops.size'] = { type = 'list', elem = 'integer', doc = 'multi-crop: the side of each crop size, global crops first' },
+  ['crops.num'] = { type = 'list', elem = 'integer', doc = 'multi-crop: how many crops of each size' },
+  ['crops.min_scale'] = { type = 'list', elem = 'number', doc = "RandomResizedCrop's smallest area share, per crop size" },
+  ['crops.max_scale'] = { type = 'list', elem = 'number', doc = "RandomResizedCrop's largest area share, per crop size" },
   ['augment.flip'] = { type = 'number', min = 0, max = 1, doc = 'horizontal flip probability' },
   ['augment.jitter'] = { type = 'number', min = 0, max = 1, doc = 'colour jitter probability' },
   ['augment.brightness'] = { type = 'number', min = 0, doc = 'colour jitter: brightness strength' },
@@ -94,7 +96,7 @@ local SSL_TYPES = {
   ['augment.hue'] = { type = 'number', min = 0, max = 0.5, doc = 'colour jitter: hue strength (colour images)' },
   ['augment.grayscale'] = { type = 'number', min = 0, max = 1, doc = 'grey-scale probability (colour images)' },
   ['augment.blur'] = { type = 'number', min = 0, max = 1, doc = 'Gaussian blur probability' },
-  ['augment.blur_sigma'] = { type = 'list', doc = "the blur's sigma range {min, max}" },
+  ['augment.blur_sigma'] = { type = 'list', elem = 'number', doc = "the blur's sigma range {min, max}" },
   -- a probability whose default, 0, would otherwise make it an integer key
   ['augment.solarize'] = { type = 'number', min = 0, max = 1, doc = 'solarize probability (threshold 128)' },
 }
@@ -236,7 +238,6 @@ function R.task(name, cfg)
   task:add_hook(cr.hooks.diagnostics { every = cfg.train.log_every })
   task:add_hook(cr.hooks.console { every = cfg.train.log_every })
   local dir, env = cr.engine.run.prepare(cfg, R.run_dir(task))
-  cr.engine.run.keep_log(cfg, dir)
   task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
   task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
   task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))
@@ -256,6 +257,9 @@ function R.main(name, own_defaults)
   local cfg = cr.config.parse(arg, defaults, { types = R.types(mod.types) })
   cr.engine.run.main(function()
     local task = mod.task(cfg)
+    -- log.txt: what the recipe prints from here on (a task built in the REPL or a spec
+    -- leaves that process's output alone)
+    cr.engine.run.keep_log(cfg, R.run_dir(task))
     print(R.banner(task))
     cr.train(task)
     R.finish(task)

@@ -216,7 +216,7 @@ M.types = {
   ['swav.temperature'] = { type = 'number', min = 0, doc = "the softmax temperature of the swapped prediction" },
   ['swav.epsilon'] = { type = 'number', min = 0, doc = "Sinkhorn's entropic regularisation (the codes' sharpness)" },
   ['swav.sinkhorn_iterations'] = { type = 'integer', min = 0, doc = 'Sinkhorn-Knopp iterations per batch' },
-  ['swav.crops_for_assign'] = { type = 'list', doc = 'the crops (0-based) whose codes the others predict' },
+  ['swav.crops_for_assign'] = { type = 'list', elem = 'integer', doc = 'the crops (0-based) whose codes the others predict' },
   ['swav.queue_length'] = { type = 'integer', min = 0, doc = 'earlier embeddings added to the Sinkhorn batch (0: none)' },
   ['swav.queue_start_epoch'] = { type = 'integer', min = 0, doc = 'the queue is used from this epoch on' },
   ['swav.queue_start_iteration'] = { type = 'integer', min = 0, doc = 'and not before this step' },

@@ -160,6 +160,26 @@ function H.tmpdir(tag)
   return t
 end
 
+-- No spec writes into the user's run folders (run.dir's default, runs/ of the checkout):
+-- a run folder there is an error naming the fix. Recipes run in a subprocess are caught by
+-- tools/run_specs.sh, which fails when a suite that started without runs/ leaves one.
+do
+  local engine_run = cr.engine.run
+  local run_dir = engine_run.dir
+  local root = require('crescent.native_files').root
+  local function users_runs(dir)
+    dir = dir:gsub('/+$', ''):gsub('^%./', '')
+    return dir == 'runs' or dir == root .. '/runs' or dir == './runs'
+  end
+  engine_run.dir = function(cfg, default_name)
+    if type(cfg) == 'table' and type(cfg.run) == 'table' and type(cfg.run.dir) == 'string' and users_runs(cfg.run.dir)
+    then
+      error("spec: this run would write into the user's runs/ folder; give it run = {dir = H.tmpdir('...').dir}", 2)
+    end
+    return run_dir(cfg, default_name)
+  end
+end
+
 -- Runs a shell command from the repository root: its output (stdout and stderr) and its
 -- exit code.
 function H.shell(cmd)

@@ -139,9 +139,12 @@ describe('task:step and task:phase', function()
 end)
 
 describe('cr.config.load', function()
+  local tmp = H.tmpdir('stepping')
+  teardown(tmp.remove)
+
   it("gives a recipe's config without running it; the task it builds steps by hand", function()
     local cfg = cr.config.load('recipes/swav.lua', { train = { epochs = 1, device = 'cpu' },
-      data = { limit = 256, batch_size = 32 } })
+      data = { limit = 256, batch_size = 32 }, run = { dir = tmp.dir } })
     assert.equal(1, cfg.train.epochs)
     assert.equal(256, cfg.data.limit)
     assert.equal(cr.ssl.swav.defaults.prototypes, cfg.swav.prototypes) -- the recipe's own default

@@ -327,7 +327,7 @@ describe('auto-resume', function()
   it('refuses to resume a run under another config, naming the keys that differ and the ways forward', function()
     local dir = tmp.path('runs/changed')
     local cfg = { run = { dir = tmp.path('runs'), name = 'changed', resume = true }, optim = { lr = 0.1 },
-                  crops = { num = { 2, 6 } }, train = { threads = 1 } }
+                  crops = { num = { 2, 6 } }, train = { threads = 1, epochs = 1 } }
     cr.engine.run.prepare(cfg, dir)
     cr.train(supervised_task(dir .. '/checkpoints', { epochs = 1 }))
     -- the same config, or one that changes only how it runs: it goes on
@@ -340,6 +340,11 @@ describe('auto-resume', function()
     assert.is_truthy(msg:find('2 keys differ:\n  crops.num: {2, 6} in the run, {2, 4} now\n' ..
       '  optim.lr: 0.1 in the run, 0.2 now\n', 1, true), msg)
     assert.is_truthy(msg:find('run.resume=false', 1, true) and msg:find('another run.name', 1, true), msg)
+    -- more epochs than the run was started with: the way to train it longer is named
+    msg = H.error_of(function() cr.engine.run.prepare(cr.config.merge(cfg, { train = { epochs = 5 } }), dir) end)
+    assert.is_truthy(msg:find('train.epochs: 1 in the run, 5 now', 1, true), msg)
+    assert.is_truthy(msg:find('To train it longer, start a new run from its last checkpoint: run.name=changed_5ep ' ..
+      'run.resume_from=' .. dir .. '/checkpoints/latest.safetensors', 1, true), msg)
     assert.are.same(again, dofile(dir .. '/config.lua')) -- the folder still describes its training
     -- starting afresh moves the earlier run aside and takes the new config
     local fresh = cr.config.merge(other, { run = { resume = false } })
@@ -433,12 +438,38 @@ describe('how a run starts: its folder, run.resume_from, model.init, scratch', f
     assert.are.equal(6, tuned.iteration)  -- one epoch of its own, from iteration 0
     -- a file that does not fit names the keys and the two ways out
     local other = nn.Sequential(nn.Flatten(), nn.Linear(48, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3), nn.Linear(3, 2))
-    H.assert_error(function() cr.engine.run.load_weights(other, m) end, 'missing keys: 5.weight, 5.bias')
-    H.assert_error(function() cr.engine.run.load_weights(other, m) end, 'model.init_strict=false loads the keys that match')
+    -- one line: the counts and first names of each kind, then the two ways out
+    local msg = H.error_of(function() cr.engine.run.load_weights(other, m) end)
+    assert.is_truthy(msg:find("model.init '" .. path .. "' does not fit the model: 2 missing (5.weight, 5.bias); " ..
+      'model.init_strict=false loads the names that match', 1, true), msg)
+    assert.is_nil(msg:find('\n'), msg)
     local loose = cr.config.merge(m, { init_skip = { '^5%.' } })
     assert.is_truthy(cr.engine.run.load_weights(other, loose):find('loaded 4 tensors', 1, true))
     H.assert_error(function() cr.engine.run.load_weights(other, cr.config.merge(m, { init = tmp.path('no.safetensors') })) end,
       "model.init: no file '")
+  end)
+
+  it('model.init is checked at start-up: a missing file, a file that is not safetensors, another trunk', function()
+    local m = cr.engine.run.init_defaults()
+    local function check(over) return H.error_of(function() cr.engine.run.check_init(cr.config.merge(m, over)) end) end
+    assert.is_truthy(check({ init = tmp.path('no.safetensors') }):find("model.init: no file '", 1, true))
+    local text = tmp.write('notes.md', '# not weights\n' .. string.rep('x', 64))
+    local msg = check({ init = text })
+    assert.is_truthy(msg:find("model.init: '" .. text .. "' is not a safetensors file crescent can read (", 1, true), msg)
+    assert.is_nil(msg:find('\n'), msg)
+    -- a crescent checkpoint's config names its trunk: another arch or width is one line
+    local ckpt_path = tmp.path('trunk.safetensors')
+    cr.save(ckpt_path, { w = cr.zeros({ 1 }) }, { config = cr.config.dump({ model = { arch = 'resnet18', width = 4,
+      stem = 'cifar', patch = 4 } }) })
+    local mine = { init = ckpt_path, arch = 'resnet50', width = 4, stem = 'auto', patch = 7 }
+    msg = check(mine)
+    assert.is_truthy(msg:find("model.init: model.arch=resnet50, but the trunk in '" .. ckpt_path .. "' has arch = " ..
+      'resnet18 (the config it was trained with); give model.arch=resnet18', 1, true), msg)
+    msg = check({ init = ckpt_path, arch = 'resnet18', width = 16, stem = 'auto', patch = 7 })
+    assert.is_truthy(msg:find('model.width=16, but the trunk', 1, true), msg)
+    -- a stem of 'auto' and a ResNet's unused patch size are no conflict
+    cr.engine.run.check_init(cr.config.merge(m, { init = ckpt_path, arch = 'resnet18', width = 4, stem = 'auto',
+      patch = 7 }))
   end)
 
   it('from scratch says so, with the seed; save = false starts but writes nothing', function()

@@ -60,6 +60,16 @@ describe('--dry-run', function()
       end
     end)
 
+  it('checks model.init: a missing file or another trunk fails the dry run in one line', function()
+    local out, code = recipe('supervised', '--dry-run run.name=init_check model.init=' ..
+      tmp.path('nothere.safetensors') .. ' ' .. base)
+    assert.are.equal(1, code, out)
+    assert.truthy(out:find("error: model.init: no file '" .. tmp.path('nothere.safetensors') .. "'", 1, true), out)
+    out, code = recipe('swav', '--dry-run run.name=init_check model.init=README.md ' .. base)
+    assert.are.equal(1, code, out)
+    assert.truthy(out:find("error: model.init: 'README.md' is not a safetensors file crescent can read", 1, true), out)
+  end)
+
   it('is refused by a recipe that does not train', function()
     local out, code = recipe('linear_eval', '--dry-run')
     assert.are.equal(2, code, out)

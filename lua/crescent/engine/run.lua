@@ -172,19 +172,28 @@ local function check_same_config(cfg, dir)
     error(string.format("run.resume: cannot read the earlier run's config '%s' (%s); start afresh with " ..
       'run.resume=false (the earlier run is moved aside) or pick another run.name', path, tostring(earlier)), 0)
   end
-  local lines = {}
+  local lines, longer = {}, false
   for _, d in ipairs(cr.config.diff(earlier, cfg)) do
     -- a key the earlier config lacks came with a newer crescent: nothing to compare it with
     if not M.RESUME_MAY_CHANGE[d[1]] and d[2] ~= nil then
       lines[#lines + 1] = string.format('  %s: %s in the run, %s now', d[1], cr.config.format_value(d[2]),
         cr.config.format_value(d[3]))
+      longer = longer or d[1] == 'train.epochs' and type(d[3]) == 'number' and d[3] > d[2]
     end
   end
   if #lines == 0 then return end
+  -- more epochs: a run of its own that goes on from this one's last checkpoint (its lr
+  -- schedule spans the new length, so it is another run, not this one resumed)
+  local name = dir:match('([^/]+)$')
+  local ways = longer and string.format("To train it longer, start a new run from its last checkpoint: run.name=%s_%s " ..
+    "run.resume_from=%s/checkpoints/latest.safetensors (weights, optimizer and counters go on from there). Or start " ..
+    'afresh there with run.resume=false (the earlier run is moved aside to a .old- folder)', name,
+    tostring(cfg.train.epochs) .. 'ep', dir)
+    or "Either start afresh there with run.resume=false (the earlier run is moved aside to a .old- folder) or give " ..
+    'this run another run.name'
   error(string.format("run.resume: the run in '%s' was started with another config, so it cannot go on with this " ..
-    'one; %d key%s differ%s:\n%s\nEither start afresh there with run.resume=false (the earlier run is moved aside ' ..
-    "to a .old- folder) or give this run another run.name", dir, #lines, #lines == 1 and '' or 's',
-    #lines == 1 and 's' or '', table.concat(lines, '\n')), 0)
+    'one; %d key%s differ%s:\n%s\n%s', dir, #lines, #lines == 1 and '' or 's', #lines == 1 and 's' or '',
+    table.concat(lines, '\n'), ways), 0)
 end
 
 -- Makes the run folder ready: with run.resume = false, an earlier run there (one with
@@ -293,16 +302,73 @@ function M.profile_hook(cfg, dir)
   return cr.hooks.profile { first = first, count = count, dir = dir }
 end
 
--- The weights of the file m.init (a safetensors file: a checkpoint, an export, a
--- converted PyTorch state dict) into `model`, by the model.init_* keys of `m`; a
--- checkpoint's optimizer and method state are not weights and are left out. Returns the
--- line that says what was loaded.
-function M.load_weights(model, m)
+-- model.init at start-up, for the training and the frozen-feature recipes alike: the file
+-- is there and is a safetensors file; returns the model section of the config stored in
+-- it (a crescent checkpoint's), or nil. A bad file is one line naming the fix.
+function M.init_config(m)
   local path = m.init
   if not exists(path) then
     error(string.format("model.init: no file '%s'; give a safetensors file (a run's " ..
       'checkpoints/latest.safetensors, or one cr.save wrote)', path), 0)
   end
+  local ok, saved = pcall(ckpt.stored_config, path)
+  if not ok then
+    error(string.format("model.init: '%s' is not a safetensors file crescent can read (%s); give a run's " ..
+      'checkpoints/latest.safetensors, or a file cr.save wrote', path,
+      (tostring(saved):gsub("^load: '[^']*': ", ''):gsub('; the file is corrupt or not safetensors$', ''))), 0)
+  end
+  return saved and type(saved.model) == 'table' and saved.model or nil
+end
+
+-- The keys that say which trunk a model.* section builds, and whether key k matters for
+-- the architecture `arch` (a ViT has no width or stem, a ResNet no patch; a stem of
+-- 'auto' follows the image size, so it is compared only against another named stem).
+M.TRUNK_KEYS = { 'arch', 'width', 'stem', 'patch' }
+local function trunk_key_matters(k, arch, mine, theirs)
+  local vit = type(arch) == 'string' and arch:sub(1, 4) == 'vit_'
+  if k == 'patch' then return vit end
+  if k == 'width' then return not vit end
+  if k == 'stem' then return not vit and mine ~= 'auto' and theirs ~= 'auto' end
+  return true
+end
+
+-- The trunk keys whose value in `m` (cfg.model) differs from the stored config's `saved`:
+-- a list of {key, mine, theirs}, the architecture first (which keys matter is the stored
+-- trunk's architecture's question).
+function M.trunk_differences(m, saved)
+  local out = {}
+  if not saved then return out end
+  local arch = saved.arch or m.arch
+  for _, k in ipairs(M.TRUNK_KEYS) do
+    local mine, theirs = m[k], saved[k]
+    if theirs ~= nil and mine ~= theirs and trunk_key_matters(k, arch, mine, theirs) then
+      out[#out + 1] = { k, mine, theirs }
+    end
+  end
+  return out
+end
+
+-- A training recipe's model.init check at start-up (the checkpoint hook's builder runs it,
+-- so --dry-run does too): the file (init_config), and a crescent checkpoint's trunk is the
+-- one cfg.model builds. A trunk that differs is one line naming the key.
+function M.check_init(m)
+  local d = M.trunk_differences(m, M.init_config(m))[1]
+  if d then
+    error(string.format("model.init: model.%s=%s, but the trunk in '%s' has %s = %s (the config it was trained " ..
+      'with); give model.%s=%s to start from it, or a checkpoint of this trunk', d[1], tostring(d[2]), m.init, d[1],
+      tostring(d[3]), d[1], tostring(d[3])), 0)
+  end
+end
+
+-- The weights of the file m.init (a safetensors file: a checkpoint, an export, a
+-- converted PyTorch state dict) into `model`, by the model.init_* keys of `m`; a
+-- checkpoint's optimizer and method state are not weights and are left out. Returns the
+-- line that says what was loaded. With m.init_strict, names that are missing, unexpected
+-- or of another shape are one line with their counts and first names (the run then stops,
+-- so what was loaded meanwhile does not matter).
+function M.load_weights(model, m)
+  local path = m.init
+  M.init_config(m)
   local prefix = m.init_prefix
   if prefix == 'auto' then
     prefix = ''
@@ -321,13 +387,15 @@ function M.load_weights(model, m)
   end
   for _, pat in ipairs(type(m.init_skip) == 'string' and { m.init_skip } or m.init_skip or {}) do skip[#skip + 1] = pat end
   local ok, report = pcall(cr.io.load_into, model, path, { select_prefix = prefix, remove_prefix = m.init_remove_prefix,
-    add_prefix = m.init_add_prefix, skip = skip, strict = m.init_strict })
-  if not ok then
-    error(string.format("model.init '%s': %s\nmodel.init_strict=false loads the keys that match; " ..
-      "model.init_skip=\"{'^fc%%.'}\" leaves the names that match its patterns alone", path,
-      tostring(report):gsub('\n?%s*%(pass {strict = false}[^)]*%)', '')), 0)
+    add_prefix = m.init_add_prefix, skip = skip, strict = false })
+  if not ok then error(string.format("model.init '%s': %s", path, tostring(report)), 0) end
+  local text = cr.io.format_report(report)
+  if m.init_strict and (#report.missing > 0 or #report.unexpected > 0 or #report.mismatched > 0) then
+    error(string.format("model.init '%s' does not fit the model: %s; model.init_strict=false loads the names that " ..
+      "match, model.init_skip=\"{'^fc%%.'}\" leaves the names that match its patterns alone", path,
+      text:gsub('^loaded %d+ tensors?; ', '')), 0)
   end
-  return string.format("model.init: %s from '%s'%s", cr.io.format_report(report), path,
+  return string.format("model.init: %s from '%s'%s", text, path,
     prefix ~= '' and (" (keys under '" .. prefix .. "')") or '')
 end
 
@@ -338,6 +406,9 @@ function M.checkpoint_hook(cfg, dir, env)
   local c = cfg.checkpoint
   local m = cfg.model
   local init = m and m.init ~= '' and function(task) return M.load_weights(task.model, m) end or nil
+  -- a bad model.init stops the run at start-up, unless the run goes on from elsewhere
+  local resumes = cfg.run.resume and c.save and #ckpt.list(dir .. '/checkpoints') > 0
+  if init and not resumes and cfg.run.resume_from == '' then M.check_init(m) end
   return cr.hooks.checkpoint { dir = dir .. '/checkpoints', every_epochs = c.every_epochs,
     every_iters = c.every_iters, keep = c.keep, best = c.best, resume = cfg.run.resume and c.save,
     resume_from = cfg.run.resume_from ~= '' and cfg.run.resume_from or nil, init = init, save = c.save,

@@ -291,17 +291,14 @@ end
 -- refuses missing, unexpected or mismatched keys. Prints the load report. The trunk goes
 -- to `device` (default cpu). A crescent checkpoint's stored config gives model.arch,
 -- width and stem that were left at their defaults (trunk_from_checkpoint).
-local TRUNK_KEYS = { 'arch', 'width', 'stem', 'patch' }
-
--- With model.init a crescent checkpoint, the trunk its config describes: each of
--- model.arch, width and stem left at the default takes the checkpoint's value (one line
+-- With model.init a crescent checkpoint, the trunk its config describes: each trunk key
+-- (cr.engine.run.TRUNK_KEYS) left at the default takes the checkpoint's value (one line
 -- says so); one set to another value than the checkpoint's is an error.
 local function trunk_from_checkpoint(cfg)
-  local saved = require('crescent.engine.checkpoint').stored_config(cfg.model.init)
-  local sm = saved and saved.model
-  if type(sm) ~= 'table' then return end
+  local sm = cr.engine.run.init_config(cfg.model)
+  if not sm then return end
   local defaults, taken = R.frozen_defaults().model, {}
-  for _, k in ipairs(TRUNK_KEYS) do
+  for _, k in ipairs(cr.engine.run.TRUNK_KEYS) do
     local mine, theirs = cfg.model[k], sm[k]
     if theirs ~= nil and mine ~= theirs then
       if mine ~= defaults[k] then
@@ -319,7 +316,7 @@ function R.frozen_trunk(cfg, train_set, device)
   if cfg.model.arch == 'pixels' then
     return function(x) return x:flatten(1) end, nil
   end
-  if cfg.model.init ~= '' and util.file_exists(cfg.model.init) then trunk_from_checkpoint(cfg) end
+  if cfg.model.init ~= '' then trunk_from_checkpoint(cfg) end
   local nchan, _, side = R.image_shape(train_set)
   local make = R.trunk_factory(cfg, nchan, side)
   local trunk = make()

@@ -184,6 +184,16 @@ describe('the console writer', function()
     cr.train(t)
     assert.truthy(out.text:find('\nknn epoch 1/1', 1, true), out.text)     -- on a line of its own
     assert.is_nil(out.text:find('s knn epoch', 1, true), out.text)
+    -- narrow: the least needed fields go first, so the ETA stays whole
+    local stub = { epoch = 0, epochs = 1, iterations_per_epoch = 9, phase_iteration = 3, eta_seconds = 125,
+      lr = function() return 0.05 end,
+      storage = { smoothed = function(_, k) return ({ loss = 2, img_per_s = 812, data_time = 0.0031 })[k] end } }
+    local console = cr.hooks.console { tty = true, out = sink() }
+    local wide = console:line(stub)
+    assert.are.equal('epoch 1/1  iter 3/9  loss 2.0000  lr 0.05  img/s 812  data 3.1ms  eta 2m05s', wide)
+    assert.are.equal('epoch 1/1  iter 3/9  loss 2.0000  lr 0.05  img/s 812  eta 2m05s', console:line(stub, #wide))
+    assert.are.equal('epoch 1/1  iter 3/9  loss 2.0000  eta 2m05s', console:line(stub, 50))
+    assert.are.equal('epoch 1/1  iter 3/9', console:line(stub, 20))
     local narrow = sink()
     live_line.show(narrow, string.rep('x', 100), 60)
     live_line.show(narrow, 'short', 60)
@@ -574,6 +584,48 @@ describe('the live progress line in a real terminal (tmux)', function()
     return out
   end
 
+  it('ends before a signal line, a warning and the REPL prompt; under a launcher there is none', function()
+    local dir = os.tmpname()
+    os.execute("rm -f '" .. dir .. "'")
+    local p = H.tmux_pane('luajit recipes/supervised.lua train.epochs=1 data.limit=3000 model.width=4 data.batch_size=16 ' ..
+      'train.log_every=1 run.dir=' .. dir .. ' run.name=sig checkpoint.save=false; echo RUN-ENDED', 100, 40)
+    local ok, err = pcall(function()
+      p:wait('  iter ', 1, 60)
+      p:keys('C-c')
+      local text = p:wait('RUN-ENDED', 1, 120)
+      -- the live line ends, then the loop's line starts a line of its own (the terminal's ^C
+      -- echo may sit on the live line)
+      assert.truthy(text:find('\ncrescent: SIGINT at iteration %d+: finishing this step'), text)
+    end)
+    p:close()
+    os.execute("rm -rf '" .. dir .. "'")
+    assert(ok, err)
+    -- from Lua: a warning (util.end_live_line) and a torchrun-style launcher's ranks
+    local script = os.tmpname()
+    local f = assert(io.open(script, 'w'))
+    f:write([[
+package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path
+require 'crescent'
+local live_line, util = require 'crescent.hooks.live_line', require 'crescent.util'
+live_line.show(io.stdout, 'epoch 1/1  iter 3/9  loss 2.0')
+util.end_live_line()
+io.stderr:write('WARNED\n')
+live_line.show(io.stdout, 'epoch 1/1  iter 4/9')
+live_line.finish(io.stdout)
+print('TTY', live_line.stdout_is_tty())
+]])
+    f:close()
+    p = H.tmux_pane('luajit ' .. script .. '; RANK=1 WORLD_SIZE=2 luajit ' .. script .. '; echo SCRIPT-ENDED', 100, 40)
+    ok, err = pcall(function()
+      local text = p:wait('SCRIPT-ENDED', 1, 60)
+      assert.truthy(text:find('loss 2.0\nWARNED\nepoch 1/1  iter 4/9\nTTY%s+true\n'), text)
+      assert.truthy(text:find('TTY%s+false'), text)   -- a launcher's rank: plain lines
+    end)
+    p:close()
+    os.remove(script)
+    assert(ok, err)
+  end)
+
   it('stays one line cut to 60 columns, follows a resize to 150, and keeps other lines off it', function()
     local dir = os.tmpname()
     os.execute("rm -f '" .. dir .. "'")
@@ -585,6 +637,8 @@ describe('the live progress line in a real terminal (tmux)', function()
       local lines = live_lines(text)
       assert.are.equal(1, #lines, text)
       assert.is_true(#lines[1] <= 59, lines[1])
+      -- narrow: fields are left out (data time, lr, img/s), not the ETA cut in half
+      assert.truthy(lines[1]:find('  eta %d'), lines[1])
       p:resize(150, 40)
       local grown
       for _ = 1, 100 do

@@ -115,6 +115,7 @@ describe_or_skip('attaching to a training', function()
     sh('sleep 0.3')
     sh('kill -USR2 ' .. pid)
     local t = p:wait('`task` is the run')
+    assert.truthy(t:find('\ncrescent: attached at iteration'), t)   -- below the live line, not glued onto it
     local at = tonumber(t:match('attached at iteration (%d+)'))
     assert.truthy(at and at > 0)
     p:line('task.iteration')

@@ -81,6 +81,14 @@ void cr_tee_stop(void);
  * what to ask whether the output is a terminal, and how wide it is. */
 int cr_tee_original_fd(int fd);
 
+/* The console's live progress line (crescent.hooks.live_line draws it on stdout, rewritten
+ * with '\r', and says when one is up or has ended). cr_console_end_live_line ends one that
+ * is up with a newline on stdout, so that a message printed next (on stdout or stderr: the
+ * copy of cr_tee_start reads stdout first) starts on a line of its own. */
+void cr_console_set_live_line(int up);
+int cr_console_live_line_up(void);
+void cr_console_end_live_line(void);
+
 /* CRC-32C of n bytes ("123456789" -> 0xE3069283). */
 uint32_t cr_crc32c(const void *data, size_t n);
 /* Creates the event file in `dir` (which must exist and be writable) and writes the

@@ -62,6 +62,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "crescent.h"
 #include "signals.h"
 
 typedef enum {
@@ -395,6 +396,7 @@ static int cr_loop_check_signal(lua_State *L, cr_loop_ctx *c) {
     lua_setfield(L, RUN_TASK, "stop_reason");
     lua_pushstring(L, name);
     lua_setfield(L, RUN_TASK, "signal");
+    cr_console_end_live_line();
     fprintf(stderr, "crescent: %s at iteration %.0f: finishing this step, checkpointing, exiting\n", name,
             cr_loop_get_num(L, RUN_TASK, "iteration", 0));
     fflush(stderr);

@@ -21,6 +21,10 @@ M.box = ffi.new('cr_tensor*[4]')      -- out-parameters of single calls
 local shape_buf = ffi.new('int64_t[8]')
 local shape_buf2 = ffi.new('int64_t[8]')
 
+-- Ends the console's live progress line when one is up on stdout (crescent.hooks.live_line),
+-- so that a message printed next starts on a line of its own: call it before a warning.
+function M.end_live_line() C.cr_console_end_live_line() end
+
 -- Errors point at the user's line: the first caller outside lua/crescent/ (the
 -- argument is ignored and kept for callers that pass the old fixed level).
 local function user_level()

@@ -171,7 +171,10 @@ local function walk(dir)
   return files
 end
 
-local function default_warn(msg) io.stderr:write('crescent: warning: ', msg, '\n') end
+local function default_warn(msg)
+  util.end_live_line()
+  io.stderr:write('crescent: warning: ', msg, '\n')
+end
 
 function M.image_folder(opts)
   if type(opts) ~= 'table' then error('image_folder: expected an options table {root = ...}', 2) end

@@ -82,7 +82,10 @@ local job_ct = ffi.typeof('cr_data_pipeline_job')
 local groups_ct = ffi.typeof('cr_data_crop_group[?]')
 local pipe_box = ffi.new('cr_data_pipeline*[1]')
 local function is_tensor(x) return type(x) == 'cdata' and ffi.istype(tensor_ptr_ct, x) end
-local function default_warn(msg) io.stderr:write('crescent: warning: ', msg, '\n') end
+local function default_warn(msg)
+  util.end_live_line()
+  io.stderr:write('crescent: warning: ', msg, '\n')
+end
 local function is_count(v, min) return type(v) == 'number' and v == math.floor(v) and v >= min end
 
 local function aug_from(opt)

@@ -140,6 +140,7 @@ end
 -- not leave the others waiting in a collective until the timeout).
 function M.abort(why)
   if G and G.mpi then mpi.cr_mpi_abort(tostring(why)) end
+  util.end_live_line()
   io.stderr:write(string.format('crescent.dist: rank %d of %d: %s\n', M.rank(), M.world_size(), tostring(why)))
   os.exit(1)
 end

@@ -24,6 +24,7 @@ local ffi = require 'ffi'
 local cr = require 'crescent'
 local comm = require 'crescent.dist.comm'
 local launcher = require 'crescent.dist.launcher'
+local util = require 'crescent.util'
 
 local M = {}
 
@@ -107,6 +108,7 @@ local function agree_hook()
       if code >= 2 and not task.signal then
         task:request_stop('signal')
         task.signal = SIGNALS[code - 1]
+        util.end_live_line()
         io.stderr:write(string.format('crescent.dist: rank %d stops after iteration %d: another rank got %s\n',
           comm.rank(), task.iteration, task.signal))
       elseif code == 1 and not task.stop_requested then

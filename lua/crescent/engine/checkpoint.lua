@@ -364,7 +364,10 @@ function M.list(dir)
   return out
 end
 
-local function default_warn(msg) io.stderr:write('crescent: warning: ', msg, '\n') end
+local function default_warn(msg)
+  util.end_live_line()
+  io.stderr:write('crescent: warning: ', msg, '\n')
+end
 
 -- The newest checkpoint of dir that reads and validates; each one skipped (truncated,
 -- corrupt, not a checkpoint) is reported through warn(message).

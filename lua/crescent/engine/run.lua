@@ -94,6 +94,7 @@ function M.main(fn)
     return { msg = tostring(e), trace = debug.traceback(tostring(e), 2) }
   end)
   if ok then return end
+  util.end_live_line()
   if os.getenv('CRESCENT_TRACEBACK') == '1' then
     io.stderr:write('error: ', err.trace, '\n')
   else

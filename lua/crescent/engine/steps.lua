@@ -7,6 +7,7 @@
 local cr = require 'crescent'
 local loop = require 'crescent.engine.loop'
 local profiler = require 'crescent.profiler'
+local util = require 'crescent.util'
 
 local M = {}
 local fire = loop.fire
@@ -60,6 +61,7 @@ function M.standard(task, batch)
       -- f16 grads overflowed: no step; the scale halves and the skip is logged
       local before, after = scaler:update()
       task.storage:put_scalar('amp_skipped_steps', scaler.skipped_steps)
+      util.end_live_line()
       io.stderr:write(string.format('step %d: f16 grads hold inf/nan; step skipped, loss scale %g -> %g\n',
         task.iteration, before, after))
       return -- unscale has zeroed the grads

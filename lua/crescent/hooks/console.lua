@@ -22,26 +22,41 @@ local function fmt_time(s)
 end
 Console.fmt_time = fmt_time
 
--- The progress fields as one line.
-function Console:line(task)
+-- The progress fields as one line. With `width` (a terminal's columns) the least needed
+-- fields are left out until the line fits: data time first, then lr, img/s, the ETA and
+-- the loss, so a narrow window still shows where the run is.
+local DROP_ORDER = { 'data', 'lr', 'img/s', 'eta', 'loss' }
+
+function Console:line(task, width)
   local st = task.storage
-  local parts = { string.format('epoch %d/%d', task.epoch + 1, task.epochs) }
+  local fields = { { 'epoch', string.format('epoch %d/%d', task.epoch + 1, task.epochs) } }
   local per = task.iterations_per_epoch
   if per and per > 0 then
-    parts[#parts + 1] = string.format('iter %d/%d', task.phase_iteration, per)
+    fields[#fields + 1] = { 'iter', string.format('iter %d/%d', task.phase_iteration, per) }
   else
-    parts[#parts + 1] = string.format('iter %d', task.phase_iteration)
+    fields[#fields + 1] = { 'iter', string.format('iter %d', task.phase_iteration) }
   end
   local loss = st:smoothed('loss', self.window)
-  if loss then parts[#parts + 1] = string.format('loss %.4f', loss) end
+  if loss then fields[#fields + 1] = { 'loss', string.format('loss %.4f', loss) } end
   local lr = task:lr()
-  if lr then parts[#parts + 1] = string.format('lr %.4g', lr) end
+  if lr then fields[#fields + 1] = { 'lr', string.format('lr %.4g', lr) } end
   local ips = st:smoothed('img_per_s', self.window)
-  if ips then parts[#parts + 1] = string.format('img/s %.0f', ips) end
+  if ips then fields[#fields + 1] = { 'img/s', string.format('img/s %.0f', ips) } end
   local dt = st:smoothed('data_time', self.window)
-  if dt then parts[#parts + 1] = string.format('data %.1fms', dt * 1000) end
-  if task.eta_seconds then parts[#parts + 1] = 'eta ' .. fmt_time(task.eta_seconds) end
-  return table.concat(parts, '  ')
+  if dt then fields[#fields + 1] = { 'data', string.format('data %.1fms', dt * 1000) } end
+  if task.eta_seconds then fields[#fields + 1] = { 'eta', 'eta ' .. fmt_time(task.eta_seconds) } end
+  local function joined()
+    local parts = {}
+    for _, f in ipairs(fields) do if f[2] then parts[#parts + 1] = f[2] end end
+    return table.concat(parts, '  ')
+  end
+  local text = joined()
+  for _, name in ipairs(DROP_ORDER) do
+    if not width or #text <= width - 1 then break end
+    for _, f in ipairs(fields) do if f[1] == name then f[2] = nil end end
+    text = joined()
+  end
+  return text
 end
 
 -- On a terminal the test phase moves the live line too: its batch count so far.
@@ -70,7 +85,8 @@ function Console:after_step(task)
     local last = task.phase_iteration == task.iterations_per_epoch
     if not last and self.t_last and t - self.t_last < self.refresh then return end
     self.t_last = t
-    live_line.show(self.out, self:line(task))
+    local cols = live_line.columns()
+    live_line.show(self.out, self:line(task, cols), cols)
   elseif task.iteration % self.every == 0 or task.phase_iteration == task.iterations_per_epoch then
     self:print(self:line(task))
   end

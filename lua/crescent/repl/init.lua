@@ -14,6 +14,7 @@ local readline = require 'crescent.repl.readline'
 local complete = require 'crescent.repl.complete'
 local help = require 'crescent.repl.help'
 local show = require 'crescent.repl.show'
+local util = require 'crescent.util'
 
 local M = {}
 
@@ -52,9 +53,10 @@ function M.session(opts)
   env.print = function(...)
     local n, parts = select('#', ...), {}
     for i = 1, n do parts[i] = tostring((select(i, ...))) end
+    util.end_live_line()
     self.out:write(table.concat(parts, '\t'), '\n')
   end
-  env.help = function(v) self.out:write(help.text(v, 'value'), '\n') end
+  env.help = function(v) self:write(help.text(v, 'value')) end
   env.who = function() self:who() end
   env.exit = function() self.done = true end
   -- what who() leaves out: the session's own names while they hold its values (a user's
@@ -65,7 +67,12 @@ function M.session(opts)
   return self
 end
 
-function Session:write(s) self.out:write(s, '\n') end
+-- Output starts on a line of its own: a training's live progress line (task:step(n) in
+-- the session, or the run it attached to) ends first.
+function Session:write(s)
+  util.end_live_line()
+  self.out:write(s, '\n')
+end
 
 -- who(): the globals this session made, with a summary each.
 function Session:who()
@@ -201,6 +208,7 @@ function Session:loop(input)
   local buffer = nil
   loop.sigint_guard(true)
   while not self.done do
+    util.end_live_line() -- the prompt on a line of its own
     local line = input:read(buffer and '>> ' or '> ')
     if input.interrupted or (line == nil and loop.sigint_taken()) then
       self:write(buffer and '(input dropped)' or '')

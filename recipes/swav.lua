@@ -18,7 +18,7 @@ require('crescent').ssl.recipe.main('swav', {
   -- bf16 where the CPU computes it natively (AVX512-BF16): 8 epochs fit in about 15
   -- minutes there; elsewhere it trains in f32 (on the AVX512-BF16 machine the supervised
   -- benchmark's f32 step was about 1.7 times slower than its bf16 step).
-  train = { epochs = 8, amp = 'auto' },
+  train = { epochs = 8 },
   -- Two 28 px views of scale 0.35 to 1 and no blur: on a held-out split of 10,000 images
   -- they gave 80.80% kNN after 5 epochs and 81.35% after 8, against 80.05% after 8 for
   -- 2 x 24 + 4 x 12 px multi-crop with blur (small crops of 28 px images carry little).

@@ -28,7 +28,8 @@ function M.common()
   return {
     -- threads 0: all cores; deterministic: GPU algorithms that give the same bits every run;
     -- repl_on_signal: `kill -USR2 <pid>` opens the REPL at the next step boundary
-    train = { epochs = 10, device = 'auto', amp = 'off', seed = 0, threads = 0, deterministic = false,
+    -- amp auto: bf16 autocast where the device computes bf16 natively (engine/task.lua)
+    train = { epochs = 10, device = 'auto', amp = 'auto', seed = 0, threads = 0, deterministic = false,
               repl_on_signal = false },
     data = { name = 'fashion_mnist', root = '', batch_size = 256, workers = 0, limit = 0 },
     -- root '': the data set's own search order; limit 0: every sample
@@ -562,7 +563,8 @@ local function parse(argv, defaults, opts)
       files[#files + 1] = a:sub(10)
     elseif a == '--dry-run' then
       if not s.leaves['run.dry_run'] then
-        error("config: --dry-run: this recipe has no run.dry_run key (only training recipes have a dry run)", 0)
+        error("config: --dry-run: this recipe has no run.dry_run key; a recipe of your own gets it from " ..
+          'cr.engine.run.defaults() in its defaults, and acts on it (crescent/engine/dry_run.lua)', 0)
       end
       overrides[#overrides + 1] = { key = 'run.dry_run', value = 'true', text = a }
     elseif a == '--help' or a == '-h' then

@@ -29,17 +29,15 @@ local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
 
 cr.engine.run.main(function()
   local device = recipe.setup(cfg)
-  local train_set, test_set = recipe.datasets(cfg)
+  local train_set, test_set, eval_name = recipe.datasets(cfg)
   local forward, trunk = recipe.frozen_trunk(cfg, train_set, device)
   local out = cfg.extract.out
-  if out == '' then
-    local dir = cfg.run.dir .. '/' .. (cfg.run.name ~= '' and cfg.run.name or 'extract')
-    util.mkdir_p(dir)
-    out = dir .. '/features'
-  else
-    local dir = out:match('^(.*)/[^/]*$')
-    if dir then util.mkdir_p(dir) end
-  end
+  local dir = out == '' and cr.engine.run.dir(cfg, 'extract') or out:match('^(.*)/[^/]*$')
+  if out == '' then out = dir .. '/features' end
+  recipe.frozen_dry_run(cfg, trunk, train_set, test_set, eval_name, {
+    string.format('would write the features of %s to %s_<split> (%s)', cfg.data.split == 'both' and 'train and test'
+      or cfg.data.split, out, cfg.extract.format) })
+  if dir then util.mkdir_p(dir) end
 
   -- The features and labels of ds; on k ranks (mpirun -np k) each extracts a contiguous
   -- share and every rank gets the whole, in order (rank 0 writes the files).

@@ -40,6 +40,11 @@ cr.engine.run.main(function()
   local train_set, test_set, eval_name = recipe.datasets(cfg)   -- eval_name 'val' with data.val_split
   if not test_set then error('linear_eval: the data set has no test split (image_folder: add a val/ folder)', 0) end
   local forward, trunk = recipe.frozen_trunk(cfg, train_set, device)
+  recipe.frozen_dry_run(cfg, trunk, train_set, test_set, eval_name, {
+    string.format('would extract the features of both sets, %s, then train the linear probe for %d epochs (SGD, ' ..
+      'lr %g, batch %d)', cfg.knn.enabled and 'run a kNN on them' or 'no kNN', cfg.train.epochs, cfg.optim.lr,
+      cfg.optim.batch_size),
+    'run folder: ' .. run_dir })
   local t0 = cr.engine.loop.now()
   local opts = { batch_size = cfg.data.batch_size, forward = forward, device = device }
   local ftr, ytr = cr.ssl.extract_features(trunk, train_set, opts)

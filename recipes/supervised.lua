@@ -116,8 +116,7 @@ cr.engine.run.main(function()
   -- (its checkpoints, else run.resume_from, else model.init weights, else from scratch)
   local dir, env = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'supervised'))
   cr.engine.run.keep_log(cfg, dir)                                -- log.txt: what this run prints
-  task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
-  task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
+  cr.engine.run.add_log_hooks(task, cfg, dir)                     -- events, metrics.jsonl (and .csv)
   task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))
   local profile = cr.engine.run.profile_hook(cfg, dir)           -- train.profile=<first>:<count>
   if profile then task:add_hook(profile) end
@@ -137,8 +136,9 @@ cr.engine.run.main(function()
   local train_loss = h and h:avg(task.iterations_per_epoch) or 0
   local m = task.metrics
   local function round(v, digits) return tonumber(string.format('%.' .. digits .. 'f', v or 0)) end
+  local seconds = cr.engine.loop.now() - task.started_at   -- the whole cr.train, its last test phase included
   local results = { recipe = 'supervised', epochs = task.epoch, evaluated_on = eval_name, test_top1 = round(m.test_top1, 2),
-    train_loss = round(train_loss, 4), seconds = round(m.seconds, 1), img_per_s = round(m.train_img_per_s, 1),
+    train_loss = round(train_loss, 4), seconds = round(seconds, 1), img_per_s = round(m.train_img_per_s, 1),
     preempted = task.signal }
   print('the run on one page: bin/crescent report ' .. dir)
   print(require('crescent.util').json(results))

@@ -70,9 +70,27 @@ describe('--dry-run', function()
     assert.truthy(out:find("error: model.init: 'README.md' is not a safetensors file crescent can read", 1, true), out)
   end)
 
-  it('is refused by a recipe that does not train', function()
-    local out, code = recipe('linear_eval', '--dry-run')
-    assert.are.equal(2, code, out)
-    assert.truthy(out:find('--dry-run: this recipe has no run.dry_run key', 1, true), out)
+  it('linear_eval and extract: the data, the trunk and model.init checked, the plan printed, nothing written', function()
+    local out, code = recipe('linear_eval', '--dry-run run.name=probe ' .. base)
+    assert.are.equal(0, code, out)
+    for _, want in ipairs { 'dry run: the resolved config', 'model: resnet18 trunk, ', '(random: the baseline)',
+                            'data: 512 train samples, 512 test samples', 'then train the linear probe for 30 epochs',
+                            'dry run: nothing was trained or written' } do
+      assert.truthy(out:find(want, 1, true), want .. ' in\n' .. out)
+    end
+    out, code = recipe('extract', '--dry-run run.name=feats model.arch=pixels data.split=both ' .. base)
+    assert.are.equal(0, code, out)
+    assert.truthy(out:find('would write the features of train and test to ' .. tmp.path('feats/features_<split>'), 1,
+      true), out)
+    assert.is_nil(io.open(tmp.path('probe')), 'linear_eval made its run folder')
+    assert.is_nil(io.open(tmp.path('feats')), 'extract made its folder')
+    out, code = recipe('linear_eval', '--dry-run model.init=README.md ' .. base)
+    assert.are.equal(1, code, out)
+    assert.truthy(out:find("model.init: 'README.md' is not a safetensors file", 1, true), out)
+  end)
+
+  it('is refused, naming the key, by a recipe of your own without run.dry_run', function()
+    H.assert_error(function() cr.config.parse({ '--dry-run' }, { train = { epochs = 1 } }) end,
+      '--dry-run: this recipe has no run.dry_run key')
   end)
 end)

@@ -1,6 +1,6 @@
 -- report_spec — `bin/crescent report` (crescent.report): the page of two small runs holds
--- both runs' curves as well-formed SVG (a polyline per run and curve, log y where values
--- span more than 50x), their final figures, the config keys on which they differ, the CSS
+-- both runs' curves as well-formed SVG (a polyline per run and curve, a log scale where
+-- values span more than 50x, single points inside the frame), their final figures, the config keys on which they differ, the CSS
 -- that hides a run whose checkbox is cleared, and no script; bad paths are clear errors.
 -- A run with a checkpoint gets its trunk's nearest neighbours and kNN confusion matrix
 -- (images as BMP data URIs, checked byte for byte). Headless Chromium renders the page.
@@ -44,11 +44,28 @@ describe('crescent report', function()
     assert.are.equal(6, polylines)     -- loss, lr, img/s for each run; kNN is one point each
     assert.truthy(html:find('class="run-2"', 1, true))
     assert.truthy(html:find('#run-2:not(:checked) ~ .page .run-2 { display: none; }', 1, true))
-    assert.truthy(html:find('(log y)', 1, true), 'the loss spans 3 to 900')
+    assert.truthy(html:find('train loss <tspan font-weight="400" fill="#777">(log scale)</tspan>', 1, true),
+      'the loss spans 3 to 900')
+    assert.is_nil(html:find('iteration  (log', 1, true))   -- the x axis's caption is the x axis's
+    -- a series of one point at the last iteration (a kNN at the end) is drawn inside the frame
+    local chart = svg_chart.line { title = 'kNN', series = { { name = 'a', points = { { 0, 47 } } },
+                                                            { name = 'b', points = { { 2, 48 } } } } }
+    local frame_x, frame_w = chart:match('<rect x="(%d+)" y="%d+" width="(%d+)"')
+    frame_x, frame_w = tonumber(frame_x), tonumber(frame_w)
+    for cx, cy in chart:gmatch('<circle cx="([%d.]+)" cy="([%d.]+)" r="3"') do
+      assert.is_true(tonumber(cx) - 3 >= frame_x and tonumber(cx) + 3 <= frame_x + frame_w, chart)
+      assert.is_true(tonumber(cy) - 3 >= 26, chart)
+    end
     assert.truthy(html:find('<td>71.25</td>', 1, true) and html:find('<td>68.5</td>', 1, true))
     assert.truthy(html:find('<td>optim.lr</td><td class="run-1">0.1</td><td class="run-2">0.2</td>', 1, true), html)
     assert.is_nil(html:find('<td>optim.momentum</td>', 1, true))   -- the same in both: not listed
     assert.is_nil(html:find('<td>run.name</td>', 1, true))
+    -- the neighbours' frames do not take a run's colour (the caption says which frame is which)
+    for _, class in ipairs { 'same', 'other' } do
+      local colour = html:match('%.grid img%.' .. class .. ' { outline: [^;]-(#%x+);')
+      assert.truthy(colour, class)
+      for _, c in ipairs(svg_chart.COLOURS) do assert.are_not.equal(c:lower(), colour:lower()) end
+    end
   end)
 
   it('writes well-formed SVG', function()

@@ -3,7 +3,8 @@
 -- stepped by hand) (task.signal, the after_step hooks
 -- of that step, after_train, no test phase, the epoch not advanced past a cut-short
 -- epoch), the previous handlers come back on every way out, a second SIGINT exits at once
--- with status 130, and `kill -TERM` from outside ends a run with status 0.
+-- with status 130, `kill -TERM` from outside ends a run with status 0, and a Ctrl-C during
+-- start-up (before the loop) exits 130 with one line.
 -- The signals are real ones, sent with kill(2) to this process or to a subprocess
 -- (spec/fixtures/signal_run.lua).
 local ffi = require 'ffi'
@@ -336,5 +337,19 @@ describe('preemption signals, in a subprocess', function()
     assert.equal('0', code:match('%d+'), 'exit status ' .. code .. '; stderr: ' .. stderr)
     assert.truthy(stderr:match('crescent: SIGTERM at iteration %d+: finishing this step, checkpointing, exiting\n'),
       stderr)
+  end)
+
+  it('Ctrl-C during start-up (before the loop takes the signals) exits 130 with one line', function()
+    local body = os.tmpname()
+    local f = assert(io.open(body, 'w'))
+    -- a start-up that takes long (the interpreter checks for LuaJIT's interrupt hook)
+    f:write("package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path\njit.off()\n" ..
+      "require('crescent').engine.run.main(function() local x = 0; while true do x = x + 1 end end)\n")
+    f:close()
+    local out, code = H.shell('timeout --preserve-status -k 10 -s INT 1 luajit ' .. body)
+    os.remove(body)
+    assert.equal(130, code, out)
+    assert.truthy(out:find('crescent: interrupted (Ctrl-C) during start-up; nothing was trained', 1, true), out)
+    assert.is_nil(out:find('error: interrupted', 1, true), out)
   end)
 end)

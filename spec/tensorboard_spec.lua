@@ -2,7 +2,7 @@
 -- metrics writers: CRC-32C against published vectors; files read back by a reader built
 -- here (TFRecord frames with both masked CRCs checked by a CRC-32C written in Lua, and the
 -- Event / Summary / Value protobuf fields decoded by hand); bad folders and tags; the
--- tensorboard and jsonl hooks on tiny training runs. TensorBoard's own loader reads our
+-- tensorboard, jsonl and csv hooks on tiny training runs. TensorBoard's own loader reads our
 -- file when Python's tensorboard is installed (pending otherwise).
 local ffi = require 'ffi'
 local bit = require 'bit'
@@ -372,6 +372,81 @@ describe('the tensorboard and jsonl hooks', function()
     t = linear_task {}
     t:add_hook(cr.hooks.jsonl { path = file .. '/m.jsonl' })
     H.assert_error(function() cr.train(t) end, "jsonl: cannot open '" .. file .. "/m.jsonl' for appending")
+  end)
+end)
+
+describe('the csv hook (metrics.csv, log.csv=true)', function()
+  local function rows_of(path)
+    local out = {}
+    for l in read(path):gmatch('[^\n]+') do
+      local row = {}
+      for field in (l .. ','):gmatch('([^,]*),') do row[#row + 1] = field end
+      out[#out + 1] = row
+    end
+    return out
+  end
+
+  it("holds metrics.jsonl's rows as one wide table; a new scalar adds a column, a resumed run goes on", function()
+    local dir = new_dir()
+    local t = linear_task {}
+    t:add_hook(cr.hooks.timer())
+    t:add_hook(cr.hooks.eval { topk = { 1 } })
+    t:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = 2 })
+    t:add_hook(cr.hooks.csv { path = dir .. '/metrics.csv', every = 2 })
+    cr.train(t)
+    local rows = rows_of(dir .. '/metrics.csv')
+    local header = rows[1]
+    assert.same({ 'iteration', 'epoch', 'phase' }, { header[1], header[2], header[3] })
+    local col = {}
+    for i, name in ipairs(header) do col[name] = i end
+    assert.truthy(col.loss and col['test/top1'] and col.img_per_s, table.concat(header, ','))
+    local jsonl = {}
+    for l in read(dir .. '/metrics.jsonl'):gmatch('[^\n]+') do jsonl[#jsonl + 1] = cjson.decode(l) end
+    assert.equal(#jsonl, #rows - 1)   -- the same rows as metrics.jsonl, in its order
+    for k, line in ipairs(jsonl) do
+      local row = rows[k + 1]
+      assert.equal(#header, #row)
+      assert.same({ tostring(line.iteration), tostring(line.epoch), line.phase }, { row[1], row[2], row[3] })
+      for name, i in pairs(col) do
+        if i > 3 then
+          if line[name] == nil then assert.equal('', row[i], name)
+          else assert.is_true(math.abs(tonumber(row[i]) - line[name]) <= 1e-8 * math.max(1, math.abs(line[name])),
+            name) end
+        end
+      end
+    end
+    -- a run of the same file again (a resume): the rows so far stay, a NaN loss reads nan
+    local again = linear_task { epochs = 1, loss = function(out, batch) return cr.cross_entropy(out, batch.target) *
+      (0 / 0) end }
+    again:add_hook(cr.hooks.csv { path = dir .. '/metrics.csv', every = 3 })
+    cr.train(again)
+    local after = rows_of(dir .. '/metrics.csv')
+    assert.equal(#rows + 1, #after)
+    for k = 2, #rows do assert.same(rows[k], after[k]) end
+    assert.equal('nan', after[#after][col.loss])
+  end)
+
+  it('refuses a file it did not write, and names bad options', function()
+    local dir = new_dir()
+    os.execute("mkdir -p '" .. dir .. "'")
+    local f = assert(io.open(dir .. '/metrics.csv', 'w'))
+    f:write('name,value\nx,1\n')
+    f:close()
+    local t = linear_task {}
+    t:add_hook(cr.hooks.csv { path = dir .. '/metrics.csv' })
+    H.assert_error(function() cr.train(t) end, "csv: '" .. dir .. "/metrics.csv' is not a metrics.csv this hook wrote")
+    H.assert_error(function() cr.hooks.csv { path = 'runs/' } end, 'path must be a file name')
+    H.assert_error(function() cr.hooks.csv { path = 'm.csv', every = 0 } end, 'every must be a positive integer')
+  end)
+
+  it('is written by a recipe with log.csv=true', function()
+    local dir = new_dir()
+    local out, code = H.shell('luajit recipes/supervised.lua train.epochs=1 data.limit=256 model.width=4 ' ..
+      'train.log_every=1 log.csv=true checkpoint.save=false run.dir=' .. dir .. ' run.name=csv')
+    assert.equal(0, code, out)
+    local rows = rows_of(dir .. '/csv/metrics.csv')
+    assert.equal('iteration', rows[1][1])
+    assert.is_true(#rows >= 3, read(dir .. '/csv/metrics.csv'))
   end)
 end)
 

@@ -5,6 +5,7 @@
 -- or a folder moved.
 --
 --   luajit recipes/swav.lua --dry-run train.epochs=20 'crops.num={2,6}'
+--   luajit recipes/linear_eval.lua --dry-run model.init=...   (M.report: a recipe without a task)
 --
 -- The report: the resolved config (as config.lua would hold it), the model's parameters
 -- per top-level module, the data (samples, batches per epoch), the steps, the optimizer
@@ -31,12 +32,19 @@ local function count(params, trainable_only)
   return n
 end
 
+-- The report's first lines: the resolved config, as config.lua would hold it.
+local function config_lines(cfg)
+  local out = { 'dry run: the resolved config' }
+  for line in cr.config.dump(cfg):gmatch('[^\n]+') do out[#out + 1] = '  ' .. line end
+  return out
+end
+local LAST = 'dry run: nothing was trained or written'
+
 -- The report's lines for task (iterations_per_epoch already counted by the trainer).
 function M.lines(task)
-  local cfg, out = task.config, {}
+  local cfg = task.config
+  local out = config_lines(cfg)
   local function add(fmt, ...) out[#out + 1] = string.format(fmt, ...) end
-  add('dry run: the resolved config')
-  for line in cr.config.dump(cfg):gmatch('[^\n]+') do out[#out + 1] = '  ' .. line end
   local model = task.model
   if model and model.named_parameters then
     local all = model:named_parameters()
@@ -76,15 +84,26 @@ function M.lines(task)
         h.every_epochs .. ' epoch(s)' or 'no checkpoints')
     end
   end
-  add('dry run: nothing was trained or written')
+  out[#out + 1] = LAST
   return out
 end
 
--- Prints the report and exits 0.
-function M.finish(task)
-  io.stdout:write(table.concat(M.lines(task), '\n'), '\n')
+local function print_and_exit(lines)
+  io.stdout:write(table.concat(lines, '\n'), '\n')
   io.stdout:flush()
   os.exit(0)
+end
+
+-- Prints the report and exits 0.
+function M.finish(task) print_and_exit(M.lines(task)) end
+
+-- A recipe without a task (linear_eval, extract): the resolved config, its own lines, the
+-- last line; exits 0.
+function M.report(cfg, lines)
+  local out = config_lines(cfg)
+  for _, l in ipairs(lines) do out[#out + 1] = l end
+  out[#out + 1] = LAST
+  print_and_exit(out)
 end
 
 return M

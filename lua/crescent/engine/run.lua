@@ -54,6 +54,8 @@ function M.defaults(opts)
     model = cr.config.merge(M.init_defaults(), TRAINING_MODEL_DEFAULTS),
     -- profile = '<first>:<count>': a Chrome trace and op table of those steps (hooks/profile.lua)
     train = { profile = '' },
+    -- csv: metrics.csv beside metrics.jsonl, a wide table for spreadsheets (hooks/csv.lua)
+    log = { csv = false },
     -- async: written by a thread while training goes on (hooks/checkpoint.lua)
     checkpoint = { save = true, every_epochs = 1, every_iters = 0, keep = 3, best = opts and opts.best or '',
                    async = true },
@@ -64,6 +66,7 @@ M.types = {
   ['run.resume'] = { type = 'boolean', doc = 'go on from the newest checkpoint of the run folder (false: start afresh, ' ..
                                             'the earlier run moved aside)' },
   ['run.resume_from'] = { type = 'string', doc = "when the folder has none: go on from this checkpoint of another run" },
+  ['log.csv'] = { type = 'boolean', doc = 'also write metrics.csv: the metrics as one wide table (spreadsheets, pandas)' },
   ['run.dry_run'] = { type = 'boolean', doc = 'build everything, print the plan, exit without training (--dry-run)' },
   ['train.profile'] = { type = 'string', doc = "'<first>:<count>': a Chrome trace and op table of those steps" },
   ['model.init'] = { type = 'string', doc = 'start from the weights of this safetensors file (fine-tuning)' },
@@ -95,6 +98,13 @@ function M.main(fn)
   end)
   if ok then return end
   util.end_live_line()
+  -- Ctrl-C before the loop took the signals over (start-up: data, model, checkpoints):
+  -- LuaJIT's own handler raised 'interrupted!'; exit as a shell expects of SIGINT
+  if err.msg:match('interrupted!$') and os.getenv('CRESCENT_TRACEBACK') ~= '1' then
+    io.stderr:write('crescent: interrupted (Ctrl-C) during start-up; nothing was trained\n')
+    io.stderr:flush()
+    os.exit(130)
+  end
   if os.getenv('CRESCENT_TRACEBACK') == '1' then
     io.stderr:write('error: ', err.trace, '\n')
   else
@@ -160,7 +170,7 @@ M.RESUME_MAY_CHANGE = {
   ['data.root'] = true, ['data.workers'] = true, ['run.dir'] = true, ['run.resume'] = true, ['run.dry_run'] = true,
   ['dist.timeout'] = true, ['dist.quiet'] = true, ['dist.bucket_mb'] = true,
   ['checkpoint.keep'] = true, ['checkpoint.every_epochs'] = true, ['checkpoint.every_iters'] = true,
-  ['train.profile'] = true, ['checkpoint.async'] = true,
+  ['train.profile'] = true, ['checkpoint.async'] = true, ['log.csv'] = true,
 }
 
 -- Refuses to resume the run in `dir` under a config other than the one it was started
@@ -287,6 +297,15 @@ function M.freeze(cfg, model)
     return nil
   end
   return cr.hooks.freeze { pattern = m.freeze, iterations = m.freeze_iters, modes = true }
+end
+
+-- The writers of the run folder `dir`: TensorBoard events, metrics.jsonl, and metrics.csv
+-- with log.csv; every cfg.train.log_every steps.
+function M.add_log_hooks(task, cfg, dir)
+  local every = cfg.train.log_every
+  task:add_hook(cr.hooks.tensorboard { dir = dir, every = every })
+  task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = every })
+  if cfg.log.csv then task:add_hook(cr.hooks.csv { path = dir .. '/metrics.csv', every = every }) end
 end
 
 -- The EMA hook of model.ema for the task's model, or nil when model.ema is 0.

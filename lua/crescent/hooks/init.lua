@@ -13,6 +13,7 @@ M.knn = require 'crescent.hooks.knn'              -- kNN monitor of SSL features
 M.diagnostics = require 'crescent.hooks.diagnostics'  -- grad/param/update norms, lr, memory, time split (85)
 M.tensorboard = require 'crescent.hooks.tensorboard'  -- TensorBoard event files (95)
 M.jsonl = require 'crescent.hooks.jsonl'          -- metrics.jsonl, a line per logged step (95)
+M.csv = require 'crescent.hooks.csv'              -- metrics.csv, the same rows as one wide table (95)
 M.checkpoint = require 'crescent.hooks.checkpoint'  -- checkpoints, retention, auto-resume (98)
 M.ema = require 'crescent.hooks.ema'              -- an EMA of the weights, evaluated with (3)
 M.profile = require 'crescent.hooks.profile'      -- op-level profile of a few steps, Chrome trace (1)

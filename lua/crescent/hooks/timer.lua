@@ -5,6 +5,9 @@
 -- first (the kNN monitor, the test phase, checkpoints).
 -- Also totals of this cr.train call (a resumed run counts from where it resumed):
 -- task.metrics.seconds, train_seconds, train_samples and train_img_per_s (train phases only).
+-- task.started_at is when the call began (loop.now()): the hooks of a later priority
+-- still run after this one's after_train (the last kNN, the last checkpoint's write), so a
+-- recipe's final wall time is loop.now() - task.started_at once cr.train has returned.
 local loop = require 'crescent.engine.loop'
 local now = loop.now
 
@@ -13,6 +16,7 @@ Timer.__index = Timer
 
 function Timer:before_train(task)
   self.t0 = now()
+  task.started_at = self.t0
   self.train_seconds = 0
   self.samples0 = task.samples_seen   -- > 0 when the run resumed from a checkpoint
 end

@@ -161,8 +161,9 @@ local function neighbours_section(run, i, opts)
   local head = string.format('<div class="run-%d"><h3>%s</h3>', i, esc(run.name))
   if not nb then return head .. '<p>No neighbours: ' .. esc(why) .. '.</p></div>' end
   local parts = { head, string.format('<p>kNN top-1 %.2f%% on the first %d test images against the first %d training ' ..
-    'images (the run\'s k and temperature). Each row: a test image, then its nearest training images (cosine); a red ' ..
-    'frame marks another class.</p><table class="grid">', nb.accuracy, nb.test, nb.train) }
+    'images (the run\'s k and temperature). Each row: a test image, then its nearest training images (cosine); a ' ..
+    'dashed red frame marks a neighbour of another class, a thin grey one a neighbour of the same class.' ..
+    '</p><table class="grid">', nb.accuracy, nb.test, nb.train) }
   for _, q in ipairs(nb.queries) do
     parts[#parts + 1] = string.format('<tr><td><img src="%s" alt="query" title="%s"></td>', q.image,
       esc(nb.classes[q.label + 1]))
@@ -200,7 +201,8 @@ h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
 table { border-collapse: collapse; margin-top: 6px; } td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
 th { background: #f5f5f5; font-weight: 600; }
 .grid td { padding: 2px; border: none; } .grid img { width: 42px; height: 42px; image-rendering: pixelated; }
-.grid img.same { outline: 2px solid #009E73; } .grid img.other { outline: 2px solid #D55E00; }
+/* not the runs' colours (svg_chart.COLOURS): a frame says same or other class, not which run */
+.grid img.same { outline: 1px solid #999; } .grid img.other { outline: 2px dashed #C00000; }
 .confusion td { text-align: right; min-width: 28px; }
 ]]
 

@@ -2,7 +2,9 @@
 -- no JavaScript): axes with round ticks, one polyline per series in its own colour and
 -- CSS class (run-<i>, so the report's run checkboxes can hide a run), and a title. The y
 -- axis turns logarithmic when every value is positive and they span more than 50x (a loss
--- of 900 next to one of 2). Styles are attributes, so the SVG also stands alone.
+-- of 900 next to one of 2; the title then says 'log scale'). Both ranges are padded, so a
+-- point at an end (a kNN measured once, at the last iteration) is drawn whole inside the
+-- frame. Styles are attributes, so the SVG also stands alone.
 --   svg_chart.line{title = 'loss', x_label = 'iteration', integer_x = true, series = {{name =,
 --                  class =, colour =, points = {{x, y}, ...}}, ...}, width = 560, height = 220} -> svg text
 local M = {}
@@ -55,9 +57,9 @@ function M.line(o)
   end
   local parts = { string.format('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" ' ..
     'class="chart" role="img" aria-label="%s">', W, H, W, H, esc(o.title)) }
-  parts[#parts + 1] = string.format('<text x="%d" y="16" font-family="sans-serif" font-size="12" font-weight="600">%s' ..
-    '</text>', left, esc(o.title))
   if xlo > xhi then
+    parts[#parts + 1] = string.format('<text x="%d" y="16" font-family="sans-serif" font-size="12" font-weight="600">' ..
+      '%s</text>', left, esc(o.title))
     parts[#parts + 1] = string.format('<text x="%d" y="%d" font-family="sans-serif" font-size="11" fill="#999">no values' ..
       '</text>', left, H / 2)
     parts[#parts + 1] = '</svg>'
@@ -65,12 +67,18 @@ function M.line(o)
   end
   if xhi == xlo then xlo, xhi = xlo - 1, xhi + 1 end
   local log = ylo > 0 and yhi / ylo > 50
+  parts[#parts + 1] = string.format('<text x="%d" y="16" font-family="sans-serif" font-size="12" font-weight="600">%s' ..
+    '%s</text>', left, esc(o.title), log and ' <tspan font-weight="400" fill="#777">(log scale)</tspan>' or '')
   local f = log and math.log10 or function(v) return v end
   if log then ylo, yhi = math.log10(ylo), math.log10(yhi) end
   if yhi == ylo then ylo, yhi = ylo - math.max(1, math.abs(ylo)) * 0.05, yhi + math.max(1, math.abs(yhi)) * 0.05 end
-  local pad = (yhi - ylo) * 0.05
+  local pad = (yhi - ylo) * 0.08
   ylo, yhi = ylo - pad, yhi + pad
   local pw, ph = W - left - right, H - top - bottom
+  -- the x range as given for the ticks, drawn inside a margin of 4 px each side
+  local xpad = (xhi - xlo) * 4 / math.max(1, pw - 8)
+  local tick_lo, tick_hi = xlo, xhi
+  xlo, xhi = xlo - xpad, xhi + xpad
   local function px(x) return left + (x - xlo) / (xhi - xlo) * pw end
   local function py(y) return top + (1 - (f(y) - ylo) / (yhi - ylo)) * ph end
   local TEXT = 'font-family="sans-serif" font-size="10" fill="#555"'
@@ -88,12 +96,12 @@ function M.line(o)
     parts[#parts + 1] = string.format('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/>' ..
       '<text x="%d" y="%.1f" %s text-anchor="end">%s</text>', left, left + pw, y, y, left - 4, y + 4, TEXT, label(v))
   end
-  for _, t in ipairs(M.ticks(xlo, xhi, 5, o.integer_x)) do
+  for _, t in ipairs(M.ticks(tick_lo, tick_hi, 5, o.integer_x)) do
     parts[#parts + 1] = string.format('<text x="%.1f" y="%d" %s text-anchor="middle">%s</text>', px(t), top + ph + 14,
       TEXT, label(t))
   end
-  parts[#parts + 1] = string.format('<text x="%d" y="%d" %s text-anchor="end">%s%s</text>', left + pw, H - 4, TEXT,
-    esc(o.x_label or ''), log and '  (log y)' or '')
+  parts[#parts + 1] = string.format('<text x="%d" y="%d" %s text-anchor="end">%s</text>', left + pw, H - 4, TEXT,
+    esc(o.x_label or ''))
   for i, s in ipairs(o.series) do
     local pts = {}
     for _, p in ipairs(s.points) do

@@ -238,8 +238,7 @@ function R.task(name, cfg)
   task:add_hook(cr.hooks.diagnostics { every = cfg.train.log_every })
   task:add_hook(cr.hooks.console { every = cfg.train.log_every })
   local dir, env = cr.engine.run.prepare(cfg, R.run_dir(task))
-  task:add_hook(cr.hooks.tensorboard { dir = dir, every = cfg.train.log_every })
-  task:add_hook(cr.hooks.jsonl { path = dir .. '/metrics.jsonl', every = cfg.train.log_every })
+  cr.engine.run.add_log_hooks(task, cfg, dir)
   task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))
   local profile = cr.engine.run.profile_hook(cfg, dir)
   if profile then task:add_hook(profile) end
@@ -332,6 +331,7 @@ function R.frozen_defaults(drop)
     'train.amp', 'train.repl_on_signal', 'data.workers', 'dist.sync_bn', 'dist.bucket_mb', 'dist.find_unused',
     'dist.broadcast_buffers' })
   return cr.config.merge(cr.config.without(common, drop or {}), {
+    run = { dry_run = false },   -- --dry-run: the data, the trunk and model.init checked, the plan printed
     data = cr.config.merge(sources.defaults, { batch_size = 500 }),
     model = cr.config.merge({ arch = 'resnet18', width = 16, stem = 'auto', patch = 4, drop_path = 0 },
       cr.engine.run.init_defaults()),
@@ -341,13 +341,31 @@ end
 function R.frozen_types(extra)
   local init_types = {}
   for k, v in pairs(cr.engine.run.types) do
-    if k:match('^model%.init') then init_types[k] = v end
+    if k:match('^model%.init') or k == 'run.dry_run' then init_types[k] = v end
   end
   return with_types(cr.config.merge(init_types, {
     ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50', 'vit_tiny', 'vit_small',
                                                     'vit_base', 'pixels' },
                        doc = "the trunk (pixels: the raw normalised image, the baseline)" },
   }), extra)
+end
+
+-- A frozen-feature recipe's --dry-run, once its data sets and trunk are built (so the
+-- data, the trunk and model.init are checked): the plan, then exit 0. `plan` lists the
+-- recipe's own lines (what it would compute and write).
+function R.frozen_dry_run(cfg, trunk, train_set, test_set, eval_name, plan)
+  if not cfg.run.dry_run then return end
+  local lines = {}
+  if trunk then
+    lines[1] = string.format('model: %s trunk, %.3fM parameters%s', cfg.model.arch, trunk:num_parameters() / 1e6,
+      cfg.model.init ~= '' and (", weights of model.init '" .. cfg.model.init .. "'") or ' (random: the baseline)')
+  else
+    lines[1] = 'model: raw pixels (the baseline)'
+  end
+  lines[2] = string.format('data: %d train samples%s', #train_set,
+    test_set and string.format(', %d %s samples', #test_set, eval_name or 'test') or '')
+  for _, l in ipairs(plan) do lines[#lines + 1] = l end
+  require('crescent.engine.dry_run').report(cfg, lines)
 end
 
 -- ---- the end of a run ----------------------------------------------------------------
@@ -365,9 +383,11 @@ function R.finish(task)
   local per = task.iterations_per_epoch or 0
   local loss = h and h:avg(per > 0 and per or nil) or nil   -- nil (JSON null): no step ran
   local m = task.metrics
+  -- the whole cr.train, its after_train hooks (the final kNN) included
+  local seconds = task.started_at and cr.engine.loop.now() - task.started_at or m.seconds
   local out = { recipe = task.method_name, epochs = task.epoch, knn_top1 = m.knn_top1, knn_top5 = m.knn_top5,
                 evaluated_on = task.test_set and task.eval_name or nil,
-                knn_top1_init = m.knn_top1_init, train_loss = loss, seconds = m.seconds, train_seconds = m.train_seconds,
+                knn_top1_init = m.knn_top1_init, train_loss = loss, seconds = seconds, train_seconds = m.train_seconds,
                 img_per_s = m.train_img_per_s, checkpoint = path, preempted = task.signal }
   local shown = {}
   for k, v in pairs(out) do shown[k] = type(v) == 'number' and tonumber(string.format('%.4f', v)) or v end

@@ -213,14 +213,15 @@ onednn:
 	  echo "onednn: not fetched (see above); building without oneDNN (crescent's own kernels, several times slower)")
 
 # Python packages of the interop specs (safetensors reads our files, TensorBoard's reader
-# our events), from PyPI into a venv under build/ that also sees Debian's numpy and torch.
-# Where PyPI cannot be reached those specs skip, each with one line saying why.
+# our events, wandb takes a run folder through tools/wandb_import.py), from PyPI into a
+# venv under build/ that also sees Debian's numpy and torch. Where PyPI cannot be reached
+# those specs skip, each with one line saying why.
 PYENV := $(BUILD)/pyenv
 pydeps:
-	@if $(PYENV)/bin/python -c 'import safetensors, tensorboard' 2>/dev/null; then echo "pydeps: all present"; \
+	@if $(PYENV)/bin/python -c 'import safetensors, tensorboard, wandb' 2>/dev/null; then echo "pydeps: all present"; \
 	else /usr/bin/python3 -m venv --system-site-packages $(PYENV) && \
-	  timeout 300 $(PYENV)/bin/pip install -q --disable-pip-version-check safetensors tensorboard >/dev/null 2>&1 \
-	  && echo "pydeps: safetensors and tensorboard installed in $(PYENV)" \
+	  timeout 300 $(PYENV)/bin/pip install -q --disable-pip-version-check safetensors tensorboard wandb >/dev/null 2>&1 \
+	  && echo "pydeps: safetensors, tensorboard and wandb installed in $(PYENV)" \
 	  || echo "pydeps: PyPI unreachable; the Python interop specs will skip"; fi
 
 # deps first, then a fresh make: the feature probes are read when make parses this file,
@@ -247,8 +248,8 @@ fuzz: all
 	  { echo "seed $$seed crashed at: $$(grep '^call' build/fuzz-$$seed.log | tail -1)"; exit 1; }; \
 	  grep -v '^call' build/fuzz-$$seed.log; done
 
-# The main recipe: SwAV on Fashion-MNIST with a kNN evaluation (the README tour is
-# examples/tour.lua; recipes/supervised.lua trains the same ResNet with labels).
+# The main recipe: SwAV on Fashion-MNIST with a kNN evaluation (a version of the README's
+# tour is examples/tour.lua; recipes/supervised.lua trains the same ResNet with labels).
 run: deps
 	@$(MAKE) --no-print-directory all
 	@luajit recipes/swav.lua

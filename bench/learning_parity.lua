@@ -7,7 +7,7 @@
 -- PyTorch side gets the whole resolved config (cr.config.load) as JSON, so both read the
 -- same values. Run folders, configs and logs go to build/parity/.
 --
---   luajit bench/learning_parity.lua all 5                  # the README's table: every method, seeds 0 and 1
+--   luajit bench/learning_parity.lua all 5                  # the table of docs/results/learning_parity.md: every method, seeds 0 and 1
 --   luajit bench/learning_parity.lua moco 5                 # 5 epochs, seeds 0 and 1
 --   luajit bench/learning_parity.lua swav 5 seeds=0 side=crescent
 --   luajit bench/learning_parity.lua simclr 1 limit=2048    # a quick look on 2048 images
@@ -29,7 +29,7 @@
 -- The PyTorch side needs a current PyTorch with torchvision (and timm for DINO): `make
 -- torchenv` installs them from PyPI into build/torchenv (or set CRESCENT_TORCH_PYTHON to a
 -- python that has them).
--- Then a Markdown table (the README's), and a JSON line per method {"bench":
+-- Then a Markdown table (docs/results/learning_parity.md's), and a JSON line per method {"bench":
 -- "learning_parity", "method", "epochs", "crescent": [top1 per seed], "pytorch": [...],
 -- "crescent_mean", "pytorch_mean", "difference", "crescent_seconds", "pytorch_seconds"}.
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/bench/[^/]*$') or '.')
@@ -255,7 +255,7 @@ end
 
 local results = {}
 for _, method in ipairs(methods) do results[#results + 1] = compare(method) end
--- the README's learning table
+-- the learning table of docs/results/learning_parity.md
 print(string.format('\n| method, %d epochs | crescent kNN top-1 (seeds %s) | PyTorch %s kNN top-1 | difference | ' ..
   'crescent train s | PyTorch train s |', epochs, table.concat(seeds, ', '), results[1].torch or ''))
 print('|---|---|---|---|---|---|')

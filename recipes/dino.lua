@@ -6,8 +6,8 @@
 -- 0.04 to 0.4, each gradient clipped to norm 3, bf16 where the CPU computes it natively;
 -- then a kNN evaluation of the class token on the test set. Two epochs over 48,000
 -- training images at batch 64 (data.limit; the test set stays whole): about 15 minutes
--- of training on a 2-core machine with AMX, 68.78% kNN against 63.62% at init (README,
--- "Self-supervised recipes"). The settings were chosen on a held-out split
+-- of training on a 2-core machine with AMX, 68.78% kNN against 63.62% at init
+-- (docs/results/methods.md). The settings were chosen on a held-out split
 -- (data.val_split=10000); the paper's ImageNet ones (K = 65536, momentum 0.996, the last
 -- layer frozen for an epoch) learn too slowly for a run this short.
 --

@@ -1,5 +1,6 @@
--- spec/docs_spec.lua — runs the examples of the user guide (docs/guide/*.md) so that they
--- stay true. The convention, also stated for readers at the top of docs/guide/README.md:
+-- spec/docs_spec.lua — runs the examples of the user guide (docs/guide/*.md) and of the
+-- top README.md so that they stay true. The convention, also stated for readers at the top
+-- of docs/guide/README.md:
 --   * every ```lua block runs; the blocks of one file run in order as one Lua chunk, so a
 --     block sees the locals of the blocks before it;
 --   * a ```lua norun block is shown but not run (GPU-only code, launchers, long runs);
@@ -8,11 +9,16 @@
 --     (print, io.stdout:write) since the previous run or the start of the block; `...`
 --     in a text matches any characters (timings, file names);
 --   * fences start at the beginning of a line; other languages (```sh, ```text) are shown
---     only, but `luajit recipes/X.lua key=value` lines in them (and in the top README's
---     fences) must name a recipe that exists and keys that it has (checked against
---     `--help`), and write lists so that bash leaves them whole (a=1,2 or 'a={1,2}').
+--     only, but `luajit recipes/X.lua key=value` lines in them (the guide's, the top
+--     README's and docs/results/'s) must name a recipe that exists and keys that it has
+--     (checked against `--help`); lines of shell blocks (```sh, ```bash or a bare ```) must
+--     run in bash as written: lists that bash would brace-expand are quoted ('a={1,2}'),
+--     and no <placeholder> stands where bash would read a redirection.
 -- A failure names the file, the first line of the failing block, the line of the error
--- and the error. Run folders go under os.tmpname() names, removed after each file. The
+-- and the error. Run folders go under os.tmpname() names, removed after each file: an
+-- example may name one itself, and while a file runs the default run.dir (`runs`, from
+-- cr.config.common()) is a temporary folder too, so that no example writes into the
+-- user's runs/ (where a run of another config would stop `make run` from resuming). The
 -- console hook writes plain lines here, as into a log file, even on a terminal. One chunk
 -- per file means Lua's limit of 200 locals per function holds for a whole file: reuse
 -- names, or wrap a long example in do ... end.
@@ -20,6 +26,7 @@
 local cr = H.cr
 
 local GUIDE = 'docs/guide'
+local README_MAX_LINES = 300   -- the README is a front page; the measurements live in docs/results/
 
 local read = H.read_file
 
@@ -51,6 +58,7 @@ end
 local function parse(name, text)
   local src, blocks, shell = {}, {}, {}
   local kind, block, run = nil, nil, nil   -- kind: 'lua', 'norun', 'other' inside a fence
+  local info_of                            -- the fence's language, for 'other'
   local lines = lines_of(text)
   local function flush_run()
     if not run then return end
@@ -73,7 +81,7 @@ local function parse(name, text)
       elseif info:match('^lua') then
         error(string.format("%s:%d: unknown fence '%s'; use ```lua or ```lua norun", name, i, line), 0)
       else
-        kind = 'other'
+        kind, info_of = 'other', info
       end
     elseif kind ~= nil and fence and info == '' then
       flush_run()
@@ -94,7 +102,7 @@ local function parse(name, text)
         src[i] = line
       end
     elseif kind == 'other' then
-      shell[#shell + 1] = { line = i, text = line }
+      shell[#shell + 1] = { line = i, text = line, info = info_of }
     end
   end
   if kind ~= nil then error(string.format('%s: a code fence is not closed', name), 0) end
@@ -209,6 +217,16 @@ local function run_text(name, text)
     end
     return real_console(opts)
   end
+  -- the default run folder goes under a temporary name while the file runs
+  local run_dir = os.tmpname()
+  tmps[#tmps + 1] = run_dir
+  os.remove(run_dir)
+  local real_common = cr.config.common
+  cr.config.common = function(...)
+    local c = real_common(...)
+    if c.run then c.run.dir = run_dir end
+    return c
+  end
   local threads, grad, fast = cr.get_num_threads(), cr.is_grad_enabled(), cr.set_fast_paths(true)
   cr.set_fast_paths(fast)
   _G.print = function(...)
@@ -231,7 +249,7 @@ local function run_text(name, text)
     failure = { line = where, msg = msg, traceback = type(e) == 'table' and '' or tb, expect = type(e) == 'table' }
   end)
   show_block()
-  _G.print, cr.hooks.console = real_print, real_console
+  _G.print, cr.hooks.console, cr.config.common = real_print, real_console, real_common
   rawset(io, 'stdout', real_stdout)
   cr.set_num_threads(threads)
   cr.set_grad_enabled(grad)
@@ -270,29 +288,64 @@ local function keys_of(recipe)
   return recipe_keys[recipe]
 end
 
--- Errors for each `luajit recipes/X.lua ...` line naming a missing recipe or key.
+-- What bash reads unquoted: the line with the insides of its quotes blanked (same length)
+-- and cut where a comment starts.
+local function unquoted(text)
+  local out, i, n = {}, 1, #text
+  while i <= n do
+    local c = text:sub(i, i)
+    if c == "'" or c == '"' then
+      local j = text:find(c, i + 1, true) or n
+      out[#out + 1] = c .. string.rep(' ', j - i - 1) .. (j > i and c or '')
+      i = j + 1
+    elseif c == '#' and (i == 1 or text:sub(i - 1, i - 1):match('%s')) then
+      break
+    else
+      out[#out + 1] = c
+      i = i + 1
+    end
+  end
+  return table.concat(out)
+end
+
+local BASH = { [''] = true, sh = true, bash = true, shell = true }
+
+-- Errors for each shell line: a `luajit recipes/X.lua ...` line naming a missing recipe or
+-- key, and in bash blocks a list bash would brace-expand or a <placeholder> bash would read
+-- as a redirection.
 local function check_shell(name, doc)
   local bad = {}
   for _, l in ipairs(doc.shell) do
-    local recipe, rest = l.text:match('luajit%s+recipes/([%w_]+)%.lua(.*)$')
+    local plain = unquoted(l.text)
+    if BASH[l.info or ''] then
+      for tok in plain:gmatch('%S+') do
+        if tok:find('{[^}]*,') or tok:find('{[^}]*%.%.') then   -- {a,b} and {1..3} become several words
+          local key = tok:match('^([%w_%.]+)=')
+          bad[#bad + 1] = key and string.format("%s:%d: bash brace-expands %s; write %s=a,b or quote it", name,
+                                                l.line, tok, key)
+                              or string.format('%s:%d: bash brace-expands %s; quote it', name, l.line, tok)
+        end
+      end
+      local ph = plain:match('<[%a_][%w_%.%-]*>')
+      if ph then
+        bad[#bad + 1] = string.format('%s:%d: bash reads %s as a redirection; write a value or a $VARIABLE',
+                                      name, l.line, ph)
+      end
+    end
+    local recipe, rest = l.text:sub(1, #plain):match('luajit%s+recipes/([%w_]+)%.lua(.*)$')
     if recipe then
       local keys = keys_of(recipe)
       if not keys then
         bad[#bad + 1] = string.format('%s:%d: no recipe recipes/%s.lua', name, l.line, recipe)
       else
-        rest = rest:gsub('%s#.*$', '')
         local skip = false
         for tok in rest:gmatch('%S+') do
           if skip then skip = false
           elseif tok == '--config' or tok == '-c' then skip = true
           else
-            local key = tok:match('^([%w_%.]+)=')
+            local key = tok:match([[^['"]?([%w_%.]+)=]])
             if key and not keys[key] then
               bad[#bad + 1] = string.format("%s:%d: recipes/%s.lua has no key '%s'", name, l.line, recipe, key)
-            end
-            if key and tok:match('^[%w_%.]+={[^}]*,') then   -- bash expands {a,b} into two arguments
-              bad[#bad + 1] = string.format("%s:%d: bash brace-expands %s; write %s=a,b or quote it", name, l.line,
-                tok, key)
             end
           end
         end
@@ -303,7 +356,7 @@ local function check_shell(name, doc)
 end
 
 -- ---- the specs ---------------------------------------------------------------------------
-describe('the user guide (docs/guide)', function()
+describe('the docs: the user guide (docs/guide), README.md, docs/results', function()
   local files = guide_files()
   local docs = {}
 
@@ -312,6 +365,18 @@ describe('the user guide (docs/guide)', function()
       docs[name] = run_text(name, read(name))
     end)
   end
+
+  it('README.md: its examples run and print what they show, as a guide file\'s do', function()
+    docs['README.md'] = run_text('README.md', read('README.md'))
+    assert.is_true(#docs['README.md'].blocks >= 4, 'the README\'s tour has fewer runnable blocks than expected')
+  end)
+
+  it('README.md stays a front page (at most ' .. README_MAX_LINES .. ' lines; measurements go to docs/results/)',
+     function()
+    local n = #lines_of(read('README.md'))
+    assert(n <= README_MAX_LINES, string.format('README.md has %d lines, more than %d: move the detail to ' ..
+      'docs/guide/ or docs/results/', n, README_MAX_LINES))
+  end)
 
   it('the index lists every chapter', function()
     local index = read(GUIDE .. '/README.md')
@@ -323,10 +388,10 @@ describe('the user guide (docs/guide)', function()
     end
   end)
 
-  it('relative links lead to files (the guide, README.md, docs/ and docs/internals/)', function()
+  it('relative links lead to files (the guide, README.md, docs/, docs/internals/ and docs/results/)', function()
     local pages = { 'README.md' }
     for _, name in ipairs(files) do pages[#pages + 1] = name end
-    local p = io.popen('ls docs/*.md docs/internals/*.md 2>/dev/null')
+    local p = io.popen('ls docs/*.md docs/internals/*.md docs/results/*.md 2>/dev/null')
     for name in p:lines() do pages[#pages + 1] = name end
     p:close()
     assert.is_true(#pages > #files + 4, 'the docs/ pages were not found')
@@ -342,16 +407,35 @@ describe('the user guide (docs/guide)', function()
     end
   end)
 
-  it('shell lines (the guide\'s and the README\'s) name recipes and keys that exist, lists unexpanded', function()
+  it('shell lines (the guide\'s, the README\'s, docs/results/\') name recipes and keys that exist and run in bash',
+     function()
     local bad = {}
-    for _, name in ipairs(files) do
+    local names = { 'README.md' }
+    for _, name in ipairs(files) do names[#names + 1] = name end
+    local p = io.popen('ls docs/results/*.md 2>/dev/null')
+    for name in p:lines() do names[#names + 1] = name end
+    p:close()
+    for _, name in ipairs(names) do
       local doc = docs[name] or parse(name, read(name))
       for _, b in ipairs(check_shell(name, doc)) do bad[#bad + 1] = b end
     end
-    for _, b in ipairs(check_shell('README.md', parse('README.md', read('README.md')))) do bad[#bad + 1] = b end
-    local demo = parse('demo.md', '```sh\nluajit recipes/swav.lua crops.num={2,6}\n```\n')
-    assert.truthy(check_shell('demo.md', demo)[1]:find('bash brace-expands crops.num={2,6}', 1, true))
+    -- the checks themselves
+    local function problems(text) return table.concat(check_shell('demo.md', parse('demo.md', text)), '\n') end
+    assert.matches('bash brace-expands crops.num={2,6}', problems('```sh\nluajit recipes/swav.lua crops.num={2,6}\n```\n'),
+                   1, true)
+    assert.matches("recipes/swav.lua has no key 'crops.sizes'",
+                   problems("```sh\nluajit recipes/swav.lua 'crops.sizes={28,14}'\n```\n"), 1, true)
+    assert.matches('bash brace-expands x={a,b}', problems('```\necho x={a,b}\n```\n'), 1, true)
+    assert.matches('bash reads <pid> as a redirection', problems('```sh\nkill -USR2 <pid>\n```\n'), 1, true)
+    assert.equal('', problems("```sh\nluajit recipes/swav.lua 'crops.size={28,14}' data.root='a/{0..1}.tar' # x <y>\n" ..
+                              '```\n```text\n> x:<TAB>\n```\n'))
     assert(#bad == 0, table.concat(bad, '\n'))
+  end)
+
+  it('no example writes into the default runs/ folder: run.dir is a temporary folder while a file runs', function()
+    run_text('demo.md', "```lua\nlocal d = require('crescent').config.common().run.dir\n" ..
+      "print(d ~= 'runs', d:match('^/') ~= nil)   --> true\ttrue\n```\n")
+    assert.equal('runs', cr.config.common().run.dir)
   end)
 
   it('the runner reports a failing example and a wrong output, naming the block', function()

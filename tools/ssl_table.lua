@@ -1,4 +1,4 @@
--- tools/ssl_table.lua — the README's table of the self-supervised methods, by one command:
+-- tools/ssl_table.lua — the table of the self-supervised methods (README, docs/results/methods.md):
 -- each method's recipe trained with its defaults, then recipes/linear_eval.lua on its
 -- checkpoint (a kNN and a linear probe of the frozen trunk), beside the same two probes of
 -- the untrained network and of the raw pixels. Prints a markdown table (kNN top-1, its gain

@@ -270,8 +270,8 @@ function DINO:extra_repr()
 end
 
 -- ---- recipes ------------------------------------------------------------------------
--- The recipe's (chosen on a held-out split of Fashion-MNIST for a 20-minute run: README,
--- "Self-supervised recipes"): a smaller K, a faster teacher and no frozen last layer than
+-- The recipe's (chosen on a held-out split of Fashion-MNIST for a 20-minute run:
+-- docs/results/methods.md): a smaller K, a faster teacher and no frozen last layer than
 -- the paper's ImageNet settings (65536, 0.996, one epoch), which learn too slowly here.
 M.defaults = { momentum = 0.99, cosine_momentum = true, out_dim = 1024, hidden_dim = 2048, bottleneck_dim = 256,
                nlayers = 3, use_bn = false, norm_last_layer = true, student_temp = 0.1, teacher_temp = 0.04,

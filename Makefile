@@ -2,6 +2,7 @@
 #   make        build build/libcrescent.so (feature probes print ✓/✗)
 #   make deps   apt-get only the missing Debian packages, then pydeps (PyPI, when reachable)
 #   make test   deps, build, every spec; last line "N passed, N failed"
+#   make check-all  make test, then the longer checks (the combination matrix at nightly size)
 #   make run    the main recipe (recipes/swav.lua)
 #   make bench  benchmarks beside their PyTorch twins
 #   make sanitize  the C library with ASan + UBSan (build/sanitize), then every spec against it
@@ -73,7 +74,7 @@ OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(SRCS))
 HDRS := $(wildcard csrc/*.h csrc/include/*.h csrc/include/ops/*.h csrc/core/*.h csrc/gpu/*.h csrc/ops/*.h \
                   csrc/autograd/*.h csrc/optim/*.h csrc/data/*.h csrc/loop/*.h csrc/ssl/*.h csrc/io/*.h csrc/dist/*.h)
 
-.PHONY: all deps onednn pydeps test bench clean probes lint run install torchenv sanitize fuzz FORCE
+.PHONY: all deps onednn pydeps test check-all bench clean probes lint run install torchenv sanitize fuzz FORCE
 LOOP_SRCS := $(wildcard csrc/loop/*.c)
 # The CUDA backend is a library of its own, opened at run time by gpu/cuda_loader.c: built
 # when nvcc and cuDNN are present, and libcrescent.so never needs a CUDA library to load.
@@ -229,6 +230,12 @@ pydeps:
 test: deps
 	@$(MAKE) --no-print-directory all
 	@bash tools/run_specs.sh
+
+# The longer checks, beyond CI's 15 minutes: every spec, then the combination matrix at
+# nightly size (spec/matrix_spec.lua: 3 epochs, every recipe x ranks x precision x
+# SyncBatchNorm, DINO's too; about 15 minutes on 2 cores).
+check-all: test
+	@CRESCENT_MATRIX=full bash tools/run_specs.sh spec/matrix_spec.lua
 
 # AddressSanitizer + UBSan: the C library built in build/sanitize (no CUDA backend: its
 # kernels are not instrumented), then every spec against it. LuaJIT is not instrumented,

@@ -7,7 +7,7 @@
 -- PyTorch side gets the whole resolved config (cr.config.load) as JSON, so both read the
 -- same values. Run folders, configs and logs go to build/parity/.
 --
---   luajit bench/learning_parity.lua all 5                  # the table of docs/results/learning_parity.md: every method, seeds 0 and 1
+--   luajit bench/learning_parity.lua all 5                  # every method, seeds 0 and 1: docs/results/learning_parity.md
 --   luajit bench/learning_parity.lua moco 5                 # 5 epochs, seeds 0 and 1
 --   luajit bench/learning_parity.lua swav 5 seeds=0 side=crescent
 --   luajit bench/learning_parity.lua simclr 1 limit=2048    # a quick look on 2048 images

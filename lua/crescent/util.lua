@@ -198,6 +198,10 @@ function M.list_dir(path)
   return out
 end
 
+pcall(ffi.cdef, 'int access(const char *path, int mode);')
+-- Whether something (a file, a folder) is at path, readable or not (access(2), F_OK).
+function M.path_exists(path) return type(path) == 'string' and ffi.C.access(path, 0) == 0 end
+
 -- Whether path can be opened for reading.
 function M.file_exists(path)
   local f = io.open(path, 'rb')

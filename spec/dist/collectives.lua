@@ -89,6 +89,14 @@ local ok, err = pcall(dist.all_reduce, cr.ones({ 2 }), 'median')
 check('bad op is an error', cr.tensor({ (not ok and tostring(err):find("'sum', 'avg', 'max' or 'min'")) and 1 or 0 }), { 1 })
 ok, err = pcall(dist.all_reduce, cr.tensor({ 1, 2 }), 'avg')
 check('avg of integers is an error', cr.tensor({ (not ok and tostring(err):find('floating%-point')) and 1 or 0 }), { 1 })
+-- f16 and bf16 reduce over MPI through an f32 copy (MPI has no half arithmetic)
+for _, dt in ipairs { 'bf16', 'f16' } do
+  local h = cr.tensor({ 1.5, -2, 3 }, { dtype = dt }) * (r + 1)
+  check('all_reduce sum ' .. dt, dist.all_reduce(h, 'sum'), { 4.5, -6, 9 })
+  check('all_reduce ' .. dt .. ' keeps its dtype', cr.tensor({ h.dtype == dt and 1 or 0 }), { 1 })
+  local half_rs = dist.reduce_scatter(cr.arange(0, 2 * W):to(dt), 'sum')
+  check('reduce_scatter sum ' .. dt, half_rs:float(), cr.tensor({ 2 * r, 2 * r + 1 }):float() * W)
+end
 -- SyncBatchNorm under bf16 autocast (a recipe's default on a bf16 CPU): the output and
 -- x's grad in bf16, weight's and bias's grads in f32, the values those of BatchNorm over
 -- the global batch (both ranks' halves) within bf16's rounding; conv -> BN -> conv, so the

@@ -209,10 +209,23 @@ local function solo(t, opts)
   return t
 end
 
+-- MPI has no f16 or bf16 arithmetic: a reduction of such a cpu tensor (SimCLR's gathered
+-- negatives' grads under autocast) reduces an f32 copy, which also sums more exactly than
+-- the half type would, and rounds once at the end. It completes at once (async too).
+local function half_on_mpi(t)
+  return (t.dtype == 'bf16' or t.dtype == 'f16') and t.device == 'cpu' and G ~= nil and G.mpi
+end
+
 function M.all_reduce(t, op, opts)
   check_tensor(t, 'all_reduce')
   local o = op_of(op, 'all_reduce')
   if M.world_size() == 1 then return solo(t, opts) end
+  if half_on_mpi(t) then
+    local f = t:float()
+    run('all_reduce', f, nil, f, o, nil)
+    t:copy_(f)
+    return solo(t, opts)
+  end
   return run('all_reduce', t, opts, t, o, opts and opts.async and work_box or nil)
 end
 
@@ -247,6 +260,7 @@ function M.reduce_scatter(t, op, opts)
     fail(string.format('reduce_scatter: dim 0 of [%s] must be a multiple of the world size %d',
       table.concat(x.shape, ', '), W), 2)
   end
+  if half_on_mpi(x) then return solo(M.reduce_scatter(x:float(), op):to(x.dtype), opts) end
   local shape = { unpack(x.shape) }
   shape[1] = shape[1] / W
   local out = cr.empty(shape, { dtype = x.dtype, device = x.device })

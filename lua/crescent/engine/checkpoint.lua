@@ -340,15 +340,15 @@ end
 -- The checkpoint files of a folder, newest (highest iteration) first; {} when the folder
 -- does not exist, an error when it cannot be read.
 function M.list(dir)
+  -- no folder yet: no checkpoints. Asked before listing, not after a failed listing: rank
+  -- 0 may make the folder meanwhile, while another rank looks for checkpoints
+  if not util.path_exists(dir) then return {} end
   local ok, entries = pcall(util.list_dir, dir)
   if not ok then
-    -- no folder yet: no checkpoints; a folder that cannot be read must not look empty
-    -- (a resume would start afresh and the next save would fail)
-    if util.file_exists(dir) then
-      error(string.format("checkpoint: cannot list the folder '%s' (%s); check its permissions", dir,
-        tostring(entries)), 0)
-    end
-    return {}
+    -- a folder that cannot be read must not look empty (a resume would start afresh and
+    -- the next save would fail)
+    error(string.format("checkpoint: cannot list the folder '%s' (%s); check its permissions", dir,
+      tostring(entries)), 0)
   end
   local out = {}
   for _, e in ipairs(entries) do

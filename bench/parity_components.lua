@@ -73,7 +73,7 @@ local function run_crescent(method, dir)
   local f = assert(io.open(dir .. '/config.json', 'w'))
   f:write(cjson.encode(cfg))
   f:close()
-  local task = cr.ssl[method].task(cfg)
+  local task = cr.recipe.ssl.task(method, cfg)
   local model = task.method
   local init = named(model:named_parameters(), {}, '')
   named(model:named_buffers(), init, '')
@@ -129,7 +129,7 @@ end
 local function augment_samples(cfg, dir)
   local N, M = 4000, 500
   local train = cr.data.fashion_mnist { split = 'train', limit = N }
-  local mc = cr.ssl.recipe.views(cfg, train)
+  local mc = cr.recipe.ssl.views(cfg, train)
   local scales = {}
   for i = 1, #cfg.crops.size do scales[i] = { cfg.crops.min_scale[i], cfg.crops.max_scale[i] } end
   local plain = cr.data.transforms.multicrop { size_crops = cfg.crops.size, num_crops = cfg.crops.num,
@@ -292,7 +292,7 @@ for _, method in ipairs(methods) do
     local out = assert(io.open(dir .. '/schedule_config.json', 'w'))
     out:write(cjson.encode(cfg))
     out:close()
-    local task = cr.ssl[method].task(cfg)
+    local task = cr.recipe.ssl.task(method, cfg)
     local total = task.train_loader:num_batches() * cfg.train.epochs
     run_twin(method, dir, 'schedule_config.json', '--lr-schedule ' .. dir .. '/lr_schedule.json', 'schedule')
     local g = assert(io.open(dir .. '/lr_schedule.json'))

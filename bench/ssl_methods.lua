@@ -26,7 +26,7 @@ local cr = require 'crescent'
 package.path = 'bench/?.lua;' .. package.path
 local harness = require 'harness'
 local settings = dofile('bench/parity_settings.lua')
-local R = cr.ssl.recipe
+local R = cr.recipe.ssl
 
 local ALL = cr.ssl.METHODS
 

@@ -15,7 +15,7 @@
 -- line on stdout is one JSON object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-require('crescent').ssl.recipe.main('byol', {
+require('crescent').recipe.ssl.main('byol', {
   train = { epochs = 5 },
   crops = { size = { 24 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   model = { hidden_dim = 1024, out_dim = 256 },

@@ -12,7 +12,7 @@
 -- is one JSON object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-require('crescent').ssl.recipe.main('deepcluster_v2', {
+require('crescent').recipe.ssl.main('deepcluster_v2', {
   train = { epochs = 3 },
   -- 24 + 12 px crops of the 28 px images: 28 + 14 px took 24 minutes alone for 3 epochs,
   -- these 10 (2 threads, tools/ssl_table.lua, 2026-11-27)

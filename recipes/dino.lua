@@ -19,7 +19,7 @@
 -- line on stdout is one JSON object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-require('crescent').ssl.recipe.main('dino', {
+require('crescent').recipe.ssl.main('dino', {
   train = { epochs = 2 },
   data = { limit = 48000, batch_size = 64 },
   crops = { size = { 28, 14 }, num = { 2, 6 }, min_scale = { 0.4, 0.05 }, max_scale = { 1, 0.4 } },

@@ -13,7 +13,7 @@
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 local cr = require 'crescent'
-local recipe = cr.ssl.recipe
+local recipe = cr.recipe.ssl
 local util = require 'crescent.util'
 
 local defaults = cr.config.merge(recipe.frozen_defaults { 'optim', 'train.epochs' }, {
@@ -27,12 +27,12 @@ local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
                          doc = 'safetensors (features and labels in one file), NumPy .npy files, or both' },
 } })
 
-cr.engine.run.main(function()
+cr.recipe.run.main(function()
   local device = recipe.setup(cfg)
   local train_set, test_set, eval_name = recipe.datasets(cfg)
   local forward, trunk = recipe.frozen_trunk(cfg, train_set, device)
   local out = cfg.extract.out
-  local dir = out == '' and cr.engine.run.dir(cfg, 'extract') or out:match('^(.*)/[^/]*$')
+  local dir = out == '' and cr.recipe.run.dir(cfg, 'extract') or out:match('^(.*)/[^/]*$')
   if out == '' then out = dir .. '/features' end
   recipe.frozen_dry_run(cfg, trunk, train_set, test_set, eval_name, {
     string.format('would write the features of %s to %s_<split> (%s)', cfg.data.split == 'both' and 'train and test'

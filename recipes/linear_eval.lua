@@ -15,7 +15,7 @@ local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.'
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
 local cr = require 'crescent'
 local util = require 'crescent.util'
-local recipe = cr.ssl.recipe
+local recipe = cr.recipe.ssl
 
 local defaults = cr.config.merge(recipe.frozen_defaults(), {
   train = { epochs = 30 },
@@ -32,11 +32,11 @@ local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
   ['knn.temperature'] = { type = 'number', min = 0, doc = "its vote temperature, exp(similarity / T)" },
 } })
 
-cr.engine.run.main(function()
+cr.recipe.run.main(function()
   local device = recipe.setup(cfg)
   -- the run folder: config.lua, env.txt, log.txt (what this prints) and results.json
-  local run_dir = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'linear_eval'))
-  cr.engine.run.keep_log(cfg, run_dir)
+  local run_dir = cr.recipe.run.prepare(cfg, cr.recipe.run.dir(cfg, 'linear_eval'))
+  cr.recipe.run.keep_log(cfg, run_dir)
   local train_set, test_set, eval_name = recipe.datasets(cfg)   -- eval_name 'val' with data.val_split
   if not test_set then error('linear_eval: the data set has no test split (image_folder: add a val/ folder)', 0) end
   local forward, trunk = recipe.frozen_trunk(cfg, train_set, device)
@@ -71,5 +71,5 @@ cr.engine.run.main(function()
                     linear_top1 = m.test_top1, linear_top5 = m.test_top5, knn_top1 = knn_top1, evaluated_on = eval_name,
                     seconds = cr.engine.loop.now() - t0 }
   print(util.json(results))
-  cr.engine.run.write_results(cfg, run_dir, results)
+  cr.recipe.run.write_results(cfg, run_dir, results)
 end)

@@ -13,7 +13,7 @@
 -- object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-require('crescent').ssl.recipe.main('npid', {
+require('crescent').recipe.ssl.main('npid', {
   train = { epochs = 5 },
   crops = { size = { 24 }, num = { 1 }, min_scale = { 0.2 }, max_scale = { 1 } },
   model = { out_dim = 128 },

@@ -11,7 +11,7 @@
 -- line on stdout is one JSON object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-require('crescent').ssl.recipe.main('simclr', {
+require('crescent').recipe.ssl.main('simclr', {
   train = { epochs = 3 },
   crops = { size = { 28 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   optim = { lr = 0.5, weight_decay = 1e-6, warmup_epochs = 0.5, final_lr = 0 },

@@ -11,7 +11,7 @@
 -- line on stdout is one JSON object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-require('crescent').ssl.recipe.main('simsiam', {
+require('crescent').recipe.ssl.main('simsiam', {
   train = { epochs = 3 },
   crops = { size = { 28 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   model = { hidden_dim = 512, out_dim = 512 },

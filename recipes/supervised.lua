@@ -32,9 +32,9 @@ local defaults = cr.config.merge(cr.config.common(), {
   -- name (sgd, lars, adamw), accum_steps, clip_norm, scaling, ...: crescent/optim/from_config.lua
   optim = cr.optim.from_config.defaults { lr = 0.1, nesterov = true, weight_decay = 5e-4, no_decay_bias_norm = true,
                                           warmup_epochs = 0.3 },
-}, cr.engine.run.defaults { best = 'test_top1' })
-local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.run.types, cr.optim.from_config.types,
-                                                                     cr.data.sources.types, cr.ssl.recipe.MODEL_TYPES, {
+}, cr.recipe.run.defaults { best = 'test_top1' })
+local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.recipe.run.types, cr.optim.from_config.types,
+                                                                     cr.data.sources.types, cr.recipe.ssl.MODEL_TYPES, {
   ['optim.warmup_epochs'] = { type = 'number', min = 0, doc = 'linear lr warm-up from 0, in epochs' },
   ['train.test_every'] = { type = 'integer', min = 0, doc = 'a test phase after every N epochs and the last (0: never)' },
   ['train.log_every'] = { type = 'integer', min = 1, doc = 'a progress line, metrics and diagnostics every N steps' },
@@ -43,8 +43,8 @@ local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.engine.r
                      doc = 'the network: a ResNet, or a Vision Transformer (model.patch; width and stem are ResNets\')' },
 }) })
 
-cr.engine.run.main(function()
-  local device = cr.engine.run.setup(cfg)
+cr.recipe.run.main(function()
+  local device = cr.recipe.run.setup(cfg)
   if cfg.train.epochs > 0 and cfg.optim.warmup_epochs >= cfg.train.epochs then
     error(string.format('supervised: optim.warmup_epochs = %g is not shorter than train.epochs = %g: the cosine after the '
       .. 'warm-up would have no steps; give optim.warmup_epochs=%g or less', cfg.optim.warmup_epochs,
@@ -80,7 +80,7 @@ cr.engine.run.main(function()
                                         num_classes = train_set.num_classes }
   end
   model:to(device)
-  local freeze = cr.engine.run.freeze(cfg, model)   -- model.freeze=<pattern>: fixed, in eval mode
+  local freeze = cr.recipe.run.freeze(cfg, model)   -- model.freeze=<pattern>: fixed, in eval mode
   local ddp = cr.dist.setup.model(cfg, model)   -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP
 
   -- optimizer: SGD with Nesterov momentum, no weight decay on biases and BatchNorm weights
@@ -108,17 +108,17 @@ cr.engine.run.main(function()
   task:add_hook(cr.hooks.nan_guard { every = 100 })               -- stop on NaN/Inf
   task:add_hook(cr.hooks.eval { topk = { 1, 5 } })                -- test top-1/top-5
   if freeze then task:add_hook(freeze) end                       -- model.freeze_iters: for the first steps
-  local ema = cr.engine.run.ema_hook(cfg, model)                -- model.ema=0.999: test the averaged weights
+  local ema = cr.recipe.run.ema_hook(cfg, model)                -- model.ema=0.999: test the averaged weights
   if ema then task:add_hook(ema) end
   task:add_hook(cr.hooks.diagnostics { every = cfg.train.log_every }) -- norms, lr, memory, time split
   task:add_hook(cr.hooks.console { every = cfg.train.log_every, split = eval_name }) -- progress, test (val) lines
   -- the run folder: config.lua, TensorBoard events, metrics.jsonl, checkpoints; the start
   -- (its checkpoints, else run.resume_from, else model.init weights, else from scratch)
-  local dir, env = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'supervised'))
-  cr.engine.run.keep_log(cfg, dir)                                -- log.txt: what this run prints
-  cr.engine.run.add_log_hooks(task, cfg, dir)                     -- events, metrics.jsonl (and .csv)
-  task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))
-  local profile = cr.engine.run.profile_hook(cfg, dir)           -- train.profile=<first>:<count>
+  local dir, env = cr.recipe.run.prepare(cfg, cr.recipe.run.dir(cfg, 'supervised'))
+  cr.recipe.run.keep_log(cfg, dir)                                -- log.txt: what this run prints
+  cr.recipe.run.add_log_hooks(task, cfg, dir)                     -- events, metrics.jsonl (and .csv)
+  task:add_hook(cr.recipe.run.checkpoint_hook(cfg, dir, env))
+  local profile = cr.recipe.run.profile_hook(cfg, dir)           -- train.profile=<first>:<count>
   if profile then task:add_hook(profile) end
   cr.dist.setup.task(task)   -- k ranks: rank 0 logs, evaluates and checkpoints; the ranks stop together
 
@@ -142,5 +142,5 @@ cr.engine.run.main(function()
     preempted = task.signal }
   print('the run on one page: bin/crescent report ' .. dir)
   print(require('crescent.util').json(results))
-  cr.engine.run.write_results(cfg, dir, results)                  -- and results.json
+  cr.recipe.run.write_results(cfg, dir, results)                  -- and results.json
 end)

@@ -15,7 +15,7 @@
 -- object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-require('crescent').ssl.recipe.main('swav', {
+require('crescent').recipe.ssl.main('swav', {
   -- 5 epochs: about 13 minutes on 2 cores of a Xeon with AVX512-BF16 and no AMX (400
   -- img/s in bf16, train.amp=auto), where 8 took 20. On the held-out split, with the
   -- weight decay below, 5 epochs gave 82.63% kNN, 6 82.65% and 8 83.13%. CPUs without

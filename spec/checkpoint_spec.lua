@@ -1,5 +1,5 @@
 -- spec/checkpoint_spec.lua — checkpoints and exact resume (crescent/engine/checkpoint.lua,
--- crescent/hooks/checkpoint.lua, crescent/engine/run.lua): N + M steps in one run equal
+-- crescent/hooks/checkpoint.lua, crescent/recipe/run.lua): N + M steps in one run equal
 -- N steps, a new task resumed from the checkpoint, then M steps, bit for bit — for a
 -- supervised model with dropout, momentum and an lr schedule, for SwAV with its queue and
 -- for MoCo with its key encoder, queue and shuffle-BN; the file's contents; retention,
@@ -89,7 +89,7 @@ describe('exact resume', function()
   end)
 
   local function ssl_config(method, dir, extra)
-    local defaults = cr.config.merge(cr.ssl.recipe.defaults(), { [method] = cr.ssl[method].defaults })
+    local defaults = cr.config.merge(cr.recipe.ssl.defaults(), { [method] = cr.ssl[method].defaults })
     local over = {
       data = { name = 'synthetic', size = 16, limit = 64, batch_size = 16 },
       train = { epochs = 2, threads = 1, log_every = 100 }, model = { width = 4, hidden_dim = 16, out_dim = 8 },
@@ -106,26 +106,26 @@ describe('exact resume', function()
     if method == 'moco' then
       over.moco = { queue_length = 32, cosine_momentum = true, bn_splits = 2 }
     end
-    return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
+    return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.recipe.ssl.types() })
   end
 
   for _, method in ipairs(cr.ssl.METHODS) do
     it(method .. ': 8 steps = 3 steps, resumed, 5 steps, with its state and every parameter bit for bit', function()
       local full
       do
-        full = cr.ssl[method].task(ssl_config(method, tmp.path('') .. method .. '_full'))
+        full = cr.recipe.ssl.task(method, ssl_config(method, tmp.path('') .. method .. '_full'))
         cr.train(full)
       end
       assert.are.equal(8, full.iteration)
       local dir = tmp.path('') .. method .. '_cut'
       do
-        local first = cr.ssl[method].task(ssl_config(method, dir))
+        local first = cr.recipe.ssl.task(method, ssl_config(method, dir))
         first:add_hook { name = 'stop', after_step = function(_, t) if t.iteration == 3 then t:request_stop('spec') end end }
         cr.train(first)
       end
       local resumed
       do
-        resumed = cr.ssl[method].task(ssl_config(method, dir))
+        resumed = cr.recipe.ssl.task(method, ssl_config(method, dir))
         cr.train(resumed)
       end
       assert.is_truthy(resumed.resumed_from:find('i000000003', 1, true))
@@ -147,10 +147,10 @@ describe('exact resume', function()
   end
 
   it('train.epochs=0 with model.init: an evaluation-only run gives the kNN of the run it loads', function()
-    local trained = cr.ssl.simclr.task(ssl_config('simclr', tmp.path('') .. 'eval_src'))
+    local trained = cr.recipe.ssl.task('simclr', ssl_config('simclr', tmp.path('') .. 'eval_src'))
     cr.train(trained)
     local path = tmp.path('') .. 'eval_src/simclr/checkpoints/latest.safetensors'
-    local only = cr.ssl.simclr.task(ssl_config('simclr', tmp.path('') .. 'eval_only',
+    local only = cr.recipe.ssl.task('simclr', ssl_config('simclr', tmp.path('') .. 'eval_only',
       { train = { epochs = 0 }, model = { init = path }, knn = { at_start = true } }))
     -- the after_train kNN (a slow one) counts into the JSON's seconds
     only:add_hook { name = 'slow_end', priority = 95, after_train = function()
@@ -161,7 +161,7 @@ describe('exact resume', function()
     assert.are.equal(0, only.iteration)
     assert.is_number(trained.metrics.knn_top1)
     assert.are.equal(trained.metrics.knn_top1, only.metrics.knn_top1)
-    local results = cr.ssl.recipe.finish(only)
+    local results = cr.recipe.ssl.finish(only)
     assert.is_true(results.seconds >= 0.3, tostring(results.seconds))
   end)
 end)
@@ -322,7 +322,7 @@ describe('auto-resume', function()
     local dir = tmp.path('runs/exp')
     cr.train(supervised_task(dir .. '/checkpoints', { epochs = 1 }))
     local said = {}
-    cr.engine.run.prepare(cfg, dir, { write = function(_, s) said[#said + 1] = s end })
+    cr.recipe.run.prepare(cfg, dir, { write = function(_, s) said[#said + 1] = s end })
     assert.is_truthy(said[1] and said[1]:find('moved', 1, true))
     assert.are.same({}, ckpt.list(dir .. '/checkpoints'))
     local moved = said[1]:match("to '([^']+)'")
@@ -335,27 +335,27 @@ describe('auto-resume', function()
     local dir = tmp.path('runs/changed')
     local cfg = { run = { dir = tmp.path('runs'), name = 'changed', resume = true }, optim = { lr = 0.1 },
                   crops = { num = { 2, 6 } }, train = { threads = 1, epochs = 1 } }
-    cr.engine.run.prepare(cfg, dir)
+    cr.recipe.run.prepare(cfg, dir)
     cr.train(supervised_task(dir .. '/checkpoints', { epochs = 1 }))
     -- the same config, or one that changes only how it runs: it goes on
     local again = cr.config.merge(cfg, { train = { threads = 2 } })
-    cr.engine.run.prepare(again, dir)
+    cr.recipe.run.prepare(again, dir)
     local other = cr.config.merge(cfg, { optim = { lr = 0.2 }, crops = { num = { 2, 4 } }, model = { width = 8 } })
-    local msg = H.error_of(function() cr.engine.run.prepare(other, dir) end)
+    local msg = H.error_of(function() cr.recipe.run.prepare(other, dir) end)
     assert.is_truthy(msg:find("the run in '" .. dir .. "' was started with another config", 1, true), msg)
     -- (model.width, absent from the earlier config, is a key of a newer crescent: not compared)
     assert.is_truthy(msg:find('2 keys differ:\n  crops.num: {2, 6} in the run, {2, 4} now\n' ..
       '  optim.lr: 0.1 in the run, 0.2 now\n', 1, true), msg)
     assert.is_truthy(msg:find('run.resume=false', 1, true) and msg:find('another run.name', 1, true), msg)
     -- more epochs than the run was started with: the way to train it longer is named
-    msg = H.error_of(function() cr.engine.run.prepare(cr.config.merge(cfg, { train = { epochs = 5 } }), dir) end)
+    msg = H.error_of(function() cr.recipe.run.prepare(cr.config.merge(cfg, { train = { epochs = 5 } }), dir) end)
     assert.is_truthy(msg:find('train.epochs: 1 in the run, 5 now', 1, true), msg)
     assert.is_truthy(msg:find('To train it longer, start a new run from its last checkpoint: run.name=changed_5ep ' ..
       'run.resume_from=' .. dir .. '/checkpoints/latest.safetensors', 1, true), msg)
     assert.are.same(again, dofile(dir .. '/config.lua')) -- the folder still describes its training
     -- starting afresh moves the earlier run aside and takes the new config
     local fresh = cr.config.merge(other, { run = { resume = false } })
-    cr.engine.run.prepare(fresh, dir, { write = function() end })
+    cr.recipe.run.prepare(fresh, dir, { write = function() end })
     assert.are.same(fresh, dofile(dir .. '/config.lua'))
   end)
 end)
@@ -432,10 +432,10 @@ describe('how a run starts: its folder, run.resume_from, model.init, scratch', f
     local done = supervised_task(tmp.path('init_src'), { epochs = 1 })
     cr.train(done)
     local path = tmp.path('init_src') .. '/latest.safetensors'
-    local m = cr.config.merge(cr.engine.run.init_defaults(), { init = path })
+    local m = cr.config.merge(cr.recipe.run.init_defaults(), { init = path })
     local weights
     local tuned = supervised_task(tmp.path('init_ft'), { init_seed = 99, epochs = 1, init = function(task)
-      local line = cr.engine.run.load_weights(task.model, m)
+      local line = cr.recipe.run.load_weights(task.model, m)
       weights = state_of(task.model)
       return line
     end })
@@ -446,19 +446,19 @@ describe('how a run starts: its folder, run.resume_from, model.init, scratch', f
     -- a file that does not fit names the keys and the two ways out
     local other = nn.Sequential(nn.Flatten(), nn.Linear(48, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3), nn.Linear(3, 2))
     -- one line: the counts and first names of each kind, then the two ways out
-    local msg = H.error_of(function() cr.engine.run.load_weights(other, m) end)
+    local msg = H.error_of(function() cr.recipe.run.load_weights(other, m) end)
     assert.is_truthy(msg:find("model.init '" .. path .. "' does not fit the model: 2 missing (5.weight, 5.bias); " ..
       'model.init_strict=false loads the names that match', 1, true), msg)
     assert.is_nil(msg:find('\n'), msg)
     local loose = cr.config.merge(m, { init_skip = { '^5%.' } })
-    assert.is_truthy(cr.engine.run.load_weights(other, loose):find('loaded 4 tensors', 1, true))
-    H.assert_error(function() cr.engine.run.load_weights(other, cr.config.merge(m, { init = tmp.path('no.safetensors') })) end,
+    assert.is_truthy(cr.recipe.run.load_weights(other, loose):find('loaded 4 tensors', 1, true))
+    H.assert_error(function() cr.recipe.run.load_weights(other, cr.config.merge(m, { init = tmp.path('no.safetensors') })) end,
       "model.init: no file '")
   end)
 
   it('model.init is checked at start-up: a missing file, a file that is not safetensors, another trunk', function()
-    local m = cr.engine.run.init_defaults()
-    local function check(over) return H.error_of(function() cr.engine.run.check_init(cr.config.merge(m, over)) end) end
+    local m = cr.recipe.run.init_defaults()
+    local function check(over) return H.error_of(function() cr.recipe.run.check_init(cr.config.merge(m, over)) end) end
     assert.is_truthy(check({ init = tmp.path('no.safetensors') }):find("model.init: no file '", 1, true))
     local text = tmp.write('notes.md', '# not weights\n' .. string.rep('x', 64))
     local msg = check({ init = text })
@@ -475,7 +475,7 @@ describe('how a run starts: its folder, run.resume_from, model.init, scratch', f
     msg = check({ init = ckpt_path, arch = 'resnet18', width = 16, stem = 'auto', patch = 7 })
     assert.is_truthy(msg:find('model.width=16, but the trunk', 1, true), msg)
     -- a stem of 'auto' and a ResNet's unused patch size are no conflict
-    cr.engine.run.check_init(cr.config.merge(m, { init = ckpt_path, arch = 'resnet18', width = 4, stem = 'auto',
+    cr.recipe.run.check_init(cr.config.merge(m, { init = ckpt_path, arch = 'resnet18', width = 4, stem = 'auto',
       patch = 7 }))
   end)
 

@@ -57,13 +57,13 @@ local assert_same_epochs = H.assert_same_batches
 
 -- a small SSL task of the recipes (cr.ssl.<method>.task) on the data of `over`
 local function ssl_task(method, over)
-  local recipe = cr.ssl.recipe
+  local recipe = cr.recipe.ssl
   local defaults = cr.config.merge(recipe.defaults(), { [method] = cr.ssl[method].defaults })
   over.train = { epochs = 1, log_every = 1000 }
   over.model = { width = 4, hidden_dim = 16, out_dim = 8 }
   over.knn = { k = 3 }
   over.checkpoint = { save = false }
-  return cr.ssl[method].task(cr.config.check(over, defaults, { types = recipe.types() }))
+  return cr.recipe.ssl.task(method, cr.config.check(over, defaults, { types = recipe.types() }))
 end
 
 describe('streamed image folders', function()

@@ -164,7 +164,7 @@ describe('ssl.dino', function()
   end)
 
   it('trains a ViT-tiny a few steps from its recipe, with a cosine weight decay, and reports kNN', function()
-    local defaults = cr.config.merge(cr.ssl.recipe.defaults(), { dino = dino.defaults })
+    local defaults = cr.config.merge(cr.recipe.ssl.defaults(), { dino = dino.defaults })
     local cfg = cr.config.check({
       data = { name = 'synthetic', size = 16, limit = 32, batch_size = 8 },
       train = { epochs = 1, threads = 1, log_every = 1 }, knn = { k = 5 }, checkpoint = { save = false },
@@ -172,9 +172,9 @@ describe('ssl.dino', function()
       model = { arch = 'vit_tiny', patch = 4 }, dino = { out_dim = 32, hidden_dim = 16, bottleneck_dim = 8 },
       optim = { name = 'adamw', lr = 1e-4, weight_decay = 0.04, weight_decay_end = 0.4 },
       run = { dir = os.tmpname() .. '.d' },
-    }, defaults, { types = cr.ssl.recipe.types(dino.types) })
-    local task = dino.task(cfg)
-    assert.is_truthy(cr.ssl.recipe.banner(task):find('dino: vit_tiny, patch 4 (', 1, true), cr.ssl.recipe.banner(task))
+    }, defaults, { types = cr.recipe.ssl.types(dino.types) })
+    local task = cr.recipe.ssl.task('dino', cfg)
+    assert.is_truthy(cr.recipe.ssl.banner(task):find('dino: vit_tiny, patch 4 (', 1, true), cr.recipe.ssl.banner(task))
     local drop = { student = 0, teacher = 0 }
     task.method.trunk:apply(function(mod) if mod.__name == 'DropPath' then drop.student = drop.student + mod.p end end)
     task.method.teacher_trunk:apply(function(mod) if mod.__name == 'DropPath' then drop.teacher = drop.teacher + mod.p end end)
@@ -191,13 +191,14 @@ describe('ssl.dino', function()
     assert.is_true(seen[2] > seen[1] and math.abs(seen[1] - 0.04) < 1e-12, "the weight decay rises: " .. table.concat(seen, ", "))
     assert.are.equal(0, task.optimizer.param_groups[2].weight_decay)
     H.assert_error(function()
-      dino.task(cr.config.merge(cfg, { crops = { size = { 16 }, num = { 1 }, min_scale = { 0.4 }, max_scale = { 1 } } }))
+      local one_crop = { crops = { size = { 16 }, num = { 1 }, min_scale = { 0.4 }, max_scale = { 1 } } }
+      cr.recipe.ssl.task('dino', cr.config.merge(cfg, one_crop))
     end, 'DINO needs global crops (crops.num[1] = 1) and two crops at least')
     -- the global crops alone build (the official local_crops_number = 0)
-    local global_only = dino.task(cr.config.merge(cfg, { run = { name = 'dino_global_only' },
+    local global_only = cr.recipe.ssl.task('dino', cr.config.merge(cfg, { run = { name = 'dino_global_only' },
       crops = { size = { 16 }, num = { 2 }, min_scale = { 0.4 }, max_scale = { 1 } } }))
     assert.are.equal(2, global_only.model.global_crops)
-    H.assert_error(function() dino.task(cr.config.merge(cfg, { model = { patch = 3 } })) end,
+    H.assert_error(function() cr.recipe.ssl.task('dino', cr.config.merge(cfg, { model = { patch = 3 } })) end,
       'model.patch = 3 does not divide the 16 px crops')
     os.execute("rm -rf '" .. cfg.run.dir .. "'")
   end)

@@ -164,14 +164,14 @@ end
 -- a run folder there is an error naming the fix. Recipes run in a subprocess are caught by
 -- tools/run_specs.sh, which fails when a suite that started without runs/ leaves one.
 do
-  local engine_run = cr.engine.run
-  local run_dir = engine_run.dir
+  local recipe_run = cr.recipe.run
+  local run_dir = recipe_run.dir
   local root = require('crescent.native_files').root
   local function users_runs(dir)
     dir = dir:gsub('/+$', ''):gsub('^%./', '')
     return dir == 'runs' or dir == root .. '/runs' or dir == './runs'
   end
-  engine_run.dir = function(cfg, default_name)
+  recipe_run.dir = function(cfg, default_name)
     if type(cfg) == 'table' and type(cfg.run) == 'table' and type(cfg.run.dir) == 'string' and users_runs(cfg.run.dir)
     then
       error("spec: this run would write into the user's runs/ folder; give it run = {dir = H.tmpdir('...').dir}", 2)

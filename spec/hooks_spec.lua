@@ -401,7 +401,7 @@ describe('the freeze hook', function()
   end)
 end)
 
-describe('model.freeze (cr.engine.run.freeze)', function()
+describe('model.freeze (cr.recipe.run.freeze)', function()
   local function bn_task(freeze_iters)
     cr.manual_seed(5)
     local model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
@@ -409,7 +409,7 @@ describe('model.freeze (cr.engine.run.freeze)', function()
     local said = {}
     local print0 = _G.print
     rawset(_G, 'print', function(s) said[#said + 1] = s end)
-    local ok, hook = pcall(cr.engine.run.freeze, cfg, model)
+    local ok, hook = pcall(cr.recipe.run.freeze, cfg, model)
     rawset(_G, 'print', print0)
     assert(ok, hook)
     local trainable = {}
@@ -443,7 +443,7 @@ describe('model.freeze (cr.engine.run.freeze)', function()
     assert.are.same({ false, 0, 0 }, seen[1])
     assert.are.same({ false, 0, 0 }, seen[2])
     assert.is_true(seen[3][1] and seen[3][2] > 0 and seen[3][3] > 0)
-    H.assert_error(function() cr.engine.run.freeze({ model = { freeze = '^nothing', freeze_iters = 0 } }, model) end,
+    H.assert_error(function() cr.recipe.run.freeze({ model = { freeze = '^nothing', freeze_iters = 0 } }, model) end,
       "model.freeze: no parameter name matches the Lua pattern '^nothing'")
   end)
 end)

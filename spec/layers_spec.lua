@@ -1,7 +1,9 @@
--- layers_spec — the Lua modules under lua/crescent require one another without cycles: a
--- module reaches what it uses by require (or through the cr.<name> façade of
--- lua/crescent/init.lua, counted as a require of that module), never back up through a
--- package that loads it. Prints each cycle it finds, module by module. In C, core/ calls
+-- layers_spec — the Lua modules under lua/crescent stand on floors (FLOORS below: tensors
+-- and ops < nn, data, optim, dist < SSL numerics < the engine < hooks < methods < recipe
+-- assembly < the report) and reach only their own floor and those below, without cycles:
+-- by require, by a require built from a string, by a module name kept in a string, or
+-- through the cr.<name> façade of lua/crescent/init.lua. Prints the floors and each
+-- upward edge or cycle it finds. In C, core/ calls
 -- no function that ops/ or autograd/ define (autograd hands core what it needs), and no
 -- layer includes the private header of a layer above it.
 local root = require('crescent.native_files').root
@@ -11,6 +13,35 @@ local FACADE = {}
 for k, name in pairs(H.cr._facade.modules) do FACADE[k] = name end
 for k, owner in pairs(H.cr._facade.aliases) do FACADE[k] = H.cr._facade.modules[owner] end
 assert(FACADE.nn == 'crescent.nn' and FACADE.train == 'crescent.engine', 'the façade map changed shape')
+
+-- The Lua floors, bottom up: a module requires (or reaches through cr.<name>) modules of
+-- its own floor or below, never one above. Each module is on the first floor one of
+-- whose patterns its name matches; docs/ARCHITECTURE.md draws the same table.
+local FLOORS = {
+  { 'tensors, ops, autograd: what cr carries, and the files, config and I/O under them',
+    '^crescent$', '^crescent%.ffi$', '^crescent%.native_files$', '^crescent%.util$', '^crescent%.format$',
+    '^crescent%.tensor$', '^crescent%.autograd$', '^crescent%.ops%.', '^crescent%.cuda$', '^crescent%.io$',
+    '^crescent%.env$', '^crescent%.profiler$', '^crescent%.config$', '^crescent%.config_literal$' },
+  { 'nn, data, optim, dist', '^crescent%.nn$', '^crescent%.nn%.', '^crescent%.data$', '^crescent%.data%.',
+    '^crescent%.optim$', '^crescent%.optim%.', '^crescent%.dist$', '^crescent%.dist%.' },
+  { 'SSL numerics: losses, Sinkhorn, momentum, queues, kNN, features, the parts methods share',
+    '^crescent%.ssl%.losses$', '^crescent%.ssl%.sinkhorn$', '^crescent%.ssl%.momentum$', '^crescent%.ssl%.queue$',
+    '^crescent%.ssl%.knn$', '^crescent%.ssl%.features$', '^crescent%.ssl%.method_parts$' },
+  { 'the engine: task, trainer, C loop, checkpoints, meters, stepping and the REPL',
+    '^crescent%.engine$', '^crescent%.engine%.', '^crescent%.repl$', '^crescent%.repl%.' },
+  { 'hooks', '^crescent%.hooks$', '^crescent%.hooks%.' },
+  { 'methods, one file each, and their registry', '^crescent%.ssl$', '^crescent%.ssl%.' },
+  { 'recipe assembly', '^crescent%.recipe$', '^crescent%.recipe%.' },
+  { 'the run report', '^crescent%.report$', '^crescent%.report%.' },
+}
+
+local function floor_of(name)
+  for i, f in ipairs(FLOORS) do
+    for j = 2, #f do
+      if name:match(f[j]) then return i end
+    end
+  end
+end
 
 local function read(path)
   local f = assert(io.open(path))
@@ -27,6 +58,12 @@ local function without_strings(src)
   return (src:gsub("'[^'\n]*'", "''"):gsub('"[^"\n]*"', '""'))
 end
 
+-- Every module under lua/crescent and what it reaches: edges[a][b] = how (a require by
+-- name; a require built from a string, 'crescent.x.' .. name, which reaches every module
+-- under that prefix; a module's name written in a string, as a table of modules to load
+-- later holds it; a cr.<name> lookup through the façade). The façade's own table of lazy
+-- modules (crescent/init.lua) is the one string table not counted: cr.<name> lookups
+-- count instead, where they are made.
 local function module_graph()
   local mods = {}
   local p = io.popen('cd ' .. root .. ' && find lua/crescent -name "*.lua" | sort')
@@ -38,19 +75,45 @@ local function module_graph()
   local edges = {}
   for name, path in pairs(mods) do
     local src, out = without_comments(read(path)), {}
-    for dep in src:gmatch("require%s*%(?%s*['\"]([%w_%.]+)['\"]") do
-      if mods[dep] and dep ~= name then out[dep] = true end
+    local function add(dep, how)
+      if mods[dep] and dep ~= name and not out[dep] then out[dep] = how end
+    end
+    for dep in src:gmatch("require%s*%(?%s*['\"]([%w_%.]+)['\"]") do add(dep, 'require') end
+    for prefix in src:gmatch("require%s*%(%s*['\"]([%w_%.]+%.)['\"]%s*%.%.") do
+      for dep in pairs(mods) do
+        if dep:sub(1, #prefix) == prefix then add(dep, "require('" .. prefix .. "' .. name)") end
+      end
+    end
+    if name ~= 'crescent' then
+      for dep in src:gmatch("['\"](crescent%.[%w_%.]+)['\"]") do add(dep, 'its name in a string') end
     end
     for key in without_strings(src):gmatch('%f[%w_]cr%.([%w_]+)') do
-      local dep = FACADE[key]
-      if dep and dep ~= name then out[dep] = true end
+      if FACADE[key] then add(FACADE[key], 'cr.' .. key) end
     end
-    for dep in src:gmatch("require%s*%(%s*'crescent'%s*%)%.([%w_]+)") do
-      if FACADE[dep] and FACADE[dep] ~= name then out[FACADE[dep]] = true end
+    for key in src:gmatch("require%s*%(%s*'crescent'%s*%)%.([%w_]+)") do
+      if FACADE[key] then add(FACADE[key], "require('crescent')." .. key) end
     end
     edges[name] = out
   end
   return mods, edges
+end
+
+-- The edges that go up a floor, as sorted lines, and the modules on no floor.
+local function upward_edges(edges)
+  local up, lost = {}, {}
+  for a, out in pairs(edges) do
+    local fa = floor_of(a)
+    if not fa then lost[#lost + 1] = a end
+    for b, how in pairs(out) do
+      local fb = floor_of(b)
+      if fa and fb and fb > fa then
+        up[#up + 1] = string.format('%s (floor %d) -> %s (floor %d) by %s', a, fa, b, fb, how)
+      end
+    end
+  end
+  table.sort(up)
+  table.sort(lost)
+  return up, lost
 end
 
 -- A cycle through the graph as a list of names (first == last), or nil.
@@ -96,8 +159,9 @@ describe('the Lua require graph', function()
     local n = 0
     for _ in pairs(mods) do n = n + 1 end
     assert.is_true(n > 50)
-    assert.is_true(edges['crescent.engine.task']['crescent.engine.trainer'])
-    assert.is_true(edges['crescent.hooks.knn']['crescent.data'])   -- through cr.data
+    assert.is_true(edges['crescent.engine.task']['crescent.engine.trainer'] ~= nil)
+    assert.are.equal('cr.data', edges['crescent.hooks.knn']['crescent.data'])
+    assert.are.equal('its name in a string', edges['crescent.ssl']['crescent.ssl.swav'])
   end)
 
   it('has no cycle', function()
@@ -110,6 +174,30 @@ describe('the Lua require graph', function()
     local cycle = find_cycle { a = { b = true }, b = { c = true }, c = { a = true }, d = {} }
     assert.are.same({ 'a', 'b', 'c', 'a' }, cycle)
     assert.is_nil(find_cycle { a = { b = true }, b = {} })
+  end)
+
+  it('goes up no floor: each module reaches only its own floor and those below', function()
+    local mods, edges = module_graph()
+    local count = {}
+    for name in pairs(mods) do
+      local f = floor_of(name)
+      if f then count[f] = (count[f] or 0) + 1 end
+    end
+    for i = #FLOORS, 1, -1 do print(string.format('  floor %d  %3d modules  %s', i, count[i] or 0, FLOORS[i][1])) end
+    local up, lost = upward_edges(edges)
+    assert.are.same({}, lost, 'modules on no floor (add them to FLOORS in spec/layers_spec.lua): ' ..
+      table.concat(lost, ', '))
+    assert.are.same({}, up, 'upward edges:\n' .. table.concat(up, '\n'))
+  end)
+
+  it('finds an upward edge when there is one (the check itself)', function()
+    local up, lost = upward_edges {
+      ['crescent.nn.layers'] = { ['crescent.hooks.knn'] = 'require', ['crescent.tensor'] = 'require' },
+      ['crescent.hooks.knn'] = { ['crescent.nn'] = 'cr.nn' },
+      ['crescent.elsewhere'] = {},
+    }
+    assert.are.same({ 'crescent.nn.layers (floor 2) -> crescent.hooks.knn (floor 5) by require' }, up)
+    assert.are.same({ 'crescent.elsewhere' }, lost)
   end)
 end)
 
@@ -180,6 +268,98 @@ describe('the C layers', function()
       assert.is_true(files > 3)
     end)
   end
+
+  -- The call graph between the C layers (each folder under csrc/, its subfolders with it;
+  -- core/error.c, the error channel every layer reports through, a layer of its own below
+  -- all): the circles in it, found as strongly connected folders. ops <-> autograd is the
+  -- one circle, by design (ops record graph nodes; the derivative rules are ops).
+  local function c_call_graph()
+    local p, files = io.popen('cd ' .. root .. ' && find csrc -name "*.c" -o -name "*.cu" | sort'), {}
+    for path in p:lines() do files[#files + 1] = path end
+    p:close()
+    local function layer(path)
+      if path == 'csrc/core/error.c' then return 'error' end
+      return path:match('^csrc/([^/]+)/') or 'csrc'
+    end
+    local function code(path) return (read(root .. '/' .. path):gsub('/%*.-%*/', ''):gsub('//[^\n]*', '')) end
+    local defined = {}
+    for _, path in ipairs(files) do
+      for name in code(path):gmatch('\n[%w_][%w_ %*]-%f[%w_](cr_[%w_]+)%s*%b()%s*{') do
+        defined[name] = defined[name] or layer(path)
+      end
+    end
+    local edges = {}
+    for _, path in ipairs(files) do
+      local from = layer(path)
+      edges[from] = edges[from] or {}
+      for name in code(path):gmatch('%f[%w_](cr_[%w_]+)%s*%(') do
+        local to = defined[name]
+        if to and to ~= from then edges[from][to] = edges[from][to] or (path .. ' calls ' .. name) end
+      end
+    end
+    return edges
+  end
+  -- The folders that reach each other both ways, as sorted 'a <-> b' lines with a call each way.
+  local function c_circles(edges)
+    local function reaches(a, b)
+      local seen, todo = { [a] = true }, { a }
+      while #todo > 0 do
+        local v = table.remove(todo)
+        for w in pairs(edges[v] or {}) do
+          if w == b then return true end
+          if not seen[w] then seen[w] = true; todo[#todo + 1] = w end
+        end
+      end
+      return false
+    end
+    local out = {}
+    for a in pairs(edges) do
+      for b in pairs(edges) do
+        if a < b and reaches(a, b) and reaches(b, a) then
+          out[#out + 1] = string.format('%s <-> %s (%s; %s)', a, b, edges[a][b] or 'through others',
+            edges[b][a] or 'through others')
+        end
+      end
+    end
+    table.sort(out)
+    return out
+  end
+
+  it('has one circle between layers in the call graph: ops <-> autograd', function()
+    local edges = c_call_graph()
+    assert.truthy(edges.core and edges.core.gpu, 'core calls the GPU loader: the graph was not read')
+    assert.truthy(edges.gpu.error, 'the GPU loader reports errors: the graph was not read')
+    local circles = c_circles(edges)
+    for _, c in ipairs(circles) do print('  ' .. c) end
+    assert.are.equal(1, #circles, table.concat(circles, '\n'))
+    assert.truthy(circles[1]:match('^autograd <%-> ops '), circles[1])
+  end)
+
+  it('finds a circle between layers when there is one (the check itself)', function()
+    local circles = c_circles { a = { b = 'x' }, b = { c = 'y' }, c = { a = 'z' }, d = { a = 'w' } }
+    assert.are.equal(3, #circles)
+    assert.are.same({}, c_circles { a = { b = 'x' }, b = {} })
+  end)
+
+  -- A function a debugger steps into has a name grep finds: ## builds only the entries
+  -- of the op list's tables (CR_OP_<ENUM>, CR_AMP_<class>), never a function's name.
+  it('pastes no names together outside the op tables', function()
+    local find = 'find csrc -name "*.c" -o -name "*.h" -o -name "*.cu" -o -name "*.cuh" | sort'
+    local p, files = io.popen('cd ' .. root .. ' && ' .. find), 0
+    local found = {}
+    for path in p:lines() do
+      files = files + 1
+      local n = 0
+      for line in read(root .. '/' .. path):gmatch('[^\n]*') do
+        n = n + 1
+        local rest = line:gsub('CR_OP_##E', ''):gsub('CR_AMP_##amp', '')
+        if rest:find('##', 1, true) then found[#found + 1] = path .. ':' .. n .. ': ' .. line end
+      end
+    end
+    p:close()
+    assert.is_true(files > 100)
+    assert.are.same({}, found, table.concat(found, '\n'))
+  end)
 
   it('the headers nest core.h < call.h < node.h < internal.h', function()
     assert.are.same({ 'crescent.h', 'half.h' }, includes('csrc/core/core.h'))

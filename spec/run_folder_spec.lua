@@ -40,7 +40,7 @@ describe('log.txt', function()
     assert.are.equal(1, code, out)
     local kept = H.read_file(tmp.path('err.txt'))
     assert.truthy(kept:find('going\n', 1, true) and kept:find('boom', 1, true), kept)
-    H.assert_error(function() cr.engine.run.keep_log({ run = {} }, tmp.path('missing/folder')) end,
+    H.assert_error(function() cr.recipe.run.keep_log({ run = {} }, tmp.path('missing/folder')) end,
       "tee: cannot open '" .. tmp.path('missing/folder/log.txt') .. "'")
   end)
 

@@ -344,9 +344,12 @@ describe('preemption signals, in a subprocess', function()
     local f = assert(io.open(body, 'w'))
     -- a start-up that takes long (the interpreter checks for LuaJIT's interrupt hook)
     f:write("package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path\njit.off()\n" ..
-      "require('crescent').engine.run.main(function() local x = 0; while true do x = x + 1 end end)\n")
+      "require('crescent').recipe.run.main(function() local x = 0; while true do x = x + 1 end end)\n")
     f:close()
-    local out, code = H.shell('timeout --preserve-status -k 10 -s INT 1 luajit ' .. body)
+    -- --foreground: one SIGINT to the process, as a terminal's Ctrl-C sends; without it,
+    -- timeout signals its process group too, and the second SIGINT (LuaJIT's handler has
+    -- reset the default by then) killed the process before it could say a word
+    local out, code = H.shell('timeout --foreground --preserve-status -k 10 -s INT 1 luajit ' .. body)
     os.remove(body)
     assert.equal(130, code, out)
     assert.truthy(out:find('crescent: interrupted (Ctrl-C) during start-up; nothing was trained', 1, true), out)

@@ -129,7 +129,7 @@ describe('ssl.moco.MoCo', function()
     end
     H.assert_close(m.queue:buffer():pow(2):sum(1), cr.ones(16), 1e-5)
     -- the optimizer sees only the query encoder
-    assert.are.equal(#q, #cr.ssl.recipe.trainable(m))
+    assert.are.equal(#q, #cr.recipe.ssl.trainable(m))
   end)
 
   it('updates the key encoder by EMA in forward and enqueues the keys in the loss', function()
@@ -283,7 +283,7 @@ describe('ssl.simsiam.SimSiam', function()
 
   it('keeps the predictor at the peak lr while the schedule moves the rest', function()
     local m = make()
-    local named = cr.ssl.recipe.trainable(m)
+    local named = cr.recipe.ssl.trainable(m)
     local groups = m:param_groups(named)
     assert.are.equal(2, #groups)
     for _, np in ipairs(groups[2].params) do assert.truthy(np[1]:find('^predictor%.')) end
@@ -719,7 +719,7 @@ end)
 
 describe('ssl recipes', function()
   local function config(method, extra)
-    local defaults = cr.config.merge(cr.ssl.recipe.defaults(), { [method] = cr.ssl[method].defaults })
+    local defaults = cr.config.merge(cr.recipe.ssl.defaults(), { [method] = cr.ssl[method].defaults })
     local over = {
       data = { name = 'synthetic', size = 16, limit = 64, batch_size = 16 },
       train = { epochs = 1, threads = 1, log_every = 1 }, model = { width = 4, hidden_dim = 16, out_dim = 8 },
@@ -733,12 +733,12 @@ describe('ssl recipes', function()
     if method == 'deepcluster_v2' then over.deepcluster_v2 = { prototypes = { 5, 5 } } end
     if method == 'dino' then over.dino = { out_dim = 16, hidden_dim = 16, bottleneck_dim = 8 } end
     if method == 'npid' then over.crops.num = { 1 } end
-    return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.ssl.recipe.types() })
+    return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.recipe.ssl.types() })
   end
 
   for _, method in ipairs(cr.ssl.METHODS) do
     it(method .. ' trains a few steps and reports kNN', function()
-      local task = cr.ssl[method].task(config(method))
+      local task = cr.recipe.ssl.task(method, config(method))
       task:add_hook { name = 'stop', after_step = function(_, t) if t.iteration >= 2 then t:request_stop('spec') end end }
       cr.train(task)
       assert.are.equal(2, task.iteration)
@@ -761,34 +761,34 @@ describe('ssl recipes', function()
   end)
 
   it('runs the kNN on a part held out of the training set with data.val_split', function()
-    local task = cr.ssl.simclr.task(config('simclr', { data = { val_split = 0.25 } }))
+    local task = cr.recipe.ssl.task('simclr', config('simclr', { data = { val_split = 0.25 } }))
     assert.are.equal(48, #task.train_set)
     assert.are.equal(16, #task.test_set)
     assert.are.equal('val', task.eval_name)
-    assert.is_truthy(cr.ssl.recipe.banner(task):find('48 train, 16 val', 1, true))
-    H.assert_error(function() cr.ssl.simclr.task(config('simclr', { data = { val_split = 64 } })) end,
+    assert.is_truthy(cr.recipe.ssl.banner(task):find('48 train, 16 val', 1, true))
+    H.assert_error(function() cr.recipe.ssl.task('simclr', config('simclr', { data = { val_split = 64 } })) end,
       'data.val_split = 64 holds out 64 of the 64 training samples')
     os.execute("rm -rf '" .. task.config.run.dir .. "'")
   end)
 
   it('rejects crops that do not fit, crops_for_assign outside the crops and a bad queue length', function()
-    H.assert_error(function() cr.ssl.swav.task(config('swav', { crops = { size = { 200, 8 } } })) end,
+    H.assert_error(function() cr.recipe.ssl.task('swav', config('swav', { crops = { size = { 200, 8 } } })) end,
       'crops.size[1] = 200 does not fit the 16x16 images')
-    H.assert_error(function() cr.ssl.swav.task(config('swav', { swav = { crops_for_assign = { 0, 4 } } })) end,
+    H.assert_error(function() cr.recipe.ssl.task('swav', config('swav', { swav = { crops_for_assign = { 0, 4 } } })) end,
       'crops_for_assign')
-    H.assert_error(function() cr.ssl.swav.task(config('swav', { crops = { num = { 2 } } })) end,
+    H.assert_error(function() cr.recipe.ssl.task('swav', config('swav', { crops = { num = { 2 } } })) end,
       'crops.num must list 2 values')
-    H.assert_error(function() cr.ssl.swav.task(config('swav', { swav = { queue_length = 40 } })) end,
+    H.assert_error(function() cr.recipe.ssl.task('swav', config('swav', { swav = { queue_length = 40 } })) end,
       'queue_length 40 is not a multiple of the batch size 16')
-    H.assert_error(function() cr.ssl.moco.task(config('moco', { moco = { queue_length = 40 } })) end,
+    H.assert_error(function() cr.recipe.ssl.task('moco', config('moco', { moco = { queue_length = 40 } })) end,
       'not a multiple of the batch 16')
-    H.assert_error(function() cr.ssl.moco.task(config('moco', { crops = { num = { 3 } } })) end,
+    H.assert_error(function() cr.recipe.ssl.task('moco', config('moco', { crops = { num = { 3 } } })) end,
       'MoCo takes 2 views')
   end)
 
   it('takes a fraction for augment.solarize, a probability whose default is 0', function()
-    local defaults = cr.config.merge(cr.ssl.recipe.defaults(), { swav = cr.ssl.swav.defaults })
-    local cfg = cr.config.parse({ 'augment.solarize=0.2' }, defaults, { types = cr.ssl.recipe.types() })
+    local defaults = cr.config.merge(cr.recipe.ssl.defaults(), { swav = cr.ssl.swav.defaults })
+    local cfg = cr.config.parse({ 'augment.solarize=0.2' }, defaults, { types = cr.recipe.ssl.types() })
     assert.are.equal(0.2, cfg.augment.solarize)
   end)
 end)
@@ -823,12 +823,12 @@ describe('frozen trunks from a method checkpoint', function()
     -- a checkpoint as the recipes write it: the method's weights and the run's config
     cr.save(path, m, { format = 'crescent.checkpoint', config = cr.config.dump(saved) })
     assert.are.same(saved, require('crescent.engine.checkpoint').stored_config(path))
-    local cfg = cr.config.merge(cr.ssl.recipe.frozen_defaults(), { model = { init = path } })
-    local _, trunk = cr.ssl.recipe.frozen_trunk(cfg, train_set)
+    local cfg = cr.config.merge(cr.recipe.ssl.frozen_defaults(), { model = { init = path } })
+    local _, trunk = cr.recipe.ssl.frozen_trunk(cfg, train_set)
     assert.are.same({ 'resnet18', 4, 'cifar' }, { cfg.model.arch, cfg.model.width, cfg.model.stem })
     assert.is_true(max_abs(trunk.conv1.weight, m.trunk.conv1.weight) == 0)
-    local wrong = cr.config.merge(cr.ssl.recipe.frozen_defaults(), { model = { init = path, width = 8 } })
-    H.assert_error(function() cr.ssl.recipe.frozen_trunk(wrong, train_set) end,
+    local wrong = cr.config.merge(cr.recipe.ssl.frozen_defaults(), { model = { init = path, width = 8 } })
+    H.assert_error(function() cr.recipe.ssl.frozen_trunk(wrong, train_set) end,
       "model.width=8, but the trunk of model.init '" .. path .. "' has width = 4 (its config)")
     os.remove(path)
   end)

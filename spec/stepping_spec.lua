@@ -148,7 +148,7 @@ describe('cr.config.load', function()
     assert.equal(1, cfg.train.epochs)
     assert.equal(256, cfg.data.limit)
     assert.equal(cr.ssl.swav.defaults.prototypes, cfg.swav.prototypes) -- the recipe's own default
-    local task = cr.ssl.swav.task(cfg)
+    local task = cr.recipe.ssl.task('swav', cfg)
     assert.equal(2, task:step(2))
     assert.equal(2, task.iteration)
     assert.is_true(task.metrics ~= nil)

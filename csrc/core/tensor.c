@@ -14,8 +14,8 @@ static int64_t stat_live_bytes, stat_peak_bytes, stat_since_hint;
  * but seen by the GC hint: dead GPU tensors are freed only when Lua collects their
  * handles, so GPU garbage must count towards a collection too, or it piles up until the
  * device is full (seen on an H200: 139 GiB held by a ResNet-50 benchmark). The floor is
- * the backend's gc_every_bytes (an eighth of the smallest device), set once when the
- * backend loads (cr_memory_set_gpu_gc_floor). */
+ * the backend's gc_every_bytes (an eighth of the smallest device), read from the backend
+ * when it makes a storage (core calls the GPU layer, never the other way). */
 static int64_t stat_gpu_live_bytes, stat_gpu_since_hint, gpu_hint_floor = (int64_t)1 << 30;
 
 /* Larger than any machine we run on: a size past this is a mistake, not a request. */
@@ -144,10 +144,6 @@ static int hint_due(int64_t *since_counter, const int64_t *live_counter, int64_t
     return 1;
 }
 
-void cr_memory_set_gpu_gc_floor(int64_t bytes) {
-    if (bytes > 0) __atomic_store_n(&gpu_hint_floor, bytes, __ATOMIC_RELAXED);
-}
-
 int cr_memory_gc_hint(void) {
     int cpu = hint_due(&stat_since_hint, &stat_live_bytes, (int64_t)64 << 20);
     int gpu = hint_due(&stat_gpu_since_hint, &stat_gpu_live_bytes,
@@ -173,6 +169,8 @@ static cr_status storage_new_cuda(cr_storage **out, size_t alloc, cr_device dev,
     const cr_cuda_backend *be;
     cr_status st = cr_cuda_backend_for(&be, pinned ? -1 : dev.index, pinned);
     if (st) return st;
+    if (be->gc_every_bytes > 0 && __atomic_load_n(&gpu_hint_floor, __ATOMIC_RELAXED) != be->gc_every_bytes)
+        __atomic_store_n(&gpu_hint_floor, be->gc_every_bytes, __ATOMIC_RELAXED);
     void *data = NULL;
     st = pinned ? be->host_alloc(alloc, &data) : be->alloc(dev.index, alloc, &data);
     if (st) return st;

@@ -81,53 +81,51 @@ static cr_status gpu_elementwise(cr_call *c, crk_op kernel, shape_kind kind) {
     return launch(c, kernel, kind, compute);
 }
 
-/* The kernels the op rows name: cr_gpu_<op>(c) launches kernel K on the operands as KIND. */
-#define GPU_EW(op, K, KIND) \
-    cr_status cr_gpu_##op(cr_call *c) { return gpu_elementwise(c, K, KIND); }
-GPU_EW(add, CRK_ADD, BINARY)
-GPU_EW(sub, CRK_SUB, BINARY)
-GPU_EW(mul, CRK_MUL, BINARY)
-GPU_EW(div, CRK_DIV, BINARY)
-GPU_EW(pow, CRK_POW, BINARY)
-GPU_EW(maximum, CRK_MAXIMUM, BINARY)
-GPU_EW(minimum, CRK_MINIMUM, BINARY)
-GPU_EW(eq, CRK_EQ, BINARY)
-GPU_EW(ne, CRK_NE, BINARY)
-GPU_EW(lt, CRK_LT, BINARY)
-GPU_EW(le, CRK_LE, BINARY)
-GPU_EW(gt, CRK_GT, BINARY)
-GPU_EW(ge, CRK_GE, BINARY)
-GPU_EW(logical_and, CRK_LOGICAL_AND, BINARY)
-GPU_EW(logical_or, CRK_LOGICAL_OR, BINARY)
-GPU_EW(masked_fill, CRK_MASKED_FILL, BINARY)
-GPU_EW(relu_backward, CRK_RELU_BACKWARD, BINARY)
-GPU_EW(add_relu, CRK_ADD_RELU, BINARY)
-GPU_EW(sigmoid_backward, CRK_SIGMOID_BACKWARD, BINARY)
-GPU_EW(tanh_backward, CRK_TANH_BACKWARD, BINARY)
-GPU_EW(gelu_backward, CRK_GELU_BACKWARD, BINARY)
-GPU_EW(gelu_tanh_backward, CRK_GELU_TANH_BACKWARD, BINARY)
-GPU_EW(logical_not, CRK_LOGICAL_NOT, UNARY)
-GPU_EW(neg, CRK_NEG, UNARY)
-GPU_EW(abs, CRK_ABS, UNARY)
-GPU_EW(sign, CRK_SIGN, UNARY)
-GPU_EW(exp, CRK_EXP, UNARY)
-GPU_EW(log, CRK_LOG, UNARY)
-GPU_EW(sqrt, CRK_SQRT, UNARY)
-GPU_EW(rsqrt, CRK_RSQRT, UNARY)
-GPU_EW(sigmoid, CRK_SIGMOID, UNARY)
-GPU_EW(tanh, CRK_TANH, UNARY)
-GPU_EW(relu, CRK_RELU, UNARY)
-GPU_EW(gelu, CRK_GELU, UNARY)
-GPU_EW(gelu_tanh, CRK_GELU_TANH, UNARY)
-GPU_EW(pow_scalar, CRK_POW_SCALAR, UNARY)
-GPU_EW(clamp, CRK_CLAMP, UNARY)
-GPU_EW(cast, CRK_COPY, UNARY)
-GPU_EW(clone, CRK_COPY, UNARY)
-GPU_EW(where, CRK_WHERE, TERNARY)
-GPU_EW(copy_, CRK_COPY, INPLACE)
-GPU_EW(add_, CRK_AXPY, INPLACE)
-GPU_EW(mul_, CRK_SCALE, INPLACE)
-GPU_EW(fill, CRK_FILL, FILL)
+/* The kernels the op rows name: each launches its elementwise kernel on the operands. */
+cr_status cr_gpu_add(cr_call *c) { return gpu_elementwise(c, CRK_ADD, BINARY); }
+cr_status cr_gpu_sub(cr_call *c) { return gpu_elementwise(c, CRK_SUB, BINARY); }
+cr_status cr_gpu_mul(cr_call *c) { return gpu_elementwise(c, CRK_MUL, BINARY); }
+cr_status cr_gpu_div(cr_call *c) { return gpu_elementwise(c, CRK_DIV, BINARY); }
+cr_status cr_gpu_pow(cr_call *c) { return gpu_elementwise(c, CRK_POW, BINARY); }
+cr_status cr_gpu_maximum(cr_call *c) { return gpu_elementwise(c, CRK_MAXIMUM, BINARY); }
+cr_status cr_gpu_minimum(cr_call *c) { return gpu_elementwise(c, CRK_MINIMUM, BINARY); }
+cr_status cr_gpu_eq(cr_call *c) { return gpu_elementwise(c, CRK_EQ, BINARY); }
+cr_status cr_gpu_ne(cr_call *c) { return gpu_elementwise(c, CRK_NE, BINARY); }
+cr_status cr_gpu_lt(cr_call *c) { return gpu_elementwise(c, CRK_LT, BINARY); }
+cr_status cr_gpu_le(cr_call *c) { return gpu_elementwise(c, CRK_LE, BINARY); }
+cr_status cr_gpu_gt(cr_call *c) { return gpu_elementwise(c, CRK_GT, BINARY); }
+cr_status cr_gpu_ge(cr_call *c) { return gpu_elementwise(c, CRK_GE, BINARY); }
+cr_status cr_gpu_logical_and(cr_call *c) { return gpu_elementwise(c, CRK_LOGICAL_AND, BINARY); }
+cr_status cr_gpu_logical_or(cr_call *c) { return gpu_elementwise(c, CRK_LOGICAL_OR, BINARY); }
+cr_status cr_gpu_masked_fill(cr_call *c) { return gpu_elementwise(c, CRK_MASKED_FILL, BINARY); }
+cr_status cr_gpu_relu_backward(cr_call *c) { return gpu_elementwise(c, CRK_RELU_BACKWARD, BINARY); }
+cr_status cr_gpu_add_relu(cr_call *c) { return gpu_elementwise(c, CRK_ADD_RELU, BINARY); }
+cr_status cr_gpu_sigmoid_backward(cr_call *c) { return gpu_elementwise(c, CRK_SIGMOID_BACKWARD, BINARY); }
+cr_status cr_gpu_tanh_backward(cr_call *c) { return gpu_elementwise(c, CRK_TANH_BACKWARD, BINARY); }
+cr_status cr_gpu_gelu_backward(cr_call *c) { return gpu_elementwise(c, CRK_GELU_BACKWARD, BINARY); }
+cr_status cr_gpu_gelu_tanh_backward(cr_call *c) { return gpu_elementwise(c, CRK_GELU_TANH_BACKWARD, BINARY); }
+cr_status cr_gpu_logical_not(cr_call *c) { return gpu_elementwise(c, CRK_LOGICAL_NOT, UNARY); }
+cr_status cr_gpu_neg(cr_call *c) { return gpu_elementwise(c, CRK_NEG, UNARY); }
+cr_status cr_gpu_abs(cr_call *c) { return gpu_elementwise(c, CRK_ABS, UNARY); }
+cr_status cr_gpu_sign(cr_call *c) { return gpu_elementwise(c, CRK_SIGN, UNARY); }
+cr_status cr_gpu_exp(cr_call *c) { return gpu_elementwise(c, CRK_EXP, UNARY); }
+cr_status cr_gpu_log(cr_call *c) { return gpu_elementwise(c, CRK_LOG, UNARY); }
+cr_status cr_gpu_sqrt(cr_call *c) { return gpu_elementwise(c, CRK_SQRT, UNARY); }
+cr_status cr_gpu_rsqrt(cr_call *c) { return gpu_elementwise(c, CRK_RSQRT, UNARY); }
+cr_status cr_gpu_sigmoid(cr_call *c) { return gpu_elementwise(c, CRK_SIGMOID, UNARY); }
+cr_status cr_gpu_tanh(cr_call *c) { return gpu_elementwise(c, CRK_TANH, UNARY); }
+cr_status cr_gpu_relu(cr_call *c) { return gpu_elementwise(c, CRK_RELU, UNARY); }
+cr_status cr_gpu_gelu(cr_call *c) { return gpu_elementwise(c, CRK_GELU, UNARY); }
+cr_status cr_gpu_gelu_tanh(cr_call *c) { return gpu_elementwise(c, CRK_GELU_TANH, UNARY); }
+cr_status cr_gpu_pow_scalar(cr_call *c) { return gpu_elementwise(c, CRK_POW_SCALAR, UNARY); }
+cr_status cr_gpu_clamp(cr_call *c) { return gpu_elementwise(c, CRK_CLAMP, UNARY); }
+cr_status cr_gpu_cast(cr_call *c) { return gpu_elementwise(c, CRK_COPY, UNARY); }
+cr_status cr_gpu_clone(cr_call *c) { return gpu_elementwise(c, CRK_COPY, UNARY); }
+cr_status cr_gpu_where(cr_call *c) { return gpu_elementwise(c, CRK_WHERE, TERNARY); }
+cr_status cr_gpu_copy_(cr_call *c) { return gpu_elementwise(c, CRK_COPY, INPLACE); }
+cr_status cr_gpu_add_(cr_call *c) { return gpu_elementwise(c, CRK_AXPY, INPLACE); }
+cr_status cr_gpu_mul_(cr_call *c) { return gpu_elementwise(c, CRK_SCALE, INPLACE); }
+cr_status cr_gpu_fill(cr_call *c) { return gpu_elementwise(c, CRK_FILL, FILL); }
 
 /* ---- for the backend's own files: the kernels without an op entry (no dispatch, no
  * autograd), so cuda/ composes nothing from the op layer above it ---- */

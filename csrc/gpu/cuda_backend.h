@@ -96,8 +96,6 @@ typedef cr_status (*cr_cuda_backend_open_fn)(cr_cuda_backend *out, int core_abi,
 /* The loaded backend, opening it on first use; NULL with the reason in cr_last_error()
  * (no driver, no device, a version mismatch, or a build without nvcc). */
 const cr_cuda_backend *cr_cuda_backend_get(void);
-/* The GC hint's GPU floor (core/tensor.c): the loader sets the backend's gc_every_bytes. */
-void cr_memory_set_gpu_gc_floor(int64_t bytes);
 /* The backend, with `device` checked to be one of its GPUs (-1, every GPU, when any_ok). */
 cr_status cr_cuda_backend_for(const cr_cuda_backend **be, int device, bool any_ok);
 

@@ -62,7 +62,6 @@ static void open_backend(void) {
         return;
     }
     backend = be;
-    cr_memory_set_gpu_gc_floor(be.gc_every_bytes);
     loaded = true;
 }
 

@@ -2,7 +2,7 @@
  * X(ENUM, "name", cpu_kernel, cuda_kernel, derivative_rule, autocast_class); this file
  * joins them into CR_OPS and generates the cr_op enum. ops/registry.c generates the names, the CPU column
  * of the dispatch table [op][device] and the table of derivative rules from the same
- * list, and the CUDA backend its column (cuda/backend.c), so a reader sees every kernel
+ * list, and the CUDA backend its column (cuda/kernel_column.c), so a reader sees every kernel
  * and every gradient in one place. An op that needs no GPU arithmetic (views, cat,
  * to_device) names its CPU function in both columns; one without a GPU kernel yet names
  * cr_gpu_none. The autocast class says what an op does under cr.autocast (f16/bf16):

@@ -199,7 +199,7 @@ static inline void att_transpose8_f32(const float *src, int64_t lds, float *dst,
 static inline float att_expf(float x) { return x == -INFINITY ? 0.0f : cr_expf_fast(x); }
 
 #define ATT_T float
-#define ATT_SUF f32
+#define ATT_SUF_F64 0
 #define ATT_EXP att_expf
 #define ATT_LOG logf
 #ifdef ATT_BLOCK_F32
@@ -213,16 +213,16 @@ static inline float att_expf(float x) { return x == -INFINITY ? 0.0f : cr_expf_f
 #undef ATT_BLOCK_MASKED
 #undef ATT_TRANSPOSE8
 #undef ATT_T
-#undef ATT_SUF
+#undef ATT_SUF_F64
 #undef ATT_EXP
 #undef ATT_LOG
 #define ATT_T double
-#define ATT_SUF f64
+#define ATT_SUF_F64 1
 #define ATT_EXP exp
 #define ATT_LOG log
 #include "attention_tile.h"
 #undef ATT_T
-#undef ATT_SUF
+#undef ATT_SUF_F64
 #undef ATT_EXP
 #undef ATT_LOG
 

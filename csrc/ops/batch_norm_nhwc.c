@@ -34,6 +34,10 @@ typedef int32_t vi __attribute__((vector_size(4 * CHUNK)));
 typedef uint32_t vu __attribute__((vector_size(4 * CHUNK)));
 typedef uint16_t vh __attribute__((vector_size(2 * CHUNK)));
 
+/* Always inlined, with `bf16` a constant there: a vector never crosses a call (whose ABI
+ * differs without AVX-512) and each type's code keeps one branch. */
+#define NHWC_INLINE static inline __attribute__((always_inline))
+
 static inline vf vload_f32(const float *p) {
     vf v;
     memcpy(&v, p, sizeof v);
@@ -66,12 +70,7 @@ static inline void vstore_bf16(uint16_t *p, vf v) {
 #endif
 }
 /* v where mask lanes are set, else 0 (mask: a lane comparison's all-ones or zero). */
-static inline vf vkeep(vf v, vi mask) { return (vf)((vi)v & mask); }
-
-#define LD_f32(p, i) ((p)[i])
-#define LD_bf16(p, i) cr_bf16_to_f32((p)[i])
-#define ST_f32(p, i, v) ((p)[i] = (v))
-#define ST_bf16(p, i, v) ((p)[i] = cr_f32_to_bf16(v))
+NHWC_INLINE vf vkeep(vf v, vi mask) { return (vf)((vi)v & mask); }
 
 /* Merges the moments of nb values (mean mb, M2 qb) into those of n values (*mean, *m2). */
 static inline void merge_moments(double n, double nb, double mb, double qb, double *mean,
@@ -88,125 +87,173 @@ static inline void merge_block(double n, double nb, double mu, double l, double 
     merge_moments(n, nb, mu + l / nb, q - l * l / nb, mean, m2);
 }
 
-/* The kernels for one storage type T (float or uint16_t bf16), loaded with LD_<S> and
- * vload_<S>, stored with ST_<S> and vstore_<S>. Rows [m0, m0 + nr). */
-#define NHWC_KERNELS(S, T)                                                                          \
-    /* Merges the block's per-channel count, mean and M2 into (n, mean, m2). */                    \
-    static void moments_##S(const T *x, int64_t m0, int64_t nr, int64_t C, double n, double *mean, \
-                            double *m2) {                                                           \
-        const float inv_nr = 1.0f / (float)nr;                                                      \
-        int64_t c0 = 0;                                                                             \
-        for (; c0 + CHUNK <= C; c0 += CHUNK) {                                                      \
-            const T *xc = x + m0 * C + c0;                                                          \
-            vf s[UNROLL] = {{0}}, q[UNROLL] = {{0}};                                                \
-            int64_t i = 0;                                                                          \
-            for (; i + UNROLL <= nr; i += UNROLL)                                                   \
-                for (int u = 0; u < UNROLL; u++) s[u] += vload_##S(xc + (i + u) * C);               \
-            for (; i < nr; i++) s[0] += vload_##S(xc + i * C);                                      \
-            for (int u = 1; u < UNROLL; u++) s[0] += s[u];                                          \
-            const vf mu = s[0] * inv_nr;                                                            \
-            vf l[UNROLL] = {{0}};                                                                   \
-            for (i = 0; i + UNROLL <= nr; i += UNROLL)                                              \
-                for (int u = 0; u < UNROLL; u++) {                                                  \
-                    const vf d = vload_##S(xc + (i + u) * C) - mu;                                  \
-                    l[u] += d;                                                                      \
-                    q[u] += d * d;                                                                  \
-                }                                                                                   \
-            for (; i < nr; i++) {                                                                   \
-                const vf d = vload_##S(xc + i * C) - mu;                                            \
-                l[0] += d;                                                                          \
-                q[0] += d * d;                                                                      \
-            }                                                                                       \
-            for (int u = 1; u < UNROLL; u++) l[0] += l[u], q[0] += q[u];                            \
-            for (int k = 0; k < CHUNK; k++)                                                         \
-                merge_block(n, (double)nr, mu[k], l[0][k], q[0][k], mean + c0 + k, m2 + c0 + k);    \
-        }                                                                                           \
-        for (int64_t c = c0; c < C; c++) { /* the channels past the last chunk */                  \
-            float s = 0, l = 0, q = 0;                                                              \
-            for (int64_t i = m0; i < m0 + nr; i++) s += LD_##S(x, i * C + c);                       \
-            const float mu = s * inv_nr;                                                            \
-            for (int64_t i = m0; i < m0 + nr; i++) {                                                \
-                const float d = LD_##S(x, i * C + c) - mu;                                          \
-                l += d;                                                                             \
-                q += d * d;                                                                         \
-            }                                                                                       \
-            merge_block(n, (double)nr, mu, l, q, mean + c, m2 + c);                                 \
-        }                                                                                           \
-    }                                                                                               \
-    /* a += sum g, a2 += sum g*(x - m), g masked where y <= 0 when y is given. */                  \
-    static void grad_sums_##S(const T *x, const T *g, const T *y, int64_t m0, int64_t nr,            \
-                              int64_t C, const float *m, double *a, double *a2) {                   \
-        int64_t c0 = 0;                                                                             \
-        for (; c0 + CHUNK <= C; c0 += CHUNK) {                                                      \
-            vf s[2] = {{0}}, s2[2] = {{0}}, mu;                                                     \
-            for (int k = 0; k < CHUNK; k++) mu[k] = m[c0 + k];                                      \
-            const int64_t o0 = m0 * C + c0;                                                         \
-            for (int64_t i = 0; i < nr; i++) { /* two chains: row parity */                        \
-                const int64_t o = o0 + i * C;                                                       \
-                vf gv = vload_##S(g + o);                                                           \
-                if (y) gv = vkeep(gv, vload_##S(y + o) > 0.0f);                                     \
-                s[i & 1] += gv;                                                                     \
-                s2[i & 1] += gv * (vload_##S(x + o) - mu);                                          \
-            }                                                                                       \
-            for (int k = 0; k < CHUNK; k++) {                                                       \
-                a[c0 + k] += s[0][k] + s[1][k];                                                     \
-                a2[c0 + k] += s2[0][k] + s2[1][k];                                                  \
-            }                                                                                       \
-        }                                                                                           \
-        for (int64_t i = m0; i < m0 + nr && c0 < C; i++) { /* the channels past the last chunk */  \
-            for (int64_t c = c0; c < C; c++) {                                                      \
-                const float xv = LD_##S(x, i * C + c);                                              \
-                const float gv = y && !(LD_##S(y, i * C + c) > 0.0f) ? 0.0f : LD_##S(g, i * C + c); \
-                a[c] += gv;                                                                         \
-                a2[c] += (double)gv * ((double)xv - m[c]);                                          \
-            }                                                                                       \
-        }                                                                                           \
-    }                                                                                               \
-    /* out = (x - m)*p + q (relu: clipped at 0; NaN stays NaN, as in relu), or with g given:     \
-     * out = g'*p + (x - m)*q + r, g' = g masked where y <= 0 when y is given. Centred on the     \
-     * mean, so an input far from 0 against its spread keeps its precision. */                   \
-    static void affine_##S(T *out, const T *x, const T *g, const T *y, int64_t m0, int64_t nr,      \
-                           int64_t C, const float *m, const float *p, const float *q,               \
-                           const float *r, bool relu) {                                             \
-        int64_t c0 = 0;                                                                             \
-        for (; c0 + CHUNK <= C; c0 += CHUNK) {                                                      \
-            vf mk, pk, qk, rk;                                                                      \
-            for (int k = 0; k < CHUNK; k++) {                                                       \
-                mk[k] = m[c0 + k], pk[k] = p[c0 + k], qk[k] = q[c0 + k];                            \
-                rk[k] = r ? r[c0 + k] : 0.0f;                                                       \
-            }                                                                                       \
-            for (int64_t i = m0; i < m0 + nr; i++) {                                                \
-                const int64_t o = i * C + c0;                                                       \
-                vf v;                                                                               \
-                if (!g) {                                                                           \
-                    v = (vload_##S(x + o) - mk) * pk + qk;                                          \
-                    if (relu) v = vkeep(v, ~(v < 0.0f));                                            \
-                } else {                                                                            \
-                    vf gv = vload_##S(g + o);                                                       \
-                    if (y) gv = vkeep(gv, vload_##S(y + o) > 0.0f);                                 \
-                    v = gv * pk + (vload_##S(x + o) - mk) * qk + rk;                                \
-                }                                                                                   \
-                vstore_##S(out + o, v);                                                             \
-            }                                                                                       \
-        }                                                                                           \
-        for (int64_t i = m0; i < m0 + nr && c0 < C; i++) {                                          \
-            for (int64_t c = c0; c < C; c++) {                                                      \
-                const int64_t o = i * C + c;                                                        \
-                float v;                                                                            \
-                if (!g) {                                                                           \
-                    v = (LD_##S(x, o) - m[c]) * p[c] + q[c];                                        \
-                    if (relu && v < 0.0f) v = 0.0f;                                                 \
-                } else {                                                                            \
-                    const float gv = y && !(LD_##S(y, o) > 0.0f) ? 0.0f : LD_##S(g, o);             \
-                    v = gv * p[c] + (LD_##S(x, o) - m[c]) * q[c] + r[c];                            \
-                }                                                                                   \
-                ST_##S(out, o, v);                                                                  \
-            }                                                                                       \
-        }                                                                                           \
-    }
+/* Element i of an f32 or bf16 array (bf16 widened to f32): CHUNK lanes from i on, or one
+ * value; and the stores back, rounded to bf16 as cr_f32_to_bf16. */
+NHWC_INLINE vf vload_at(const void *p, int64_t i, bool bf16) {
+    return bf16 ? vload_bf16((const uint16_t *)p + i) : vload_f32((const float *)p + i);
+}
+NHWC_INLINE float load_at(const void *p, int64_t i, bool bf16) {
+    return bf16 ? cr_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+NHWC_INLINE void vstore_at(void *p, int64_t i, vf v, bool bf16) {
+    if (bf16)
+        vstore_bf16((uint16_t *)p + i, v);
+    else
+        vstore_f32((float *)p + i, v);
+}
+NHWC_INLINE void store_at(void *p, int64_t i, float v, bool bf16) {
+    if (bf16)
+        ((uint16_t *)p)[i] = cr_f32_to_bf16(v);
+    else
+        ((float *)p)[i] = v;
+}
 
-NHWC_KERNELS(f32, float)
-NHWC_KERNELS(bf16, uint16_t)
+/* The kernels, over rows [m0, m0 + nr), for either storage type: each is inlined into an
+ * f32 and a bf16 wrapper below (moments_f32, moments_bf16, ...) that pass `bf16` as a
+ * constant, so each wrapper compiles to the code of one type, the other branch gone. */
+
+/* Merges the block's per-channel count, mean and M2 into (n, mean, m2). */
+NHWC_INLINE void moments(const void *x, bool bf16, int64_t m0, int64_t nr, int64_t C, double n,
+                         double *mean, double *m2) {
+    const float inv_nr = 1.0f / (float)nr;
+    int64_t c0 = 0;
+    for (; c0 + CHUNK <= C; c0 += CHUNK) {
+        const int64_t base = m0 * C + c0;
+        vf s[UNROLL] = {{0}}, q[UNROLL] = {{0}};
+        int64_t i = 0;
+        for (; i + UNROLL <= nr; i += UNROLL)
+            for (int u = 0; u < UNROLL; u++) s[u] += vload_at(x, base + (i + u) * C, bf16);
+        for (; i < nr; i++) s[0] += vload_at(x, base + i * C, bf16);
+        for (int u = 1; u < UNROLL; u++) s[0] += s[u];
+        const vf mu = s[0] * inv_nr;
+        vf l[UNROLL] = {{0}};
+        for (i = 0; i + UNROLL <= nr; i += UNROLL)
+            for (int u = 0; u < UNROLL; u++) {
+                const vf d = vload_at(x, base + (i + u) * C, bf16) - mu;
+                l[u] += d;
+                q[u] += d * d;
+            }
+        for (; i < nr; i++) {
+            const vf d = vload_at(x, base + i * C, bf16) - mu;
+            l[0] += d;
+            q[0] += d * d;
+        }
+        for (int u = 1; u < UNROLL; u++) l[0] += l[u], q[0] += q[u];
+        for (int k = 0; k < CHUNK; k++)
+            merge_block(n, (double)nr, mu[k], l[0][k], q[0][k], mean + c0 + k, m2 + c0 + k);
+    }
+    for (int64_t c = c0; c < C; c++) { /* the channels past the last chunk */
+        float s = 0, l = 0, q = 0;
+        for (int64_t i = m0; i < m0 + nr; i++) s += load_at(x, i * C + c, bf16);
+        const float mu = s * inv_nr;
+        for (int64_t i = m0; i < m0 + nr; i++) {
+            const float d = load_at(x, i * C + c, bf16) - mu;
+            l += d;
+            q += d * d;
+        }
+        merge_block(n, (double)nr, mu, l, q, mean + c, m2 + c);
+    }
+}
+
+/* a += sum g, a2 += sum g*(x - m), g masked where y <= 0 when y is given. */
+NHWC_INLINE void grad_sums(const void *x, const void *g, const void *y, bool bf16, int64_t m0,
+                           int64_t nr, int64_t C, const float *m, double *a, double *a2) {
+    int64_t c0 = 0;
+    for (; c0 + CHUNK <= C; c0 += CHUNK) {
+        vf s[2] = {{0}}, s2[2] = {{0}}, mu;
+        for (int k = 0; k < CHUNK; k++) mu[k] = m[c0 + k];
+        const int64_t o0 = m0 * C + c0;
+        for (int64_t i = 0; i < nr; i++) { /* two chains: row parity */
+            const int64_t o = o0 + i * C;
+            vf gv = vload_at(g, o, bf16);
+            if (y) gv = vkeep(gv, vload_at(y, o, bf16) > 0.0f);
+            s[i & 1] += gv;
+            s2[i & 1] += gv * (vload_at(x, o, bf16) - mu);
+        }
+        for (int k = 0; k < CHUNK; k++) {
+            a[c0 + k] += s[0][k] + s[1][k];
+            a2[c0 + k] += s2[0][k] + s2[1][k];
+        }
+    }
+    for (int64_t i = m0; i < m0 + nr && c0 < C; i++) { /* the channels past the last chunk */
+        for (int64_t c = c0; c < C; c++) {
+            const float xv = load_at(x, i * C + c, bf16);
+            const float gv = y && !(load_at(y, i * C + c, bf16) > 0.0f) ? 0.0f : load_at(g, i * C + c, bf16);
+            a[c] += gv;
+            a2[c] += (double)gv * ((double)xv - m[c]);
+        }
+    }
+}
+
+/* out = (x - m)*p + q (relu: clipped at 0; NaN stays NaN, as in relu), or with g given:
+ * out = g'*p + (x - m)*q + r, g' = g masked where y <= 0 when y is given. Centred on the
+ * mean, so an input far from 0 against its spread keeps its precision. */
+NHWC_INLINE void affine(void *out, const void *x, const void *g, const void *y, bool bf16,
+                        int64_t m0, int64_t nr, int64_t C, const float *m, const float *p,
+                        const float *q, const float *r, bool relu) {
+    int64_t c0 = 0;
+    for (; c0 + CHUNK <= C; c0 += CHUNK) {
+        vf mk, pk, qk, rk;
+        for (int k = 0; k < CHUNK; k++) {
+            mk[k] = m[c0 + k], pk[k] = p[c0 + k], qk[k] = q[c0 + k];
+            rk[k] = r ? r[c0 + k] : 0.0f;
+        }
+        for (int64_t i = m0; i < m0 + nr; i++) {
+            const int64_t o = i * C + c0;
+            vf v;
+            if (!g) {
+                v = (vload_at(x, o, bf16) - mk) * pk + qk;
+                if (relu) v = vkeep(v, ~(v < 0.0f));
+            } else {
+                vf gv = vload_at(g, o, bf16);
+                if (y) gv = vkeep(gv, vload_at(y, o, bf16) > 0.0f);
+                v = gv * pk + (vload_at(x, o, bf16) - mk) * qk + rk;
+            }
+            vstore_at(out, o, v, bf16);
+        }
+    }
+    for (int64_t i = m0; i < m0 + nr && c0 < C; i++) {
+        for (int64_t c = c0; c < C; c++) {
+            const int64_t o = i * C + c;
+            float v;
+            if (!g) {
+                v = (load_at(x, o, bf16) - m[c]) * p[c] + q[c];
+                if (relu && v < 0.0f) v = 0.0f;
+            } else {
+                const float gv = y && !(load_at(y, o, bf16) > 0.0f) ? 0.0f : load_at(g, o, bf16);
+                v = gv * p[c] + (load_at(x, o, bf16) - m[c]) * q[c] + r[c];
+            }
+            store_at(out, o, v, bf16);
+        }
+    }
+}
+
+static void moments_f32(const void *x, int64_t m0, int64_t nr, int64_t C, double n, double *mean,
+                        double *m2) {
+    moments(x, false, m0, nr, C, n, mean, m2);
+}
+static void moments_bf16(const void *x, int64_t m0, int64_t nr, int64_t C, double n, double *mean,
+                         double *m2) {
+    moments(x, true, m0, nr, C, n, mean, m2);
+}
+static void grad_sums_f32(const void *x, const void *g, const void *y, int64_t m0, int64_t nr,
+                          int64_t C, const float *m, double *a, double *a2) {
+    grad_sums(x, g, y, false, m0, nr, C, m, a, a2);
+}
+static void grad_sums_bf16(const void *x, const void *g, const void *y, int64_t m0, int64_t nr,
+                           int64_t C, const float *m, double *a, double *a2) {
+    grad_sums(x, g, y, true, m0, nr, C, m, a, a2);
+}
+static void affine_f32(void *out, const void *x, const void *g, const void *y, int64_t m0,
+                       int64_t nr, int64_t C, const float *m, const float *p, const float *q,
+                       const float *r, bool relu) {
+    affine(out, x, g, y, false, m0, nr, C, m, p, q, r, relu);
+}
+static void affine_bf16(void *out, const void *x, const void *g, const void *y, int64_t m0,
+                        int64_t nr, int64_t C, const float *m, const float *p, const float *q,
+                        const float *r, bool relu) {
+    affine(out, x, g, y, true, m0, nr, C, m, p, q, r, relu);
+}
 
 /* Threads for a pass over M rows of C channels. */
 static int pass_threads(int64_t M, int64_t C) {
@@ -283,7 +330,7 @@ static bool row_grad_sums(const void *g, const void *x, const void *y, bool bf16
     return true;
 }
 
-/* affine_<S> over all rows, in blocks across threads. */
+/* affine_f32 or affine_bf16 over all rows, in blocks across threads. */
 static void row_affine(void *out, const void *x, const void *g, const void *y, bool bf16,
                        int64_t M, int64_t C, const float *m, const float *p, const float *q,
                        const float *r, bool relu) {

@@ -564,7 +564,7 @@ local function parse(argv, defaults, opts)
     elseif a == '--dry-run' then
       if not s.leaves['run.dry_run'] then
         error("config: --dry-run: this recipe has no run.dry_run key; a recipe of your own gets it from " ..
-          'cr.engine.run.defaults() in its defaults, and acts on it (crescent/engine/dry_run.lua)', 0)
+          'cr.recipe.run.defaults() in its defaults, and acts on it (crescent/engine/dry_run.lua)', 0)
       end
       overrides[#overrides + 1] = { key = 'run.dry_run', value = 'true', text = a }
     elseif a == '--help' or a == '-h' then
@@ -689,7 +689,7 @@ end
 -- cr.config.load(path, overrides) -> the config that the recipe at `path` would run
 -- with: its defaults with `overrides` (a table, checked like a --config file) on top,
 -- without running it (the recipe stops inside its cr.config.parse). From the REPL:
---   task = cr.ssl.swav.task(cr.config.load('recipes/swav.lua', {train = {epochs = 1}}))
+--   task = cr.recipe.ssl.task('swav', cr.config.load('recipes/swav.lua', {train = {epochs = 1}}))
 -- A file that returns a table (a --config file) gives that table with overrides merged.
 -- For a recipe, a second result holds what it declared: {defaults =, opts = {types = }}
 -- (cr.config.undocumented(r.defaults, r.opts), cr.config.help(...)).

@@ -76,6 +76,7 @@ local lazy = {
   nn = 'crescent.nn', optim = 'crescent.optim', ssl = 'crescent.ssl', schedule = 'crescent.optim.schedule',
   data = 'crescent.data', config = 'crescent.config', engine = 'crescent.engine', hooks = 'crescent.hooks',
   io = 'crescent.io', env = 'crescent.env', dist = 'crescent.dist', profiler = 'crescent.profiler',
+  recipe = 'crescent.recipe',
 }
 -- cr.<name> that is a field of one of those: cr.train is cr.engine's (one module runs
 -- tasks), cr.save and cr.load are cr.io's

@@ -63,7 +63,7 @@ end
 
 -- Runs recipes/<recipe>.lua in this process with `args` as its command line; with
 -- stop_at, a hook asks the run to stop after that many steps. A recipe's error (which
--- engine.run.main prints and would exit on) comes back as an error.
+-- recipe.run.main prints and would exit on) comes back as an error.
 local real_train, real_exit = cr.train, os.exit
 local function run_recipe(recipe, args, stop_at)
   local argv = { [0] = root .. '/recipes/' .. recipe .. '.lua' }

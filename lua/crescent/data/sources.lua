@@ -1,5 +1,5 @@
 -- crescent.data.sources (cr.data.sources) — the data sets a recipe's config names, for
--- every recipe (the SSL ones through crescent.ssl.recipe, recipes/supervised.lua and the
+-- every recipe (the SSL ones through crescent.recipe.ssl, recipes/supervised.lua and the
 -- frozen evaluations): the keys data.name, root, limit, size, list, test_list,
 -- test_root, skip_bad and val_split, their defaults and types, and the train and test
 -- sets they give.

@@ -1,7 +1,7 @@
 -- crescent.dist.setup — what a recipe does to run on k ranks: the same script runs under
 -- mpirun / srun / torchrun-style variables and alone, and these calls are no-ops alone.
 --
---   local device = cr.engine.run.setup(cfg)          -- calls dist.setup.init(cfg, device)
+--   local device = cr.recipe.run.setup(cfg)          -- calls dist.setup.init(cfg, device)
 --   local ddp = cr.dist.setup.model(cfg, model)      -- SyncBN (dist.sync_bn), then DDP
 --   cr.data.Loader(ds, {..., shard = cr.dist.setup.shard()})
 --   cr.dist.setup.task(task)                         -- before cr.train: the hooks below

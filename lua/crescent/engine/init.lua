@@ -7,7 +7,6 @@ M.meters = require 'crescent.engine.meters'
 M.steps = require 'crescent.engine.steps'
 M.loop = require 'crescent.engine.loop'
 M.checkpoint = require 'crescent.engine.checkpoint'
-M.run = require 'crescent.engine.run'
 local trainer = require 'crescent.engine.trainer'
 M.train = trainer.train
 M.check = trainer.check

@@ -1,7 +1,7 @@
 -- crescent.hooks.knn — the weighted kNN monitor of self-supervised training (InstDisc /
 -- DINO): every `every` train epochs and at the end of training, the features of a train
 -- set (the memory bank) and a test set, from the frozen network in eval mode, are
--- classified by cr.ssl.knn_classify (k = 200, cosine, temperature 0.1). The figures go
+-- classified by crescent.ssl.knn's classify (k = 200, cosine, temperature 0.1). The figures go
 -- into the storage (knn/top1, knn/top5) and task.metrics (knn_top1, knn_top5), and a line
 -- is printed. at_start = true also measures the network before the first step (the
 -- random-init baseline: task.metrics.knn_top1_init). On a terminal (tty = true, default:
@@ -15,6 +15,7 @@
 local cr = require 'crescent'
 local now = require('crescent.engine.loop').now
 local features = require 'crescent.ssl.features'
+local knn = require 'crescent.ssl.knn'
 local live_line = require 'crescent.hooks.live_line'
 
 local Knn = {}
@@ -46,7 +47,7 @@ function Knn:measure(task, label)
   if not ytr or not yte then
     error('knn: the train and test sets need labels', 0)
   end
-  local top1, top5 = cr.ssl.knn_classify(ftr, ytr, fte, yte, { k = self.k, temperature = self.temperature })
+  local top1, top5 = knn.classify(ftr, ytr, fte, yte, { k = self.k, temperature = self.temperature })
   local secs = now() - t0
   live_line.write(self.out, string.format('knn %s: top1 %.2f%%  top5 %.2f%%  (k %d, T %g, %d train / %d %s, %.1fs)\n',
     label, top1, top5, self.k, self.temperature, #self.train_set, #self.test_set, self.test_name, secs))

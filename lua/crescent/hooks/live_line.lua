@@ -24,7 +24,7 @@ local winsize_ct = ffi.typeof('struct crescent_winsize')
 local C = require('crescent.ffi').C
 
 -- The descriptor stdout reaches the screen through: the original one while the run
--- folder's log.txt copy (engine.run.keep_log) has made fd 1 a pipe; asking the pipe gave
+-- folder's log.txt copy (recipe.run.keep_log) has made fd 1 a pipe; asking the pipe gave
 -- no width, so every recipe's live line went uncut and wrapped.
 local function terminal_fd() return C.cr_tee_original_fd(1) end
 

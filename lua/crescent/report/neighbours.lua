@@ -93,7 +93,7 @@ function M.compute(run, opts)
   if type(cfg) ~= 'table' or type(cfg.model) ~= 'table' or type(cfg.data) ~= 'table' then
     return nil, 'no config.lua with model and data sections'
   end
-  local recipe = cr.ssl.recipe
+  local recipe = cr.recipe.ssl
   local frozen = cr.config.merge(recipe.frozen_defaults(), {
     data = cfg.data,
     model = { arch = cfg.model.arch, width = cfg.model.width, stem = cfg.model.stem, patch = cfg.model.patch, init = ckpt },

@@ -87,6 +87,4 @@ function M.build(cfg, parts)
                        out_dim = cfg.model.out_dim, proj_layers = b.proj_layers, lambda = b.lambda }
 end
 
-function M.task(cfg) return require('crescent.ssl.recipe').task('barlow_twins', cfg) end
-
 return M

@@ -109,6 +109,4 @@ function M.build(cfg, parts)
                 cosine_momentum = cfg.byol.cosine_momentum }
 end
 
-function M.task(cfg) return require('crescent.ssl.recipe').task('byol', cfg) end
-
 return M

@@ -253,6 +253,4 @@ function M.build(cfg, parts)
   return m
 end
 
-function M.task(cfg) return require('crescent.ssl.recipe').task('deepcluster_v2', cfg) end
-
 return M

@@ -312,6 +312,4 @@ function M.build(cfg, parts)
                 global_crops = cfg.crops.num[1], freeze_last_layer = d.freeze_last_layer, clip_grad = d.clip_grad }
 end
 
-function M.task(cfg) return require('crescent.ssl.recipe').task('dino', cfg) end
-
 return M

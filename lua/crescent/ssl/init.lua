@@ -9,7 +9,8 @@
 --   ssl.Queue (crescent.ssl.queue), ssl.knn_classify (crescent.ssl.knn),
 --   ssl.extract_features (crescent.ssl.features)
 --   ssl.swav / moco / simclr / simsiam / byol / barlow_twins / npid / deepcluster_v2 / dino:
---   the methods as modules, with build(cfg) and task(cfg)
+--   the methods as modules, each with build(cfg, parts) (cr.recipe.ssl.task(name, cfg)
+--   makes a task around one)
 -- The Sinkhorn and EMA kernels are C (csrc/ssl/, declared in csrc/include/crescent_ssl.h);
 -- the losses are composed from differentiable ops.
 local momentum = require 'crescent.ssl.momentum'
@@ -30,10 +31,10 @@ M.Queue = require 'crescent.ssl.queue'
 M.knn_classify = require('crescent.ssl.knn').classify
 M.extract_features = require('crescent.ssl.features').extract
 
--- The methods and the recipe builder load on first use (they need cr.nn):
+-- The methods and the linear probe load on first use (they need cr.nn):
 -- ssl.swav.SwAV, ssl.moco.MoCo, ssl.simclr.SimCLR, ssl.simsiam.SimSiam, ssl.byol.BYOL,
 -- ssl.barlow_twins.BarlowTwins, ssl.npid.NPID, ssl.deepcluster_v2.DeepClusterV2, ssl.dino.DINO,
--- ssl.recipe, ssl.linear_probe.
+-- ssl.linear_probe.
 -- The self-supervised methods, each a module crescent.ssl.<name> and a recipe
 -- recipes/<name>.lua: the one list specs, tools and benchmarks iterate over.
 M.METHODS = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2', 'dino' }
@@ -41,7 +42,7 @@ M.METHODS = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid
 local LAZY = { swav = 'crescent.ssl.swav', moco = 'crescent.ssl.moco', simclr = 'crescent.ssl.simclr',
                simsiam = 'crescent.ssl.simsiam', byol = 'crescent.ssl.byol', barlow_twins = 'crescent.ssl.barlow_twins',
                npid = 'crescent.ssl.npid', deepcluster_v2 = 'crescent.ssl.deepcluster_v2', dino = 'crescent.ssl.dino',
-               recipe = 'crescent.ssl.recipe', linear_probe = 'crescent.ssl.linear_probe' }
+               linear_probe = 'crescent.ssl.linear_probe' }
 return setmetatable(M, { __index = function(t, k)
   local path = LAZY[k]
   if not path then return nil end

@@ -163,7 +163,7 @@ M.types = {
                          doc = "BatchNorm over this many groups of the batch in both encoders (MoCo's GPUs)" },
 }
 
--- build(cfg, parts) -> MoCo, from the recipe config (crescent.ssl.recipe makes parts).
+-- build(cfg, parts) -> MoCo, from the recipe config (crescent.recipe.ssl makes parts).
 function M.build(cfg, parts)
   local m = cfg.moco
   method_parts.check_views(cfg, 'moco', 'MoCo', 2)
@@ -174,7 +174,5 @@ function M.build(cfg, parts)
     batch_size = cfg.data.batch_size,
   }
 end
-
-function M.task(cfg) return require('crescent.ssl.recipe').task('moco', cfg) end
 
 return M

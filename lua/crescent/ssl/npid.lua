@@ -169,6 +169,4 @@ function M.build(cfg, parts)
   return m
 end
 
-function M.task(cfg) return require('crescent.ssl.recipe').task('npid', cfg) end
-
 return M

@@ -71,6 +71,4 @@ function M.build(cfg, parts)
                   out_dim = cfg.model.out_dim, temperature = cfg.simclr.temperature }
 end
 
-function M.task(cfg) return require('crescent.ssl.recipe').task('simclr', cfg) end
-
 return M

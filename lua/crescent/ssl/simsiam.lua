@@ -101,6 +101,4 @@ function M.build(cfg, parts)
                    fix_pred_lr = s.fix_pred_lr }
 end
 
-function M.task(cfg) return require('crescent.ssl.recipe').task('simsiam', cfg) end
-
 return M

@@ -223,11 +223,11 @@ M.types = {
   ['swav.freeze_prototypes_iters'] = { type = 'integer', min = 0, doc = 'the prototypes get no update for the first N steps' },
 }
 
--- The multi-crop options SwAV adds (crescent.ssl.recipe.views): its assignment crops,
+-- The multi-crop options SwAV adds (crescent.recipe.ssl.views): its assignment crops,
 -- checked against the crops there.
 function M.view_options(cfg) return { crops_for_assign = cfg.swav.crops_for_assign } end
 
--- build(cfg, parts) -> SwAV, from the recipe config (crescent.ssl.recipe makes parts).
+-- build(cfg, parts) -> SwAV, from the recipe config (crescent.recipe.ssl makes parts).
 function M.build(cfg, parts)
   local s, total = cfg.swav, 0
   for _, n in ipairs(cfg.crops.num) do total = total + n end
@@ -240,8 +240,5 @@ function M.build(cfg, parts)
     freeze_prototypes_iterations = s.freeze_prototypes_iters, batch_size = cfg.data.batch_size,
   }
 end
-
--- task(cfg) -> a Task running SwAV with the recipe's data, optimizer and hooks.
-function M.task(cfg) return require('crescent.ssl.recipe').task('swav', cfg) end
 
 return M

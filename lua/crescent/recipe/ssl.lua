@@ -1,13 +1,13 @@
--- crescent.ssl.recipe — what the self-supervised recipes (recipes/swav.lua, moco.lua,
--- simclr.lua) share: the config defaults and types, the data sets and the multi-crop
+-- crescent.recipe.ssl — what the self-supervised recipes (recipes/swav.lua, moco.lua,
+-- simclr.lua, ...) share: the config defaults and types, the data sets and the multi-crop
 -- loader, the trunk, the optimizer and lr schedule, the task with its hooks (schedule,
 -- timer, NaN guard, the method's own, kNN monitor, diagnostics, console, TensorBoard events,
 -- metrics.jsonl and checkpoints (resumed automatically) in the run folder
--- run.dir/<run.name>: crescent/engine/run.lua), and the end of a run (the JSON last line).
+-- run.dir/<run.name>: crescent/recipe/run.lua), and the end of a run (the JSON last line).
 --
---   local task = cr.ssl.recipe.task('swav', cfg)   -- or cr.ssl.swav.task(cfg)
+--   local task = cr.recipe.ssl.task('swav', cfg)   -- cfg: cr.config.load('recipes/swav.lua', {...})
 --   cr.train(task)
---   cr.ssl.recipe.finish(task)
+--   cr.recipe.ssl.finish(task)
 --
 -- A method file (crescent.ssl.<method>) provides build(cfg, parts) -> the method module;
 -- parts = {trunk = fn() -> a fresh trunk, feat_dim = n, nchan = channels, views = the crops'
@@ -18,6 +18,7 @@
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local sources = require 'crescent.data.sources'
+local run = require 'crescent.recipe.run'
 
 local R = {}
 
@@ -46,7 +47,7 @@ function R.defaults()
     -- name, accum_steps, clip_norm, scaling, ...: crescent/optim/from_config.lua
     optim = cr.optim.from_config.defaults { lr = 0.6, weight_decay = 1e-6, warmup_epochs = 1, final_lr = 0.0006 },
     knn = { k = 200, temperature = 0.1, every = 0, at_start = false },
-  }, cr.engine.run.defaults { best = 'knn_top1' })
+  }, run.defaults { best = 'knn_top1' })
 end
 
 -- The types both kinds of recipe (SSL training and frozen evaluation) share; each adds
@@ -102,11 +103,11 @@ local SSL_TYPES = {
 }
 
 function R.types(extra)
-  return with_types(SSL_TYPES, cr.config.merge(cr.engine.run.types, cr.optim.from_config.types, extra or {}))
+  return with_types(SSL_TYPES, cr.config.merge(run.types, cr.optim.from_config.types, extra or {}))
 end
 
--- The run's device, thread count and seed (cr.engine.run.setup): first thing a recipe does.
-R.setup = cr.engine.run.setup
+-- The run's device, thread count and seed (cr.recipe.run.setup): first thing a recipe does.
+R.setup = run.setup
 
 -- ---- data: crescent.data.sources -----------------------------------------------------
 R.datasets = sources.datasets
@@ -198,7 +199,7 @@ function R.task(name, cfg)
   local method = mod.build(cfg, { trunk = make_trunk, feat_dim = feat_dim, nchan = nchan, views = views,
                                   num_samples = #train_set, train_set = train_set }):to(device)
   -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP, before the optimizer takes the parameters
-  local freeze = cr.engine.run.freeze(cfg, method) -- model.freeze: before DDP and the optimizer see the parameters
+  local freeze = run.freeze(cfg, method) -- model.freeze: before DDP and the optimizer see the parameters
   local ddp = cr.dist.setup.model(cfg, method)
   local loader = cr.data.Loader(train_set, { batch_size = cfg.data.batch_size, shuffle = true, drop_last = true,
                                              seed = cfg.train.seed, views = views, workers = cfg.data.workers,
@@ -233,32 +234,32 @@ function R.task(name, cfg)
       forward = function(x) return method:features(x) end })
   end
   if freeze then task:add_hook(freeze) end
-  local ema = cr.engine.run.ema_hook(cfg, method) -- model.ema: an average of the weights, evaluated with
+  local ema = run.ema_hook(cfg, method) -- model.ema: an average of the weights, evaluated with
   if ema then task:add_hook(ema) end
   task:add_hook(cr.hooks.diagnostics { every = cfg.train.log_every })
   task:add_hook(cr.hooks.console { every = cfg.train.log_every })
-  local dir, env = cr.engine.run.prepare(cfg, R.run_dir(task))
-  cr.engine.run.add_log_hooks(task, cfg, dir)
-  task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))
-  local profile = cr.engine.run.profile_hook(cfg, dir)
+  local dir, env = run.prepare(cfg, R.run_dir(task))
+  run.add_log_hooks(task, cfg, dir)
+  task:add_hook(run.checkpoint_hook(cfg, dir, env))
+  local profile = run.profile_hook(cfg, dir)
   if profile then task:add_hook(profile) end
   return cr.dist.setup.task(task)
 end
 
 -- An SSL recipe file's whole body: the method's config (recipe.defaults(), the recipe's
 -- own defaults, the method's under cfg[name]) with the command line over it, then the
--- task, its banner, training and the final figures, under cr.engine.run.main.
---   require('crescent').ssl.recipe.main('simclr', {train = {epochs = 3}, optim = {lr = 0.5}})
+-- task, its banner, training and the final figures, under cr.recipe.run.main.
+--   require('crescent').recipe.ssl.main('simclr', {train = {epochs = 3}, optim = {lr = 0.5}})
 function R.main(name, own_defaults)
   local mod = require('crescent.ssl.' .. name)
   -- the recipe's own defaults last: they may set the method's keys too (byol = {momentum = 0.9})
   local defaults = cr.config.merge(R.defaults(), { [name] = mod.defaults }, own_defaults or {})
   local cfg = cr.config.parse(arg, defaults, { types = R.types(mod.types) })
-  cr.engine.run.main(function()
-    local task = mod.task(cfg)
+  run.main(function()
+    local task = R.task(name, cfg)
     -- log.txt: what the recipe prints from here on (a task built in the REPL or a spec
     -- leaves that process's output alone)
-    cr.engine.run.keep_log(cfg, R.run_dir(task))
+    run.keep_log(cfg, R.run_dir(task))
     print(R.banner(task))
     cr.train(task)
     R.finish(task)
@@ -291,13 +292,13 @@ end
 -- to `device` (default cpu). A crescent checkpoint's stored config gives model.arch,
 -- width and stem that were left at their defaults (trunk_from_checkpoint).
 -- With model.init a crescent checkpoint, the trunk its config describes: each trunk key
--- (cr.engine.run.TRUNK_KEYS) left at the default takes the checkpoint's value (one line
+-- (cr.recipe.run.TRUNK_KEYS) left at the default takes the checkpoint's value (one line
 -- says so); one set to another value than the checkpoint's is an error.
 local function trunk_from_checkpoint(cfg)
-  local sm = cr.engine.run.init_config(cfg.model)
+  local sm = run.init_config(cfg.model)
   if not sm then return end
   local defaults, taken = R.frozen_defaults().model, {}
-  for _, k in ipairs(cr.engine.run.TRUNK_KEYS) do
+  for _, k in ipairs(run.TRUNK_KEYS) do
     local mine, theirs = cfg.model[k], sm[k]
     if theirs ~= nil and mine ~= theirs then
       if mine ~= defaults[k] then
@@ -319,7 +320,7 @@ function R.frozen_trunk(cfg, train_set, device)
   local nchan, _, side = R.image_shape(train_set)
   local make = R.trunk_factory(cfg, nchan, side)
   local trunk = make()
-  if cfg.model.init ~= '' then print(cr.engine.run.load_weights(trunk, cfg.model)) end
+  if cfg.model.init ~= '' then print(run.load_weights(trunk, cfg.model)) end
   trunk:eval():to(device or 'cpu')
   return function(x) return trunk(x) end, trunk
 end
@@ -334,13 +335,13 @@ function R.frozen_defaults(drop)
     run = { dry_run = false },   -- --dry-run: the data, the trunk and model.init checked, the plan printed
     data = cr.config.merge(sources.defaults, { batch_size = 500 }),
     model = cr.config.merge({ arch = 'resnet18', width = 16, stem = 'auto', patch = 4, drop_path = 0 },
-      cr.engine.run.init_defaults()),
+      run.init_defaults()),
   })
 end
 
 function R.frozen_types(extra)
   local init_types = {}
-  for k, v in pairs(cr.engine.run.types) do
+  for k, v in pairs(run.types) do
     if k:match('^model%.init') or k == 'run.dry_run' then init_types[k] = v end
   end
   return with_types(cr.config.merge(init_types, {
@@ -371,7 +372,7 @@ end
 -- ---- the end of a run ----------------------------------------------------------------
 -- The run's folder: run.dir/<run.name or the method's name>.
 function R.run_dir(task)
-  return cr.engine.run.dir(task.config, task.name)
+  return run.dir(task.config, task.name)
 end
 
 -- After cr.train: the JSON last line, also the run folder's results.json (checkpoint: the newest one, where the checkpoint
@@ -393,7 +394,7 @@ function R.finish(task)
   for k, v in pairs(out) do shown[k] = type(v) == 'number' and tonumber(string.format('%.4f', v)) or v end
   print('the run on one page: bin/crescent report ' .. R.run_dir(task))
   print(util.json(shown))
-  cr.engine.run.write_results(task.config, R.run_dir(task), shown)
+  run.write_results(task.config, R.run_dir(task), shown)
   return out
 end
 

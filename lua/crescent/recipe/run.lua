@@ -1,4 +1,4 @@
--- crescent.engine.run — the run folder of a training recipe, run.dir/<run.name>:
+-- crescent.recipe.run — the run folder of a training recipe, run.dir/<run.name>:
 -- config.lua (the resolved config, loadable with --config), env.txt (versions, CPU, GPU),
 -- log.txt (what the run printed: keep_log), results.json (the final figures:
 -- write_results), metrics.jsonl and TensorBoard events (their hooks), and checkpoints/
@@ -23,12 +23,12 @@
 -- init_remove_prefix, init_add_prefix, init_skip (Lua patterns) and init_strict as
 -- cr.io.load_into), else from scratch.
 --
---   local defaults = cr.config.merge(cr.config.common(), cr.engine.run.defaults{best = 'test_top1'})
---   local dir, env = cr.engine.run.prepare(cfg, cr.engine.run.dir(cfg, 'supervised'))
---   task:add_hook(cr.engine.run.checkpoint_hook(cfg, dir, env))   -- starts the run; writes checkpoints
---   cr.engine.run.keep_log(cfg, dir)      -- log.txt;  cr.engine.run.write_results(cfg, dir, t) -- results.json
+--   local defaults = cr.config.merge(cr.config.common(), cr.recipe.run.defaults{best = 'test_top1'})
+--   local dir, env = cr.recipe.run.prepare(cfg, cr.recipe.run.dir(cfg, 'supervised'))
+--   task:add_hook(cr.recipe.run.checkpoint_hook(cfg, dir, env))   -- starts the run; writes checkpoints
+--   cr.recipe.run.keep_log(cfg, dir)      -- log.txt;  cr.recipe.run.write_results(cfg, dir, t) -- results.json
 -- Every key, with its description: M.types below (and --help).
---   local device = cr.engine.run.setup(cfg)   -- first thing: device, threads, seed
+--   local device = cr.recipe.run.setup(cfg)   -- first thing: device, threads, seed
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local ckpt = require 'crescent.engine.checkpoint'

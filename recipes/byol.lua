@@ -15,7 +15,10 @@
 -- line on stdout is one JSON object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-require('crescent').recipe.ssl.main('byol', {
+local cr = require 'crescent'
+local recipe = cr.recipe.ssl
+-- the keys every SSL recipe has, byol's section, these defaults, then the command line
+local cfg = recipe.config('byol', arg, {
   train = { epochs = 5 },
   crops = { size = { 24 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   model = { hidden_dim = 1024, out_dim = 256 },
@@ -23,3 +26,17 @@ require('crescent').recipe.ssl.main('byol', {
   optim = { name = 'lars', lr = 1.0, weight_decay = 1e-5, warmup_epochs = 0.5, final_lr = 0,
             trust_coefficient = 0.02, lars_clip = true, exclude_bias_norm = true, no_decay_bias_norm = true },
 })
+
+cr.recipe.run.main(function()
+  -- threads, seed, device and ranks; the data sets and the multi-crop views
+  local device = recipe.setup(cfg)
+  local data = recipe.data(cfg, 'byol')
+  -- the method, built on the cpu (the same initial weights for a seed on any device)
+  local method = cr.ssl.byol.build(cfg, recipe.parts(cfg, data)):to(device)
+  -- the loader, optimizer and lr schedule, the ranks' wrapping, the hooks, the run folder
+  local task = recipe.assemble('byol', cfg, method, data)
+  recipe.keep_log(task)   -- log.txt in the run folder from here on
+  print(recipe.banner(task))
+  cr.train(task)
+  recipe.finish(task)     -- the final figures and the JSON last line
+end)

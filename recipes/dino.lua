@@ -19,7 +19,10 @@
 -- line on stdout is one JSON object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-require('crescent').recipe.ssl.main('dino', {
+local cr = require 'crescent'
+local recipe = cr.recipe.ssl
+-- the keys every SSL recipe has, dino's section, these defaults, then the command line
+local cfg = recipe.config('dino', arg, {
   train = { epochs = 2 },
   data = { limit = 48000, batch_size = 64 },
   crops = { size = { 28, 14 }, num = { 2, 6 }, min_scale = { 0.4, 0.05 }, max_scale = { 1, 0.4 } },
@@ -28,3 +31,17 @@ require('crescent').recipe.ssl.main('dino', {
   optim = { name = 'adamw', lr = 2e-3, weight_decay = 0.04, weight_decay_end = 0.4, warmup_epochs = 0.1,
             final_lr = 1e-6, base_batch_size = 256, scaling = 'linear' },
 })
+
+cr.recipe.run.main(function()
+  -- threads, seed, device and ranks; the data sets and the multi-crop views
+  local device = recipe.setup(cfg)
+  local data = recipe.data(cfg, 'dino')
+  -- the method, built on the cpu (the same initial weights for a seed on any device)
+  local method = cr.ssl.dino.build(cfg, recipe.parts(cfg, data)):to(device)
+  -- the loader, optimizer and lr schedule, the ranks' wrapping, the hooks, the run folder
+  local task = recipe.assemble('dino', cfg, method, data)
+  recipe.keep_log(task)   -- log.txt in the run folder from here on
+  print(recipe.banner(task))
+  cr.train(task)
+  recipe.finish(task)     -- the final figures and the JSON last line
+end)

@@ -11,8 +11,25 @@
 -- line on stdout is one JSON object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-require('crescent').recipe.ssl.main('simclr', {
+local cr = require 'crescent'
+local recipe = cr.recipe.ssl
+-- the keys every SSL recipe has, simclr's section, these defaults, then the command line
+local cfg = recipe.config('simclr', arg, {
   train = { epochs = 3 },
   crops = { size = { 28 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   optim = { lr = 0.5, weight_decay = 1e-6, warmup_epochs = 0.5, final_lr = 0 },
 })
+
+cr.recipe.run.main(function()
+  -- threads, seed, device and ranks; the data sets and the multi-crop views
+  local device = recipe.setup(cfg)
+  local data = recipe.data(cfg, 'simclr')
+  -- the method, built on the cpu (the same initial weights for a seed on any device)
+  local method = cr.ssl.simclr.build(cfg, recipe.parts(cfg, data)):to(device)
+  -- the loader, optimizer and lr schedule, the ranks' wrapping, the hooks, the run folder
+  local task = recipe.assemble('simclr', cfg, method, data)
+  recipe.keep_log(task)   -- log.txt in the run folder from here on
+  print(recipe.banner(task))
+  cr.train(task)
+  recipe.finish(task)     -- the final figures and the JSON last line
+end)

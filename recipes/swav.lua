@@ -15,7 +15,10 @@
 -- object with the final figures (knn_top1, ...).
 local root = (debug.getinfo(1, 'S').source:match('^@(.*)/recipes/[^/]*$') or '.')
 package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.path
-require('crescent').recipe.ssl.main('swav', {
+local cr = require 'crescent'
+local recipe = cr.recipe.ssl
+-- the keys every SSL recipe has, swav's section, these defaults, then the command line
+local cfg = recipe.config('swav', arg, {
   -- 5 epochs: about 13 minutes on 2 cores of a Xeon with AVX512-BF16 and no AMX (400
   -- img/s in bf16, train.amp=auto), where 8 took 20. On the held-out split, with the
   -- weight decay below, 5 epochs gave 82.63% kNN, 6 82.65% and 8 83.13%. CPUs without
@@ -35,3 +38,17 @@ require('crescent').recipe.ssl.main('swav', {
   -- 83.15% at 1e-3 and 82.57% at 2e-3 (the raw pixels there: 82.95%).
   optim = { lr = 0.6, weight_decay = 5e-4, warmup_epochs = 1, final_lr = 0.0006 },
 })
+
+cr.recipe.run.main(function()
+  -- threads, seed, device and ranks; the data sets and the multi-crop views
+  local device = recipe.setup(cfg)
+  local data = recipe.data(cfg, 'swav')
+  -- the method, built on the cpu (the same initial weights for a seed on any device)
+  local method = cr.ssl.swav.build(cfg, recipe.parts(cfg, data)):to(device)
+  -- the loader, optimizer and lr schedule, the ranks' wrapping, the hooks, the run folder
+  local task = recipe.assemble('swav', cfg, method, data)
+  recipe.keep_log(task)   -- log.txt in the run folder from here on
+  print(recipe.banner(task))
+  cr.train(task)
+  recipe.finish(task)     -- the final figures and the JSON last line
+end)

@@ -1,9 +1,12 @@
 -- crescent.recipe.ssl — what the self-supervised recipes (recipes/swav.lua, moco.lua,
 -- simclr.lua, ...) share: the config defaults and types, the data sets and the multi-crop
--- loader, the trunk, the optimizer and lr schedule, the task with its hooks (schedule,
--- timer, NaN guard, the method's own, kNN monitor, diagnostics, console, TensorBoard events,
--- metrics.jsonl and checkpoints (resumed automatically) in the run folder
--- run.dir/<run.name>: crescent/recipe/run.lua), and the end of a run (the JSON last line).
+-- views, the trunk, and the task around a method: loader, optimizer and lr schedule, the
+-- hooks (schedule, timer, NaN guard, the method's own, kNN monitor, diagnostics, console,
+-- TensorBoard events, metrics.jsonl and checkpoints, resumed automatically, in the run
+-- folder run.dir/<run.name>: crescent/recipe/run.lua), and the end of a run (the JSON
+-- last line). A recipe file runs config, setup, data, the method's build, assemble,
+-- cr.train and finish (the steps under "the task" below); task(name, cfg) runs them up
+-- to the task in one call:
 --
 --   local task = cr.recipe.ssl.task('swav', cfg)   -- cfg: cr.config.load('recipes/swav.lua', {...})
 --   cr.train(task)
@@ -187,22 +190,68 @@ end
 R.trainable = trainable
 
 -- ---- the task ------------------------------------------------------------------------
--- task(method_name, cfg) -> a Task ready for cr.train (task.method holds the method).
-function R.task(name, cfg)
-  local mod = require('crescent.ssl.' .. name)
-  local device = R.setup(cfg)
+-- A recipe file builds its task in these steps, which task(name, cfg) below runs in one
+-- call (the REPL's and the specs' way):
+--   local cfg = recipe.config('swav', arg, {train = {epochs = 5}, ...})
+--   local device = recipe.setup(cfg)
+--   local data = recipe.data(cfg, 'swav')
+--   local swav = cr.ssl.swav.build(cfg, recipe.parts(cfg, data)):to(device)
+--   local task = recipe.assemble('swav', cfg, swav, data)
+
+-- The method module crescent.ssl.<name>, or an error naming the methods.
+local function method_module(name)
+  local known = false
+  for _, m in ipairs(require('crescent.ssl').METHODS) do known = known or m == name end
+  if not known then
+    fail(string.format("no self-supervised method '%s'; the methods: %s", tostring(name),
+      table.concat(require('crescent.ssl').METHODS, ', ')))
+  end
+  return require('crescent.ssl.' .. name)
+end
+
+-- config(name, argv, own_defaults) -> cfg: the keys every SSL recipe has (R.defaults()),
+-- the method's section under cfg[name], the recipe's own defaults (which may set the
+-- method's keys too: byol = {momentum = 0.9}), then the command line argv over them.
+function R.config(name, argv, own_defaults)
+  local mod = method_module(name)
+  local defaults = cr.config.merge(R.defaults(), { [name] = mod.defaults }, own_defaults or {})
+  return cr.config.parse(argv, defaults, { types = R.types(mod.types) })
+end
+
+-- data(cfg, name) -> {train_set, test_set, eval_name, views, nchan, side}: the data sets
+-- of cfg.data and the multi-crop views of cfg.crops and cfg.augment (with the method's
+-- own view options: SwAV's crops_for_assign, checked against the crops).
+function R.data(cfg, name)
+  local mod = method_module(name)
   local train_set, test_set, eval_name = R.datasets(cfg)
   local views = R.views(cfg, train_set, mod.view_options and mod.view_options(cfg))
   local nchan, _, side = R.image_shape(train_set)
-  local make_trunk, feat_dim = R.trunk_factory(cfg, nchan, side)
-  -- built on the cpu (the same initial weights for a seed on any device), then moved
-  local method = mod.build(cfg, { trunk = make_trunk, feat_dim = feat_dim, nchan = nchan, views = views,
-                                  num_samples = #train_set, train_set = train_set }):to(device)
+  return { train_set = train_set, test_set = test_set, eval_name = eval_name, views = views, nchan = nchan,
+           side = side }
+end
+
+-- parts(cfg, data) -> what a method's build(cfg, parts) takes: a function making fresh
+-- trunks and their feature size, the channels, the views, and the training set (memory
+-- banks: NPID, DeepCluster-v2). Build on the cpu (the same initial weights for a seed on
+-- any device), then move the method to the run's device.
+function R.parts(cfg, data)
+  local make_trunk, feat_dim = R.trunk_factory(cfg, data.nchan, data.side)
+  return { trunk = make_trunk, feat_dim = feat_dim, nchan = data.nchan, views = data.views,
+           num_samples = #data.train_set, train_set = data.train_set }
+end
+
+-- assemble(name, cfg, method, data) -> a Task ready for cr.train (task.method holds the
+-- method): model.freeze, SyncBatchNorm and DDP on k ranks, the multi-crop loader, the
+-- optimizer with its warmup + cosine lr, and the hooks (schedule, timer, NaN guard, the
+-- method's, kNN monitor, freeze, EMA, diagnostics, console, the run folder's writers and
+-- checkpoints, profile).
+function R.assemble(name, cfg, method, data)
+  local train_set, test_set = data.train_set, data.test_set
   -- k ranks: SyncBatchNorm (dist.sync_bn) and DDP, before the optimizer takes the parameters
   local freeze = run.freeze(cfg, method) -- model.freeze: before DDP and the optimizer see the parameters
   local ddp = cr.dist.setup.model(cfg, method)
   local loader = cr.data.Loader(train_set, { batch_size = cfg.data.batch_size, shuffle = true, drop_last = true,
-                                             seed = cfg.train.seed, views = views, workers = cfg.data.workers,
+                                             seed = cfg.train.seed, views = data.views, workers = cfg.data.workers,
                                              shard = cr.dist.setup.shard() })
   local o = cfg.optim
   -- optim.scaling: lr and final_lr follow the global batch (ranks, accumulation)
@@ -222,14 +271,14 @@ function R.task(name, cfg)
     name = cfg.run.name ~= '' and cfg.run.name or name,
   }
   task.method, task.method_name, task.ddp, task.peak_lr = method, name, ddp, peak
-  task.train_set, task.test_set, task.eval_name = train_set, test_set, eval_name
+  task.train_set, task.test_set, task.eval_name = train_set, test_set, data.eval_name
   task:add_hook(cr.hooks.schedule())
   task:add_hook(cr.hooks.timer())
   task:add_hook(cr.hooks.nan_guard { every = 50 })
   for _, h in ipairs(method:hooks()) do task:add_hook(h) end
   if test_set then
     task:add_hook(cr.hooks.knn { train_set = train_set, test_set = test_set, every = cfg.knn.every, k = cfg.knn.k,
-      temperature = cfg.knn.temperature, at_start = cfg.knn.at_start, test_name = eval_name,
+      temperature = cfg.knn.temperature, at_start = cfg.knn.at_start, test_name = data.eval_name,
       model = method.feature_trunk and method:feature_trunk() or method.trunk,
       forward = function(x) return method:features(x) end })
   end
@@ -246,24 +295,19 @@ function R.task(name, cfg)
   return cr.dist.setup.task(task)
 end
 
--- An SSL recipe file's whole body: the method's config (recipe.defaults(), the recipe's
--- own defaults, the method's under cfg[name]) with the command line over it, then the
--- task, its banner, training and the final figures, under cr.recipe.run.main.
---   require('crescent').recipe.ssl.main('simclr', {train = {epochs = 3}, optim = {lr = 0.5}})
-function R.main(name, own_defaults)
-  local mod = require('crescent.ssl.' .. name)
-  -- the recipe's own defaults last: they may set the method's keys too (byol = {momentum = 0.9})
-  local defaults = cr.config.merge(R.defaults(), { [name] = mod.defaults }, own_defaults or {})
-  local cfg = cr.config.parse(arg, defaults, { types = R.types(mod.types) })
-  run.main(function()
-    local task = R.task(name, cfg)
-    -- log.txt: what the recipe prints from here on (a task built in the REPL or a spec
-    -- leaves that process's output alone)
-    run.keep_log(cfg, R.run_dir(task))
-    print(R.banner(task))
-    cr.train(task)
-    R.finish(task)
-  end)
+-- task(name, cfg) -> the task a recipe file builds, in one call (the steps above).
+function R.task(name, cfg)
+  local mod = method_module(name)
+  local device = R.setup(cfg)
+  local data = R.data(cfg, name)
+  local method = mod.build(cfg, R.parts(cfg, data)):to(device)
+  return R.assemble(name, cfg, method, data)
+end
+
+-- From here on, what the recipe prints goes to the run folder's log.txt too (a task
+-- built in the REPL or a spec leaves that process's output alone).
+function R.keep_log(task)
+  run.keep_log(task.config, R.run_dir(task))
 end
 
 -- One line describing the run, printed before training.

@@ -21,7 +21,7 @@ local FLOORS = {
   { 'tensors, ops, autograd: what cr carries, and the files, config and I/O under them',
     '^crescent$', '^crescent%.ffi$', '^crescent%.native_files$', '^crescent%.util$', '^crescent%.format$',
     '^crescent%.tensor$', '^crescent%.autograd$', '^crescent%.ops%.', '^crescent%.cuda$', '^crescent%.io$',
-    '^crescent%.env$', '^crescent%.profiler$', '^crescent%.config$', '^crescent%.config_literal$' },
+    '^crescent%.env$', '^crescent%.profiler$', '^crescent%.config$', '^crescent%.config_literal$', '^crescent%.checks$' },
   { 'nn, data, optim, dist', '^crescent%.nn$', '^crescent%.nn%.', '^crescent%.data$', '^crescent%.data%.',
     '^crescent%.optim$', '^crescent%.optim%.', '^crescent%.dist$', '^crescent%.dist%.' },
   { 'SSL numerics: losses, Sinkhorn, momentum, queues, kNN, features, the parts methods share',

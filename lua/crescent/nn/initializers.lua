@@ -128,6 +128,15 @@ return function(cr)
 
   -- PyTorch's reset_parameters for Linear and Conv2d: kaiming_uniform_(a = sqrt(5)) for the
   -- weight (a uniform bound of 1/sqrt(fan_in)) and uniform(+-1/sqrt(fan_in)) for the bias.
+  -- timm's ViT init of a Linear: trunc_normal(std = 0.02) on the weight (here a normal
+  -- clipped to 2 std), a zero bias (ViTs and DINO's head use it).
+  function init.vit_linear_(lin)
+    cr.no_grad(function()
+      lin.weight:copy_(cr.randn(lin.weight.shape):clamp(-2, 2) * 0.02)
+      if lin.bias then init.zeros_(lin.bias) end
+    end)
+  end
+
   function init.default_linear_(weight, bias)
     init.kaiming_uniform_(weight, { a = math.sqrt(5) })
     if bias ~= nil then

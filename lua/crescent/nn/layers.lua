@@ -1,6 +1,7 @@
 -- crescent.nn.layers — the stateless and weight-holding layers: Linear, Conv2d, pooling,
 -- activations, Dropout, Flatten, Identity, L2Normalize. Each forward is one C op call
 -- with arguments (and parameter structs) prepared in init.
+local checks = require 'crescent.checks'
 local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 
@@ -8,7 +9,7 @@ return function(cr, nn)
   local Module = nn.Module
   local call = cr.Tensor._wrap.call
   local check_input = nn._check_input
-  local pair, int, pair_str, options = nn._pair, nn._int, nn._pair_str, nn._options
+  local pair, int, pair_str, options = checks.pair, checks.int, nn._pair_str, checks.options
   local init = nn.init
 
   local conv_op, linear_op = C.cr_op_conv2d, C.cr_op_linear
@@ -50,13 +51,13 @@ return function(cr, nn)
     opts = options('Conv2d', opts, conv_known)
     int('Conv2d', 'in_channels', in_channels, 1)
     int('Conv2d', 'out_channels', out_channels, 1)
-    if kernel_size == nil then nn._error('Conv2d: give a kernel_size, e.g. nn.Conv2d(3, 16, 3)') end
+    if kernel_size == nil then checks.fail('Conv2d: give a kernel_size, e.g. nn.Conv2d(3, 16, 3)') end
     local kh, kw = pair('Conv2d', 'kernel_size', kernel_size, 1)
     local sh, sw = pair('Conv2d', 'stride', opts.stride or 1, 1)
     local dh, dw = pair('Conv2d', 'dilation', opts.dilation or 1, 1)
     local groups = int('Conv2d', 'groups', opts.groups or 1, 1)
     if in_channels % groups ~= 0 or out_channels % groups ~= 0 then
-      nn._error(string.format('Conv2d: in_channels (%d) and out_channels (%d) must both be divisible by groups (%d)',
+      checks.fail(string.format('Conv2d: in_channels (%d) and out_channels (%d) must both be divisible by groups (%d)',
         in_channels, out_channels, groups))
     end
     local ph, pw
@@ -64,9 +65,9 @@ return function(cr, nn)
     if padding == 'valid' then
       ph, pw = 0, 0
     elseif padding == 'same' then
-      if sh ~= 1 or sw ~= 1 then nn._error("Conv2d: padding = 'same' needs stride 1") end
+      if sh ~= 1 or sw ~= 1 then checks.fail("Conv2d: padding = 'same' needs stride 1") end
       if (dh * (kh - 1)) % 2 ~= 0 or (dw * (kw - 1)) % 2 ~= 0 then
-        nn._error("Conv2d: padding = 'same' with an even kernel needs uneven padding, which is not supported; "
+        checks.fail("Conv2d: padding = 'same' with an even kernel needs uneven padding, which is not supported; "
           .. 'give the padding as numbers')
       end
       ph, pw = dh * (kh - 1) / 2, dw * (kw - 1) / 2
@@ -103,13 +104,13 @@ return function(cr, nn)
 
   -- ---- pooling ----------------------------------------------------------------------------------------
   local function pool_params(what, kernel, opts)
-    if kernel == nil then nn._error(what .. ': give a kernel_size, e.g. nn.' .. what .. '(2)') end
+    if kernel == nil then checks.fail(what .. ': give a kernel_size, e.g. nn.' .. what .. '(2)') end
     local kh, kw = pair(what, 'kernel_size', kernel, 1)
     local sh, sw = kh, kw
     if opts.stride ~= nil then sh, sw = pair(what, 'stride', opts.stride, 1) end
     local ph, pw = pair(what, 'padding', opts.padding or 0, 0)
     if 2 * ph > kh or 2 * pw > kw then
-      nn._error(string.format('%s: padding {%d, %d} must be at most half the kernel size {%d, %d}', what, ph, pw, kh, kw))
+      checks.fail(string.format('%s: padding {%d, %d} must be at most half the kernel size {%d, %d}', what, ph, pw, kh, kw))
     end
     local dh, dw = pair(what, 'dilation', opts.dilation or 1, 1)
     local p = ffi.new('cr_pool2d_params')
@@ -165,7 +166,7 @@ return function(cr, nn)
   -- nn.AdaptiveAvgPool2d(output_size): a number or {h, w}
   local AdaptiveAvgPool2d = Module:extend('AdaptiveAvgPool2d')
   function AdaptiveAvgPool2d:init(output_size)
-    if output_size == nil then nn._error('AdaptiveAvgPool2d: give an output size, e.g. nn.AdaptiveAvgPool2d(1)') end
+    if output_size == nil then checks.fail('AdaptiveAvgPool2d: give an output size, e.g. nn.AdaptiveAvgPool2d(1)') end
     self.output_size = { pair('AdaptiveAvgPool2d', 'output_size', output_size, 1) }
     self._h, self._w = self.output_size[1], self.output_size[2]
   end
@@ -184,7 +185,7 @@ return function(cr, nn)
   function Flatten:init(start_dim, end_dim)
     self.start_dim, self.end_dim = start_dim or 1, end_dim or -1
     if type(self.start_dim) ~= 'number' or type(self.end_dim) ~= 'number' then
-      nn._error('Flatten: start_dim and end_dim must be numbers (dims, 0-based)')
+      checks.fail('Flatten: start_dim and end_dim must be numbers (dims, 0-based)')
     end
   end
   function Flatten:forward(x)
@@ -217,7 +218,7 @@ return function(cr, nn)
     opts = options('GELU', opts, { approximate = true })
     self.approximate = opts.approximate or 'none'
     if not gelu_ops[self.approximate] then
-      nn._error(string.format("GELU: approximate must be 'none' or 'tanh', got '%s'", tostring(opts.approximate)))
+      checks.fail(string.format("GELU: approximate must be 'none' or 'tanh', got '%s'", tostring(opts.approximate)))
     end
   end
   function GELU:forward(x)
@@ -234,7 +235,7 @@ return function(cr, nn)
     if type(p) == 'table' then p = p.p end
     p = p or 0.5
     if type(p) ~= 'number' or p < 0 or p > 1 then
-      nn._error('Dropout: p must be a probability in [0, 1], got ' .. tostring(p))
+      checks.fail('Dropout: p must be a probability in [0, 1], got ' .. tostring(p))
     end
     self.p = p
   end
@@ -254,10 +255,10 @@ return function(cr, nn)
     self.dim = opts.dim or 1
     self.eps = opts.eps or 1e-12
     if type(self.dim) ~= 'number' or self.dim ~= math.floor(self.dim) then
-      nn._error('L2Normalize: dim must be an integer (0-based), got ' .. tostring(self.dim))
+      checks.fail('L2Normalize: dim must be an integer (0-based), got ' .. tostring(self.dim))
     end
     if type(self.eps) ~= 'number' or self.eps < 0 then
-      nn._error('L2Normalize: eps must be a non-negative number, got ' .. tostring(self.eps))
+      checks.fail('L2Normalize: eps must be a non-negative number, got ' .. tostring(self.eps))
     end
   end
   function L2Normalize:forward(x)

@@ -1,6 +1,7 @@
 -- crescent.nn.mlp — nn.MLP, the projection head of SimCLR/SwAV/MoCo v2: Linear (+BN) +
 -- ReLU stacks. It is a Sequential, so its parameter names ('0.weight', '1.running_mean',
 -- '3.weight') are those of the nn.Sequential heads in the reference PyTorch code.
+local checks = require 'crescent.checks'
 return function(_, nn)
   local MLP = nn.Sequential:extend('MLP')
   local known = { dims = true, bn = true, last_bn = true, last_bn_affine = true, relu_last = true, bias = true }
@@ -12,14 +13,14 @@ return function(_, nn)
   -- ReLU when relu_last. bias applies to every Linear.
   function MLP:init(opts)
     if type(opts) ~= 'table' or nn.is_module(opts) then
-      nn._error('MLP: give an options table, e.g. nn.MLP{dims = {512, 2048, 128}}')
+      checks.fail('MLP: give an options table, e.g. nn.MLP{dims = {512, 2048, 128}}')
     end
-    opts = nn._options('MLP', opts, known)
+    opts = checks.options('MLP', opts, known)
     local dims = opts.dims
     if type(dims) ~= 'table' or #dims < 2 then
-      nn._error('MLP: dims must list at least an input and an output size, e.g. {512, 2048, 128}')
+      checks.fail('MLP: dims must list at least an input and an output size, e.g. {512, 2048, 128}')
     end
-    for i = 1, #dims do nn._int('MLP', 'dims[' .. i .. ']', dims[i], 1) end
+    for i = 1, #dims do checks.int('MLP', 'dims[' .. i .. ']', dims[i], 1) end
     local bn = opts.bn ~= false
     local bias = opts.bias ~= false
     self.dims = dims

@@ -9,9 +9,10 @@
 -- must NOT be attended to (the opposite of cr.scaled_dot_product_attention's bool mask); a
 -- float mask is added to the scores. The attention runs fused unless need_weights asks
 -- for the weights, which the plain path computes.
+local checks = require 'crescent.checks'
 return function(cr, nn)
   local Module = nn.Module
-  local options, int = nn._options, nn._int
+  local options, int = checks.options, checks.int
 
   local MHA = Module:extend('MultiheadAttention')
   function MHA:init(embed_dim, num_heads, opts)
@@ -19,12 +20,12 @@ return function(cr, nn)
     self.embed_dim = int('MultiheadAttention', 'embed_dim', embed_dim, 1)
     self.num_heads = int('MultiheadAttention', 'num_heads', num_heads, 1)
     if embed_dim % num_heads ~= 0 then
-      nn._error(string.format('MultiheadAttention: embed_dim %d is not divisible by num_heads %d', embed_dim, num_heads))
+      checks.fail(string.format('MultiheadAttention: embed_dim %d is not divisible by num_heads %d', embed_dim, num_heads))
     end
     self.head_dim = math.floor(embed_dim / num_heads)
     self.dropout = opts.dropout or 0
     if type(self.dropout) ~= 'number' or not (self.dropout >= 0 and self.dropout < 1) then
-      nn._error('MultiheadAttention: dropout must be a probability in [0, 1), got ' .. tostring(opts.dropout))
+      checks.fail('MultiheadAttention: dropout must be a probability in [0, 1), got ' .. tostring(opts.dropout))
     end
     self.batch_first = opts.batch_first == true
     local bias = opts.bias ~= false
@@ -40,7 +41,7 @@ return function(cr, nn)
   local FORWARD_KEYS = { key_padding_mask = true, attn_mask = true, need_weights = true, is_causal = true,
                          average_attn_weights = true }
 
-  local function fail(msg) nn._error('MultiheadAttention: ' .. msg) end
+  local function fail(msg) checks.fail('MultiheadAttention: ' .. msg) end
 
   -- x [T, B, E] (or [B, T, E]) -> [B, heads, T, head_dim], projected by rows [r0, r0 + E).
   function MHA:_heads(x, r0)

@@ -8,13 +8,14 @@
 -- the shared weight and bias), as S GPUs with per-GPU BatchNorm would; the running stats
 -- take the average of the S groups' updates. MoCo's single-process stand-in for multi-GPU
 -- BatchNorm (the MoCo CIFAR demo's SplitBatchNorm). Eval mode is unchanged.
+local checks = require 'crescent.checks'
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
 
 return function(cr, nn)
   local Module = nn.Module
   local call = cr.Tensor._wrap.call
-  local check_input, options, int = nn._check_input, nn._options, nn._int
+  local check_input, options, int = nn._check_input, checks.options, checks.int
   local bn_op, bn_relu_op, split_op, add_op, ndim = C.cr_op_batch_norm, C.cr_op_batch_norm_relu,
     C.cr_op_batch_norm_split, C.cr_op_add_, C.cr_tensor_ndim
   local check = util.check
@@ -32,9 +33,9 @@ return function(cr, nn)
     int(what, 'num_features', num_features, 1)
     local eps, momentum = opts.eps or 1e-5, opts.momentum
     if momentum == nil then momentum = 0.1 end
-    if type(eps) ~= 'number' or eps < 0 then nn._error(what .. ': eps must be a non-negative number') end
+    if type(eps) ~= 'number' or eps < 0 then checks.fail(what .. ': eps must be a non-negative number') end
     if momentum ~= false and (type(momentum) ~= 'number' or momentum < 0 or momentum > 1) then
-      nn._error(what .. ': momentum must be a number in [0, 1], or false for a cumulative average; got '
+      checks.fail(what .. ': momentum must be a number in [0, 1], or false for a cumulative average; got '
         .. tostring(momentum))
     end
     self.num_features, self.eps, self.momentum = num_features, eps, momentum
@@ -68,7 +69,7 @@ return function(cr, nn)
     check_input(self, x)
     local nd = ndim(x)
     if nd ~= self._ndim_a and nd ~= self._ndim_b then
-      nn._error(string.format('%s: expected a %s input, got %d dims [%s]', self.__name, self._expect, nd,
+      checks.fail(string.format('%s: expected a %s input, got %d dims [%s]', self.__name, self._expect, nd,
         table.concat(x.shape, ', ')))
     end
     if not (self.training and self.track_running_stats) then return nil end
@@ -84,7 +85,7 @@ return function(cr, nn)
   function BatchNorm:_split_forward(x, relu, factor)
     local S, N = self.splits, x.shape[1]
     if N % S ~= 0 then
-      nn._error(string.format('%s: the batch of %d does not divide into splits = %d groups; use a batch size ' ..
+      checks.fail(string.format('%s: the batch of %d does not divide into splits = %d groups; use a batch size ' ..
         'that is a multiple of %d', self.__name, N, S, S))
     end
     return call(split_op, x, self.weight, self.bias, self.running_mean, self.running_var, true, factor or 0,
@@ -117,7 +118,7 @@ return function(cr, nn)
   -- nn.split_batchnorm(model, S) -> model: every BatchNorm1d/2d in model normalises in S
   -- groups in training (see the top of this file); S = 1 turns splitting off.
   function nn.split_batchnorm(model, S)
-    if not nn.is_module(model) then nn._error('split_batchnorm: the first argument must be a module') end
+    if not nn.is_module(model) then checks.fail('split_batchnorm: the first argument must be a module') end
     int('split_batchnorm', 'splits', S, 1)
     for _, m in ipairs(model:modules()) do
       if m.__name == 'BatchNorm1d' or m.__name == 'BatchNorm2d' then m.splits = S end

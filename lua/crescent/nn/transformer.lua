@@ -9,10 +9,10 @@
 --   nn.DropPath(p)                               zeroes whole samples' residual branch
 --   nn.Attention(dim, {num_heads = 3, qkv_bias = true, attn_drop = 0})
 --   nn.TransformerBlock(dim, {num_heads = 3, mlp_ratio = 4, qkv_bias = true, drop_path = 0})
+local checks = require 'crescent.checks'
 return function(cr, nn)
   local Module = nn.Module
-  local check_input, options, int = nn._check_input, nn._options, nn._int
-  local init = nn.init
+  local check_input, options, int = nn._check_input, checks.options, checks.int
 
   -- nn.LayerNorm(dim, {eps = 1e-6, elementwise_affine = true}): weight ones, bias zeros.
   local LayerNorm = Module:extend('LayerNorm')
@@ -38,7 +38,7 @@ return function(cr, nn)
   local DropPath = Module:extend('DropPath')
   function DropPath:init(p)
     p = p or 0
-    if type(p) ~= 'number' or p < 0 or p >= 1 then nn._error('DropPath: p must be in [0, 1), got ' .. tostring(p)) end
+    if type(p) ~= 'number' or p < 0 or p >= 1 then checks.fail('DropPath: p must be in [0, 1), got ' .. tostring(p)) end
     self.p = p
   end
   function DropPath:forward(x)
@@ -63,13 +63,13 @@ return function(cr, nn)
     self.dim = int('Attention', 'dim', dim, 1)
     self.num_heads = int('Attention', 'num_heads', opts.num_heads or 8, 1)
     if dim % self.num_heads ~= 0 then
-      nn._error(string.format('Attention: dim %d is not divisible by num_heads %d', dim, self.num_heads))
+      checks.fail(string.format('Attention: dim %d is not divisible by num_heads %d', dim, self.num_heads))
     end
     self.head_dim = math.floor(dim / self.num_heads)
     self.scale = self.head_dim ^ -0.5
     self.attn_drop = opts.attn_drop or 0
     if type(self.attn_drop) ~= 'number' or not (self.attn_drop >= 0 and self.attn_drop < 1) then
-      nn._error('Attention: attn_drop must be a probability in [0, 1), got ' .. tostring(opts.attn_drop))
+      checks.fail('Attention: attn_drop must be a probability in [0, 1), got ' .. tostring(opts.attn_drop))
     end
     self.qkv = nn.Linear(dim, 3 * dim, { bias = opts.qkv_bias ~= false })
     self.proj = nn.Linear(dim, dim)
@@ -77,7 +77,7 @@ return function(cr, nn)
   function Attention:forward(x)
     check_input(self, x)
     if x.ndim ~= 3 or x.shape[3] ~= self.dim then
-      nn._error(string.format('Attention: expected tokens [B, T, %d], got [%s]', self.dim, table.concat(x.shape, ', ')))
+      checks.fail(string.format('Attention: expected tokens [B, T, %d], got [%s]', self.dim, table.concat(x.shape, ', ')))
     end
     local B, T, H, Dh = x.shape[1], x.shape[2], self.num_heads, self.head_dim
     -- [B, T, 3, H, Dh] -> [3, B, H, T, Dh], then q, k, v as [B, H, T, Dh] views (the CPU
@@ -128,13 +128,4 @@ return function(cr, nn)
     return x + self.drop_path(self.mlp(self.norm2(x)))
   end
   nn.TransformerBlock = Block
-
-  -- timm's ViT init: trunc_normal(std = 0.02) on Linear weights (here a normal clipped to
-  -- 2 std), zero biases, LayerNorm ones and zeros.
-  function nn._vit_init_linear_(lin)
-    cr.no_grad(function()
-      lin.weight:copy_(cr.randn(lin.weight.shape):clamp(-2, 2) * 0.02)
-      if lin.bias then init.zeros_(lin.bias) end
-    end)
-  end
 end

@@ -13,6 +13,7 @@
 -- on k ranks). On k ranks c is summed over the ranks (all_reduce) and divided by the
 -- global batch, as the paper does, and the loss is scaled so that DDP's gradient is the
 -- global batch's. Parameter names: trunk.*, projector.*, bn.*.
+local checks = require 'crescent.checks'
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = cr.nn
@@ -30,7 +31,7 @@ M.BarlowTwins = BarlowTwins
 
 function BarlowTwins:init(o)
   local feat, hidden, out = method_parts.method_options('BarlowTwins', o, KNOWN, '{trunk = model, feat_dim = 128}')
-  local layers = nn._int('BarlowTwins', 'proj_layers', o.proj_layers or 3, 1)
+  local layers = checks.int('BarlowTwins', 'proj_layers', o.proj_layers or 3, 1)
   if layers > 1 and hidden == 0 then fail('BarlowTwins: a projector of 2 or more layers needs hidden_dim > 0') end
   local lambda = o.lambda == nil and 0.0051 or o.lambda
   if type(lambda) ~= 'number' or lambda ~= lambda or lambda < 0 then

@@ -28,6 +28,7 @@
 -- same clusters and w ranks x batch b train what one rank x batch w b does. The official
 -- code shards the memory and all-reduces the k-means sums instead; here each rank keeps
 -- N x out_dim floats per assigned crop (1.3 GB for ImageNet at 128 and two crops).
+local checks = require 'crescent.checks'
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = cr.nn
@@ -46,7 +47,7 @@ local IGNORE = -100   -- a sample no clustering has seen yet: no target
 local DeepClusterV2 = nn.Module:extend('DeepClusterV2')
 M.DeepClusterV2 = DeepClusterV2
 
-local function int(name, v, lo) return nn._int('DeepClusterV2', name, v, lo) end
+local function int(name, v, lo) return checks.int('DeepClusterV2', name, v, lo) end
 
 function DeepClusterV2:init(o)
   local feat, hidden, out = method_parts.method_options('DeepClusterV2', o, KNOWN,

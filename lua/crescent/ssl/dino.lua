@@ -24,6 +24,7 @@
 --   local loss = m:loss(m(crops))      -- crops: the global crops first, then the local ones
 --   for _, h in ipairs(m:hooks()) do task:add_hook(h) end
 -- Parameter names: trunk.*, head.*, teacher_trunk.*, teacher_head.*; buffer: center.
+local checks = require 'crescent.checks'
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = cr.nn
@@ -33,7 +34,7 @@ local momentum = require 'crescent.ssl.momentum'
 local M = {}
 
 local function fail(msg) error(msg, util.user_level()) end
-local function int(name, v, lo) return nn._int('DINO', name, v, lo) end
+local function int(name, v, lo) return checks.int('DINO', name, v, lo) end
 local function positive(name, v, default) return method_parts.positive('DINO', name, v, default) end
 
 -- ---- the head -------------------------------------------------------------------------
@@ -61,7 +62,7 @@ local DINOHead = nn.Module:extend('DINOHead')
 M.DINOHead = DINOHead
 function DINOHead:init(in_dim, out_dim, o)
   o = o or {}
-  nn._options('DINOHead', o, { hidden_dim = true, bottleneck_dim = true, nlayers = true, use_bn = true,
+  checks.options('DINOHead', o, { hidden_dim = true, bottleneck_dim = true, nlayers = true, use_bn = true,
                                norm_last_layer = true })
   local hidden, bottleneck = int('hidden_dim', o.hidden_dim or 2048, 1), int('bottleneck_dim', o.bottleneck_dim or 256, 1)
   local nlayers = int('nlayers', o.nlayers or 3, 1)
@@ -79,7 +80,7 @@ function DINOHead:init(in_dim, out_dim, o)
     layers[#layers + 1] = nn.Linear(hidden, bottleneck)
   end
   self.mlp = nn.Sequential(layers)
-  self.mlp:apply(function(m) if m.__name == 'Linear' then nn._vit_init_linear_(m) end end)
+  self.mlp:apply(function(m) if m.__name == 'Linear' then nn.init.vit_linear_(m) end end)
   self.last_layer = WeightNormLinear(bottleneck, out_dim)
   self.norm_last_layer = o.norm_last_layer ~= false
   if self.norm_last_layer then self.last_layer.weight_g.requires_grad = false end
@@ -100,7 +101,7 @@ M.DINO = DINO
 
 function DINO:init(o)
   if type(o) ~= 'table' then fail('DINO: give an options table, e.g. DINO{trunk = a, teacher_trunk = b, feat_dim = 192}') end
-  nn._options('DINO', o, KNOWN)
+  checks.options('DINO', o, KNOWN)
   if not nn.is_module(o.trunk) then fail('DINO: trunk must be a module returning features [B, feat_dim]') end
   if not nn.is_module(o.teacher_trunk) or o.teacher_trunk == o.trunk then
     fail('DINO: teacher_trunk must be a second module of the same architecture as trunk (build the model twice)')

@@ -2,6 +2,7 @@
 -- tables, the trunk and its feature size), the projection head, the multi-crop embedding,
 -- the memories indexed by training sample (NPID, DeepCluster-v2) and the state of the
 -- methods that have none beyond their parameters.
+local checks = require 'crescent.checks'
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = require 'crescent.nn'
@@ -36,12 +37,12 @@ function M.method_options(what, o, known, example)
   if type(o) ~= 'table' then
     fail(string.format('%s: give an options table, e.g. %s%s', what, what, example or '{trunk = model, feat_dim = 128}'))
   end
-  nn._options(what, o, known)
+  checks.options(what, o, known)
   if not nn.is_module(o.trunk) then
     fail(what .. ': trunk must be a module returning features [B, feat_dim], got ' .. type(o.trunk))
   end
-  return nn._int(what, 'feat_dim', o.feat_dim, 1), nn._int(what, 'hidden_dim', o.hidden_dim or 512, 0),
-         nn._int(what, 'out_dim', o.out_dim or 128, 1)
+  return checks.int(what, 'feat_dim', o.feat_dim, 1), checks.int(what, 'hidden_dim', o.hidden_dim or 512, 0),
+         checks.int(what, 'out_dim', o.out_dim or 128, 1)
 end
 
 -- A method's projection head: Linear -> [BatchNorm1d] -> ReLU -> Linear, or one Linear

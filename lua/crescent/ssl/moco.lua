@@ -26,6 +26,7 @@
 -- per step, as MoCo's concat_all_gather). SyncBatchNorm (dist.sync_bn) would share the
 -- statistics that shuffle-BN keeps apart; the MoCo recipe leaves it off. The queue starts
 -- as random unit vectors, as MoCo's. Parameter names: trunk.*, head.*, key_trunk.*, key_head.*.
+local checks = require 'crescent.checks'
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = cr.nn
@@ -43,7 +44,7 @@ local KNOWN = {
   temperature = true, momentum = true, cosine_momentum = true, bn_splits = true, batch_size = true, head_bn = true,
 }
 
-local function int(name, v, lo) return nn._int('MoCo', name, v, lo) end
+local function int(name, v, lo) return checks.int('MoCo', name, v, lo) end
 
 local MoCo = nn.Module:extend('MoCo')
 M.MoCo = MoCo

@@ -26,6 +26,7 @@
 -- keeps those of its own samples, and applies every rank's row updates (all-gathered), so
 -- the banks stay equal and w ranks x batch b train what one rank x batch w b does (the
 -- sharded loader's sample j of rank r is sample j w + r of the global batch).
+local checks = require 'crescent.checks'
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = cr.nn
@@ -43,8 +44,8 @@ M.NPID = NPID
 
 function NPID:init(o)
   local feat, _, out = method_parts.method_options('NPID', o, KNOWN, '{trunk = model, feat_dim = 128, num_samples = n}')
-  local N = nn._int('NPID', 'num_samples', o.num_samples, 1)
-  self.negatives = nn._int('NPID', 'negatives', o.negatives or 4096, 1)
+  local N = checks.int('NPID', 'num_samples', o.num_samples, 1)
+  self.negatives = checks.int('NPID', 'negatives', o.negatives or 4096, 1)
   self.temperature = method_parts.positive('NPID', 'temperature', o.temperature, 0.07)
   local mom = o.momentum == nil and 0.5 or o.momentum
   if type(mom) ~= 'number' or mom ~= mom or mom < 0 or mom >= 1 then

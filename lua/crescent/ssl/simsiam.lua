@@ -15,6 +15,7 @@
 -- m:param_groups(named) puts the predictor in its own optimizer group with fix_lr = true,
 -- which schedules leave at the lr the optimizer was made with (the recipe's peak).
 -- Parameter names: trunk.*, projector.*, predictor.*.
+local checks = require 'crescent.checks'
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = cr.nn
@@ -33,8 +34,8 @@ M.SimSiam = SimSiam
 
 function SimSiam:init(o)
   local feat, hidden, out = method_parts.method_options('SimSiam', o, KNOWN, '{trunk = model, feat_dim = 128}')
-  local pred = nn._int('SimSiam', 'pred_dim', o.pred_dim or math.max(1, math.floor(out / 4)), 1)
-  local layers = nn._int('SimSiam', 'proj_layers', o.proj_layers or 3, 1)
+  local pred = checks.int('SimSiam', 'pred_dim', o.pred_dim or math.max(1, math.floor(out / 4)), 1)
+  local layers = checks.int('SimSiam', 'proj_layers', o.proj_layers or 3, 1)
   if layers > 1 and hidden == 0 then fail('SimSiam: a projector of 2 or more layers needs hidden_dim > 0') end
   if o.fix_pred_lr ~= nil and type(o.fix_pred_lr) ~= 'boolean' then
     fail('SimSiam: fix_pred_lr must be true or false, got ' .. tostring(o.fix_pred_lr))

@@ -21,6 +21,7 @@
 -- queue_start_epoch (SwAV's epoch_queue_starts) and the iteration queue_start_iteration
 -- (VISSL's queue.start_iter) on, and used once full; its scores come from the current
 -- prototypes.
+local checks = require 'crescent.checks'
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local method_parts = require 'crescent.ssl.method_parts'
@@ -40,7 +41,7 @@ local KNOWN = {
   sinkhorn_reduce = true,
 }
 
-local function int(name, v, lo) return nn._int('SwAV', name, v, lo) end
+local function int(name, v, lo) return checks.int('SwAV', name, v, lo) end
 local function positive(name, v, default) return method_parts.positive('SwAV', name, v, default) end
 
 local SwAV = nn.Module:extend('SwAV')

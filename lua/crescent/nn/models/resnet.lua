@@ -4,6 +4,7 @@
 -- fc.weight, ...) so PyTorch checkpoints load by name. Options: the ImageNet stem
 -- (7x7/2 conv + 3x3/2 max pool) or the CIFAR stem (3x3/1 conv, no pool), a base width,
 -- in_channels, num_classes (0: no fc, the pooled features come out) and zero_init_residual.
+local checks = require 'crescent.checks'
 return function(cr, nn)
   local Module = nn.Module
   local C = cr.C
@@ -66,14 +67,14 @@ return function(cr, nn)
   -- ResNet{block = BasicBlock | Bottleneck, layers = {2, 2, 2, 2}, ...options}
   function ResNet:init(block, layers, opts, what)
     what = what or 'ResNet'
-    opts = nn._options(what, opts, known)
+    opts = checks.options(what, opts, known)
     local stem = opts.stem or 'imagenet'
     if stem ~= 'imagenet' and stem ~= 'cifar' then
-      nn._error(string.format("%s: stem must be 'imagenet' or 'cifar', got '%s'", what, tostring(stem)))
+      checks.fail(string.format("%s: stem must be 'imagenet' or 'cifar', got '%s'", what, tostring(stem)))
     end
-    local width = nn._int(what, 'width', opts.width or 64, 1)
-    local in_channels = nn._int(what, 'in_channels', opts.in_channels or 3, 1)
-    local num_classes = nn._int(what, 'num_classes', opts.num_classes or 1000, 0)
+    local width = checks.int(what, 'width', opts.width or 64, 1)
+    local in_channels = checks.int(what, 'in_channels', opts.in_channels or 3, 1)
+    local num_classes = checks.int(what, 'num_classes', opts.num_classes or 1000, 0)
     self.stem, self.width, self.num_classes = stem, width, num_classes
     -- every conv and the fc are written below: skip their default init while building
     nn._deferring_init(function()
@@ -145,7 +146,7 @@ return function(cr, nn)
   local function builder(name, block, layers)
     return function(opts)
       if opts ~= nil and (type(opts) ~= 'table' or nn.is_module(opts)) then
-        nn._error(string.format('%s: give an options table, e.g. nn.models.%s{stem = \'cifar\', num_classes = 10}',
+        checks.fail(string.format('%s: give an options table, e.g. nn.models.%s{stem = \'cifar\', num_classes = 10}',
           name, name))
       end
       return ResNet(block, layers, opts, name)

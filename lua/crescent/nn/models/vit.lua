@@ -14,9 +14,10 @@
 -- (PyTorch's F.interpolate(mode = 'bicubic', align_corners = False), border clamped, as
 -- timm's resample_abs_pos_embed), made of two matrix products so gradients reach
 -- pos_embed; the class token's embedding is kept as it is.
+local checks = require 'crescent.checks'
 return function(cr, nn)
   local Module = nn.Module
-  local int, options = nn._int, nn._options
+  local int, options = checks.int, checks.options
 
   local SIZES = { vit_tiny = { 192, 12, 3 }, vit_small = { 384, 12, 6 }, vit_base = { 768, 12, 12 } }
 
@@ -54,7 +55,7 @@ return function(cr, nn)
     local img, patch = int('VisionTransformer', 'img_size', opts.img_size or 224, 1),
       int('VisionTransformer', 'patch', opts.patch or 16, 1)
     if img % patch ~= 0 then
-      nn._error(string.format('VisionTransformer: img_size %d is not a multiple of patch %d', img, patch))
+      checks.fail(string.format('VisionTransformer: img_size %d is not a multiple of patch %d', img, patch))
     end
     local cin = int('VisionTransformer', 'in_channels', opts.in_channels or 3, 1)
     local classes = int('VisionTransformer', 'num_classes', opts.num_classes == nil and 1000 or opts.num_classes, 0)
@@ -74,7 +75,7 @@ return function(cr, nn)
     self.norm = nn.LayerNorm(dim)
     if classes > 0 then self.head = nn.Linear(dim, classes) end
     -- timm's init: trunc_normal(0.02) Linear weights with zero biases
-    self:apply(function(m) if m.__name == 'Linear' then nn._vit_init_linear_(m) end end)
+    self:apply(function(m) if m.__name == 'Linear' then nn.init.vit_linear_(m) end end)
   end
 
   -- The position embeddings for a gh x gw patch grid: the trained ones, or resampled.
@@ -96,7 +97,7 @@ return function(cr, nn)
     nn._check_input(self, x)
     local p = self.patch
     if x.ndim ~= 4 or x.shape[3] % p ~= 0 or x.shape[4] % p ~= 0 then
-      nn._error(string.format('VisionTransformer: expected images [B, C, H, W] with H and W multiples of the patch ' ..
+      checks.fail(string.format('VisionTransformer: expected images [B, C, H, W] with H and W multiples of the patch ' ..
         'size %d, got [%s]', p, table.concat(x.shape, ', ')))
     end
     local B = x.shape[1]

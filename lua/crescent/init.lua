@@ -64,10 +64,12 @@ function cr.features()
 end
 cr.cuda = require 'crescent.cuda'
 
--- Each op family installs its functions on cr and its methods on Tensor.
-for _, family in ipairs { 'creation', 'shape', 'elementwise', 'reduce', 'loss', 'linalg',
-                          'conv', 'norm', 'index' } do
-  require('crescent.ops.' .. family)(cr, Tensor, Tensor._wrap)
+-- Each op family puts its methods on Tensor and returns its functions, which cr carries.
+for _, family in ipairs { require 'crescent.ops.creation', require 'crescent.ops.shape',
+                          require 'crescent.ops.elementwise', require 'crescent.ops.reduce',
+                          require 'crescent.ops.loss', require 'crescent.ops.linalg', require 'crescent.ops.conv',
+                          require 'crescent.ops.norm', require 'crescent.ops.index' } do
+  for name, fn in pairs(family) do cr[name] = fn end
 end
 
 -- The training layers load on first use (cr.nn, cr.optim, ...), so `require 'crescent'`

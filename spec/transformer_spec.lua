@@ -88,18 +88,19 @@ end)
 describe('position embeddings for another image size', function()
   it("resample as PyTorch's bicubic interpolate does (values from torch 2.15)", function()
     -- F.interpolate(x [1, 1, 2, 4], size = (3, 6), mode = 'bicubic', align_corners = False)
+    local bicubic_matrix = nn.VisionTransformer.bicubic_matrix
     local x = cr.tensor({ { 1, 2, 3, 4 }, { 0, -1, 5, 2 } }):double()
-    local y = nn._bicubic_matrix(2, 3, 'f64'):mm(x):mm(nn._bicubic_matrix(4, 6, 'f64'):t()):totable()
+    local y = bicubic_matrix(2, 3, 'f64'):mm(x):mm(bicubic_matrix(4, 6, 'f64'):t()):totable()
     local want = { { 0.98492998, 1.62055147, 2.42013121, 2.64859080, 3.55306053, 4.29055834 },
                    { 0.50000012, 0.171875, 1.01967573, 3.58449078, 3.828125, 2.91319513 },
                    { 0.01507061, -1.27680075, -0.38077870, 4.52039146, 4.10319042, 1.53583300 } }
     for i = 1, 3 do for j = 1, 6 do assert.is_true(math.abs(y[i][j] - want[i][j]) < 1e-5, i .. ',' .. j) end end   -- torch's f32
     -- downsampling 4 x 4 to 2 x 2
     local z = cr.arange(16):double():view({ 4, 4 })
-    local d = nn._bicubic_matrix(4, 2, 'f64'):mm(z):mm(nn._bicubic_matrix(4, 2, 'f64'):t()):totable()
+    local d = bicubic_matrix(4, 2, 'f64'):mm(z):mm(bicubic_matrix(4, 2, 'f64'):t()):totable()
     assert.are.same({ { 2.03125, 4.21875 }, { 10.78125, 12.96875 } }, d)
     -- the same size is the identity
-    assert.are.same(cr.eye(5):totable(), nn._bicubic_matrix(5, 5):totable())
+    assert.are.same(cr.eye(5):totable(), bicubic_matrix(5, 5):totable())
   end)
 
   it('let a ViT trained at 28 px take 12 px crops, with gradients for pos_embed', function()

@@ -1,52 +1,27 @@
 -- crescent.nn — neural-network modules: the Module base class, layers, weight init
--- (nn.init) and models (nn.models.resnet18/34/50); nn.MLP for projection heads.
+-- (nn.init) and models (nn.models.resnet18/34/50, vit_*); nn.MLP for projection heads.
 -- Layers call the C ops directly with parameter structs built once in their init, so a
--- forward allocates nothing in Lua beyond the result handles.
-local cr = require 'crescent'
-
+-- forward allocates nothing in Lua beyond the result handles. Each file below is an
+-- ordinary module returning its classes; this one gathers them.
 local nn = {}
 nn.Module = require 'crescent.nn.module'
 nn.is_module = nn.Module.is_module
-nn.init = require('crescent.nn.initializers')(cr)
+nn.init = require 'crescent.nn.initializers'
 
--- ---- argument checks shared by the layer files -------------------------------------------------
--- Errors point at the user's line (the first caller outside lua/crescent/), also when a
--- layer is built inside a model.
-local is_tensor = cr.Tensor._wrap.is_tensor
-local util = require 'crescent.util'
-local user_level = util.user_level
--- Models that re-initialise every layer (ResNet) build inside nn._deferring_init(fn):
--- Linear and Conv2d then skip their default init (the weights hold garbage until the
--- model writes them), which halves the build time of a resnet50.
-nn._defer_init = false
-function nn._deferring_init(fn, ...)
-  local prev = nn._defer_init
-  nn._defer_init = true
-  local ok, err = pcall(fn, ...)
-  nn._defer_init = prev
-  if not ok then error(err, 0) end
+for _, part in ipairs { require 'crescent.nn.container', require 'crescent.nn.layers', require 'crescent.nn.norm',
+                        require 'crescent.nn.mlp', require 'crescent.nn.transformer',
+                        require 'crescent.nn.multihead_attention' } do
+  for name, v in pairs(part) do nn[name] = v end
 end
 
--- How a pair prints in a repr: 3 when square, {3, 5} otherwise.
-function nn._pair_str(a, b)
-  if a == b then return tostring(a) end
-  return '{' .. a .. ', ' .. b .. '}'
-end
-
--- Rejects a non-tensor input with a message naming the layer (the C call would only say
--- "cannot convert").
-function nn._check_input(m, x)
-  if not is_tensor(x) then
-    error(string.format('%s: the input must be a tensor, got %s', m.__name, type(x)), user_level())
-  end
-end
-
-for _, file in ipairs { 'container', 'layers', 'norm', 'mlp', 'transformer', 'multihead_attention' } do
-  require('crescent.nn.' .. file)(cr, nn)
-end
-
+-- the ResNet classes and builders, and the ViT builders, are nn.models'; the ViT class is
+-- nn's, as its blocks are
+local vit = require 'crescent.nn.models.vit'
 nn.models = {}
-require('crescent.nn.models.resnet')(cr, nn)
-require('crescent.nn.models.vit')(cr, nn)
+for name, v in pairs(require 'crescent.nn.models.resnet') do nn.models[name] = v end
+for name, v in pairs(vit) do
+  if name ~= 'VisionTransformer' then nn.models[name] = v end
+end
+nn.VisionTransformer = vit.VisionTransformer
 
 return nn

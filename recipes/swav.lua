@@ -1,7 +1,7 @@
 -- recipes/swav.lua — SwAV self-supervised pre-training of a ResNet-18 (CIFAR stem, width
 -- 16) on Fashion-MNIST with two 28 px views, then a kNN evaluation of its features (k =
--- 200, cosine, T = 0.1) on the test set. About 13 minutes on 2 cores with AVX512-BF16,
--- 25 on 2 AVX2 cores (f32); 82.09% kNN there against the raw pixels' 81.78%.
+-- 200, cosine, T = 0.1) on the test set. 25 minutes on 2 AVX2 cores (f32), 82.09% kNN
+-- there against the raw pixels' 81.78%; not yet timed on an AVX512-BF16 CPU (bf16).
 -- Every default below can be overridden from the command line or a --config file:
 --
 --   luajit recipes/swav.lua
@@ -19,10 +19,11 @@ local cr = require 'crescent'
 local recipe = cr.recipe.ssl
 -- the keys every SSL recipe has, swav's section, these defaults, then the command line
 local cfg = recipe.config('swav', arg, {
-  -- 5 epochs: about 13 minutes on 2 cores of a Xeon with AVX512-BF16 and no AMX (400
-  -- img/s in bf16, train.amp=auto), where 8 took 20. On the held-out split, with the
-  -- weight decay below, 5 epochs gave 82.63% kNN, 6 82.65% and 8 83.13%. CPUs without
-  -- AVX512-BF16 train in f32: 211 img/s and 24.5 minutes on 2 cores of an AVX2 EPYC.
+  -- 5 epochs: 8 took about 20 minutes on 2 cores of a Xeon with AVX512-BF16 and no AMX
+  -- (400 img/s in bf16, train.amp=auto), so 5 should take about 13 (not timed). On the
+  -- held-out split, with the weight decay below, 5 epochs gave 82.63% kNN, 6 82.65% and
+  -- 8 83.13%. CPUs without AVX512-BF16 train in f32: 211 img/s and 24.5 minutes on 2
+  -- cores of an AVX2 EPYC.
   train = { epochs = 5 },
   -- Two 28 px views of scale 0.35 to 1 and no blur: on a held-out split of 10,000 images
   -- they gave 80.80% kNN after 5 epochs and 81.35% after 8, against 80.05% after 8 for

@@ -64,7 +64,7 @@
  * whole ATT_NR past N (a scratch tile of ATT_BC columns), so the last columns take the
  * block kernel too. */
 static void att_gemm_T(int64_t M, int64_t N, int64_t K, ATT_T alpha, const ATT_T *A, int64_t lda, const ATT_T *B,
-                          int64_t ldb, bool b_padded, ATT_T beta, ATT_T *C, int64_t ldc) {
+                       int64_t ldb, bool b_padded, ATT_T beta, ATT_T *C, int64_t ldc) {
     ATT_T apad[ATT_MR * ATT_PAD_K];
     for (int64_t i0 = 0; i0 < M; i0 += ATT_MR) {
         const int mr = (int)(M - i0 < ATT_MR ? M - i0 : ATT_MR);
@@ -151,7 +151,7 @@ static void att_keep_T(const att_geom *g, int64_t n, int64_t i, int64_t j0, int 
  * ATT_BC): scale * q_i . k_j, plus an additive mask, -inf where a boolean mask says no or
  * the causal mask hides key j > i. kt: the key tile transposed, [d][ATT_BC]. */
 static void att_scores_T(const att_geom *g, int64_t n, const ATT_T *q, const ATT_T *kt, int64_t i0, int nr,
-                            int64_t j0, int nc, ATT_T *S) {
+                         int64_t j0, int nc, ATT_T *S) {
     const ATT_T ninf = (ATT_T)-INFINITY;
     att_gemm_T(nr, nc, g->d, (ATT_T)g->scale, q + i0 * g->d, g->d, kt, ATT_BC, true, 0, S, ATT_BC);
     const char *mrow = NULL;
@@ -176,7 +176,7 @@ static void att_scores_T(const att_geom *g, int64_t n, const ATT_T *q, const ATT
 /* P[r][c] = exp(S[r][c] - lse_i) in place (0 where the row is fully masked), and with
  * dropout Z = P * keep into Z and the factors into keep (Z == S without dropout). */
 static void att_probs_T(const att_geom *g, int64_t n, const ATT_T *lse, int64_t i0, int nr, int64_t j0, int nc,
-                           ATT_T *S, ATT_T *Z, ATT_T *keep) {
+                        ATT_T *S, ATT_T *Z, ATT_T *keep) {
     for (int r = 0; r < nr; r++) {
         ATT_T *s = S + (int64_t)r * ATT_BC;
         const ATT_T l = lse[i0 + r];
@@ -202,7 +202,7 @@ static void att_probs_T(const att_geom *g, int64_t n, const ATT_T *lse, int64_t 
  * [keep_ij / (1-p)] v_j, lse = m + log l. A row with every key masked gets O = 0 and lse =
  * -inf. */
 static void att_forward_item_T(const att_geom *g, const ATT_T *q, const ATT_T *k, const ATT_T *v, ATT_T *O,
-                                  ATT_T *LSE, int64_t n, int64_t i0, int nr, ATT_T *work) {
+                               ATT_T *LSE, int64_t n, int64_t i0, int nr, ATT_T *work) {
     const int64_t d = g->d, dv = g->dv, Tk = g->Tk;
     ATT_T *kt = work, *S = kt + d * ATT_BC, *acc = S + ATT_BR * ATT_BC, *m = acc + ATT_BR * dv, *l = m + ATT_BR,
           *keep = l + ATT_BR;
@@ -254,7 +254,7 @@ static void att_forward_item_T(const att_geom *g, const ATT_T *q, const ATT_T *k
 /* dS = P * (dP - D_i) in place of dP, with dP = dO v^T (times keep / (1-p) with dropout),
  * on a tile whose probabilities are in P; vt is the value tile transposed [dv][BC]. */
 static void att_dscores_T(const att_geom *g, const ATT_T *dO, const ATT_T *D, const ATT_T *vt, int64_t i0, int nr,
-                             int nc, const ATT_T *P, const ATT_T *keep, ATT_T *dP) {
+                          int nc, const ATT_T *P, const ATT_T *keep, ATT_T *dP) {
     att_gemm_T(nr, nc, g->dv, 1, dO + i0 * g->dv, g->dv, vt, ATT_BC, true, 0, dP, ATT_BC);
     for (int r = 0; r < nr; r++) {
         ATT_T *dp = dP + (int64_t)r * ATT_BC;
@@ -282,7 +282,7 @@ typedef struct {
 } att_bwd_T;
 
 static att_bwd_T att_bwd_view_T(const att_geom *g, const ATT_T *q, const ATT_T *k, const ATT_T *v,
-                                      const ATT_T *go, const ATT_T *lse, const ATT_T *D, ATT_T *work) {
+                                const ATT_T *go, const ATT_T *lse, const ATT_T *D, ATT_T *work) {
     const int64_t d = g->d, dv = g->dv, tile = (int64_t)ATT_BR * ATT_BC;
     att_bwd_T w;
     w.q = q, w.k = k, w.v = v, w.go = go, w.lse = lse, w.D = D;
@@ -296,7 +296,7 @@ static att_bwd_T att_bwd_view_T(const att_geom *g, const ATT_T *q, const ATT_T *
  * sum_i Z_ij dO_i and dK_j = scale * sum_i dS_ij q_i into the head's dK, dV rows (either
  * may be NULL), and, given gq (the head's dQ rows), dQ_i += scale dS_ij k_j as well. */
 static void att_key_block_T(const att_geom *g, const att_bwd_T *w, int64_t n, int64_t j0, int nc, ATT_T *dK,
-                               ATT_T *dV, ATT_T *gq) {
+                            ATT_T *dV, ATT_T *gq) {
     const int64_t d = g->d, dv = g->dv, Tq = g->Tq;
     ATT_T *gk = w->acc, *gv = gk + ATT_BC * d;
     const ATT_T scale = (ATT_T)g->scale;
@@ -326,8 +326,8 @@ static void att_key_block_T(const att_geom *g, const att_bwd_T *w, int64_t n, in
 /* dK and dV of keys j0..j0+nc-1 of head n (the two-pass scheme's first pass); every
  * pointer is the head's rows. */
 static void att_backward_kv_item_T(const att_geom *g, const ATT_T *q, const ATT_T *k, const ATT_T *v,
-                                      const ATT_T *go, const ATT_T *lse, const ATT_T *D, ATT_T *dK, ATT_T *dV,
-                                      int64_t n, int64_t j0, int nc, ATT_T *work) {
+                                   const ATT_T *go, const ATT_T *lse, const ATT_T *D, ATT_T *dK, ATT_T *dV,
+                                   int64_t n, int64_t j0, int nc, ATT_T *work) {
     att_bwd_T w = att_bwd_view_T(g, q, k, v, go, lse, D, work);
     att_key_block_T(g, &w, n, j0, nc, dK, dV, NULL);
 }
@@ -335,8 +335,8 @@ static void att_backward_kv_item_T(const att_geom *g, const ATT_T *q, const ATT_
 /* dQ of rows i0..i0+nr-1 of head n: dQ_i = scale * sum_j dS_ij k_j (every pointer the
  * head's rows). */
 static void att_backward_q_item_T(const att_geom *g, const ATT_T *q, const ATT_T *k, const ATT_T *v,
-                                     const ATT_T *go, const ATT_T *lse, const ATT_T *Dn, ATT_T *dQ, int64_t n,
-                                     int64_t i0, int nr, ATT_T *work) {
+                                  const ATT_T *go, const ATT_T *lse, const ATT_T *Dn, ATT_T *dQ, int64_t n,
+                                  int64_t i0, int nr, ATT_T *work) {
     const int64_t d = g->d, dv = g->dv, Tk = g->Tk;
     att_bwd_T w = att_bwd_view_T(g, q, k, v, go, lse, Dn, work);
     ATT_T *kt = w.kt, *vt = w.vt, *S = w.S, *Z = w.Z, *keep = w.keep, *dP = w.dP, *gq = w.acc;
@@ -361,8 +361,8 @@ static void att_backward_q_item_T(const att_geom *g, const ATT_T *q, const ATT_T
  * products per tile instead of the two passes' seven). Every sum runs in the two passes'
  * order (dK_j, dV_j over i; dQ_i over j), so the bits are theirs. */
 static void att_backward_head_item_T(const att_geom *g, const ATT_T *q, const ATT_T *k, const ATT_T *v,
-                                        const ATT_T *go, const ATT_T *lse, const ATT_T *D, ATT_T *dQ, ATT_T *dK,
-                                        ATT_T *dV, int64_t n, ATT_T *work) {
+                                     const ATT_T *go, const ATT_T *lse, const ATT_T *D, ATT_T *dQ, ATT_T *dK,
+                                     ATT_T *dV, int64_t n, ATT_T *work) {
     att_bwd_T w = att_bwd_view_T(g, q, k, v, go, lse, D, work);
     ATT_T *gq = dQ;
     if (gq) memset(gq, 0, (size_t)(g->Tq * g->d) * sizeof(ATT_T));
@@ -397,7 +397,7 @@ static int64_t att_stage_elems_T(const att_geom *g) {
 /* rows x cols of a staged tensor's head (row stride sr, element stride se) into dst:
  * f32 (half 0) copied, f16/bf16 converted. */
 static void att_load_staged_T(ATT_T *dst, const void *head, int64_t rows, int64_t cols, int64_t sr, int64_t se,
-                                 cr_dtype half) {
+                              cr_dtype half) {
     const bool bf16 = half == CR_DT_BF16;
     if (!half) {
         for (int64_t r = 0; r < rows; r++) {
@@ -465,7 +465,7 @@ static att_head_T att_head_of_T(const att_geom *g, int pass, const att_bufs *b, 
 /* A work item's outputs out of the staging area into the staged tensors (contiguous):
  * rows [start, start + count) of the head, or all of them (ATT_PASS_HEAD). */
 static void att_head_out_T(const att_geom *g, int pass, const att_bufs *b, int64_t n, const att_head_T *h,
-                              int64_t start, int64_t count) {
+                           int64_t start, int64_t count) {
     const int64_t d = g->d, dv = g->dv, Tq = g->Tq, Tk = g->Tk;
     const cr_dtype hd = b->half;
     const size_t es = hd ? 2 : 4;

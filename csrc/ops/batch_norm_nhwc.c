@@ -108,9 +108,9 @@ NHWC_INLINE void store_at(void *p, int64_t i, float v, bool bf16) {
         ((float *)p)[i] = v;
 }
 
-/* The kernels, over rows [m0, m0 + nr), for either storage type: each is inlined into an
- * f32 and a bf16 wrapper below (moments_f32, moments_bf16, ...) that pass `bf16` as a
- * constant, so each wrapper compiles to the code of one type, the other branch gone. */
+/* The kernels, over rows [m0, m0 + nr), for either storage type. Each caller below calls
+ * one twice, under `if (bf16)`, with the flag a constant, so each call compiles to the
+ * code of one type, the other branch gone. */
 
 /* Merges the block's per-channel count, mean and M2 into (n, mean, m2). */
 NHWC_INLINE void moments(const void *x, bool bf16, int64_t m0, int64_t nr, int64_t C, double n,
@@ -228,33 +228,6 @@ NHWC_INLINE void affine(void *out, const void *x, const void *g, const void *y, 
     }
 }
 
-static void moments_f32(const void *x, int64_t m0, int64_t nr, int64_t C, double n, double *mean,
-                        double *m2) {
-    moments(x, false, m0, nr, C, n, mean, m2);
-}
-static void moments_bf16(const void *x, int64_t m0, int64_t nr, int64_t C, double n, double *mean,
-                         double *m2) {
-    moments(x, true, m0, nr, C, n, mean, m2);
-}
-static void grad_sums_f32(const void *x, const void *g, const void *y, int64_t m0, int64_t nr,
-                          int64_t C, const float *m, double *a, double *a2) {
-    grad_sums(x, g, y, false, m0, nr, C, m, a, a2);
-}
-static void grad_sums_bf16(const void *x, const void *g, const void *y, int64_t m0, int64_t nr,
-                           int64_t C, const float *m, double *a, double *a2) {
-    grad_sums(x, g, y, true, m0, nr, C, m, a, a2);
-}
-static void affine_f32(void *out, const void *x, const void *g, const void *y, int64_t m0,
-                       int64_t nr, int64_t C, const float *m, const float *p, const float *q,
-                       const float *r, bool relu) {
-    affine(out, x, g, y, false, m0, nr, C, m, p, q, r, relu);
-}
-static void affine_bf16(void *out, const void *x, const void *g, const void *y, int64_t m0,
-                        int64_t nr, int64_t C, const float *m, const float *p, const float *q,
-                        const float *r, bool relu) {
-    affine(out, x, g, y, true, m0, nr, C, m, p, q, r, relu);
-}
-
 /* Threads for a pass over M rows of C channels. */
 static int pass_threads(int64_t M, int64_t C) {
     return M * C >= CR_PAR_GRAIN ? omp_get_max_threads() : 1;
@@ -276,9 +249,9 @@ static bool row_moments(const void *x, bool bf16, int64_t M, int64_t C, double *
         for (int64_t b = 0; b < nb; b++) {
             const int64_t m0 = b * R, nr = M - m0 < R ? M - m0 : R;
             if (bf16)
-                moments_bf16(x, m0, nr, C, *tn, tm, tq);
+                moments(x, true, m0, nr, C, *tn, tm, tq);
             else
-                moments_f32(x, m0, nr, C, *tn, tm, tq);
+                moments(x, false, m0, nr, C, *tn, tm, tq);
             *tn += (double)nr;
         }
     }
@@ -312,9 +285,9 @@ static bool row_grad_sums(const void *g, const void *x, const void *y, bool bf16
         for (int64_t b = 0; b < nb; b++) {
             const int64_t m0 = b * R, nr = M - m0 < R ? M - m0 : R;
             if (bf16)
-                grad_sums_bf16(x, g, y, m0, nr, C, mean, a, a2);
+                grad_sums(x, g, y, true, m0, nr, C, mean, a, a2);
             else
-                grad_sums_f32(x, g, y, m0, nr, C, mean, a, a2);
+                grad_sums(x, g, y, false, m0, nr, C, mean, a, a2);
         }
     }
     for (int64_t c = 0; c < C; c++) {
@@ -330,7 +303,7 @@ static bool row_grad_sums(const void *g, const void *x, const void *y, bool bf16
     return true;
 }
 
-/* affine_f32 or affine_bf16 over all rows, in blocks across threads. */
+/* affine over all rows, in blocks across threads. */
 static void row_affine(void *out, const void *x, const void *g, const void *y, bool bf16,
                        int64_t M, int64_t C, const float *m, const float *p, const float *q,
                        const float *r, bool relu) {
@@ -340,9 +313,9 @@ static void row_affine(void *out, const void *x, const void *g, const void *y, b
     for (int64_t b = 0; b < nb; b++) {
         const int64_t m0 = b * R, nr = M - m0 < R ? M - m0 : R;
         if (bf16)
-            affine_bf16(out, x, g, y, m0, nr, C, m, p, q, r, relu);
+            affine(out, x, g, y, true, m0, nr, C, m, p, q, r, relu);
         else
-            affine_f32(out, x, g, y, m0, nr, C, m, p, q, r, relu);
+            affine(out, x, g, y, false, m0, nr, C, m, p, q, r, relu);
     }
 }
 

@@ -144,8 +144,7 @@ end
 local function with_config_args(recipe, overrides)
   if #config_args == 0 then return overrides end
   local base, declared = cr.config.load(recipe, overrides)
-  local ok, cfg = pcall(cr.config.parse, config_args, base, { types = declared.opts and declared.opts.types,
-                                                               exit_on_error = false })
+  local ok, cfg = pcall(cr.config.parse, config_args, declared.schema:with(base), { exit_on_error = false })
   if not ok then fail(tostring(cfg)) end
   local out = cr.config.merge(overrides)
   for _, d in ipairs(cr.config.diff(base, cfg)) do cr.config.set(out, d[1], d[3]) end

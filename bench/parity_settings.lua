@@ -33,8 +33,8 @@ M.PARITY = {
            moco = { temperature = 0.2, queue_length = 4096, momentum = 0.99, bn_splits = 8 } },
   swav = { train = { amp = 'auto' }, optim = { lr = 0.6, weight_decay = 1e-6 },
            crops = { size = { 28, 14 }, num = { 2, 4 }, min_scale = { 0.35, 0.1 }, max_scale = { 1, 0.35 } },
-           swav = { prototypes = 100, temperature = 0.1, epsilon = 0.05, sinkhorn_iterations = 3,
-                    freeze_prototypes_iters = 234, queue_length = 0 } },
+           swav = { num_prototypes = 100, temperature = 0.1, epsilon = 0.05, sinkhorn_iterations = 3,
+                    freeze_prototypes_iterations = 234, queue_length = 0 } },
   simclr = { optim = { lr = 0.6, weight_decay = 1e-4 }, simclr = { temperature = 0.2 } },
   -- BYOL and Barlow Twins as their recipes train: LARS (biases and norm weights out of
   -- the scaling and the decay) and their own heads

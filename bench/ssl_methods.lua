@@ -68,7 +68,7 @@ local function crescent_rate(name, cfg, amp)
   if method.memory_filled == false then method.memory_filled = true end   -- DeepCluster-v2: no fill pass
   local params = R.trainable(method)
   if method.param_groups then params = method:param_groups(params) end
-  local opt = cr.optim.from_config.build(params, cfg.optim, cfg.optim.lr, R.defaults().optim)
+  local opt = cr.optim.from_config.build(params, cfg.optim, cfg.optim.lr, R.schema(name).defaults.optim)
   local B, batches = args.batch, {}
   for i = 1, 2 do
     local crops = {}

@@ -328,10 +328,10 @@ class SwAV(nn.Module):
         super().__init__()
         s = cfg['swav']
         self.encoder = Encoder(cfg)
-        self.prototypes = nn.Linear(cfg['model']['out_dim'], s['prototypes'], bias=False)
+        self.prototypes = nn.Linear(cfg['model']['out_dim'], s['num_prototypes'], bias=False)
         self.T, self.eps, self.iters = s['temperature'], s['epsilon'], s['sinkhorn_iterations']
         self.assign = s['crops_for_assign']
-        self.freeze_iters = s['freeze_prototypes_iters']
+        self.freeze_iters = s['freeze_prototypes_iterations']
 
     @property
     def trunk(self):

@@ -5,7 +5,7 @@
 -- clusters (temperature 0.1); then a kNN evaluation of the features on the test set.
 --
 --   luajit recipes/deepcluster_v2.lua
---   luajit recipes/deepcluster_v2.lua train.epochs=10 'deepcluster_v2.prototypes={1000,1000}'
+--   luajit recipes/deepcluster_v2.lua train.epochs=10 'deepcluster_v2.num_prototypes={1000,1000}'
 --   luajit recipes/deepcluster_v2.lua --help
 --
 -- The memory and the assignments are saved with the checkpoints; the last line on stdout

@@ -27,6 +27,9 @@ local cfg = recipe.config('dino', arg, {
   data = { limit = 48000, batch_size = 64 },
   crops = { size = { 28, 14 }, num = { 2, 6 }, min_scale = { 0.4, 0.05 }, max_scale = { 1, 0.4 } },
   augment = { solarize = 0.2 },
+  -- a head of K = 1024 for 10 classes, a faster teacher for 2 epochs, the last layer
+  -- learning from the start
+  dino = { out_dim = 1024, momentum = 0.99, freeze_last_layer = 0 },
   model = { arch = 'vit_tiny', patch = 7, drop_path = 0 },
   optim = { name = 'adamw', lr = 2e-3, weight_decay = 0.04, weight_decay_end = 0.4, warmup_epochs = 0.1,
             final_lr = 1e-6, base_batch_size = 256, scaling = 'linear' },

@@ -16,16 +16,15 @@ local cr = require 'crescent'
 local recipe = cr.recipe.ssl
 local util = require 'crescent.util'
 
-local defaults = cr.config.merge(recipe.frozen_defaults { 'optim', 'train.epochs' }, {
-  data = { split = 'test' },
-  extract = { out = '', format = 'safetensors' },
-})
-local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
-  ['data.split'] = { type = 'string', choices = { 'train', 'test', 'both' }, doc = 'whose features to write' },
-  ['extract.out'] = { type = 'string', doc = "the output file prefix ('': <run.dir>/<run.name>/features)" },
-  ['extract.format'] = { type = 'string', choices = { 'safetensors', 'npy', 'both' },
-                         doc = 'safetensors (features and labels in one file), NumPy .npy files, or both' },
-} })
+local cfg = cr.config.parse(arg, cr.config.schema(recipe.frozen_schema { 'train.epochs' },
+  cr.config.options('data', {
+    { 'split', { 'train', 'test', 'both' }, 'test', 'whose features to write' },
+  }),
+  cr.config.options('extract', {
+    { 'out', 'string', '', "the output file prefix ('': <run.dir>/<run.name>/features)" },
+    { 'format', { 'safetensors', 'npy', 'both' }, 'safetensors', 'safetensors (features and labels in one file), ' ..
+      'NumPy .npy files, or both' },
+  })))
 
 cr.recipe.run.main(function()
   local device = recipe.setup(cfg)

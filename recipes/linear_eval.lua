@@ -17,20 +17,20 @@ local cr = require 'crescent'
 local util = require 'crescent.util'
 local recipe = cr.recipe.ssl
 
-local defaults = cr.config.merge(recipe.frozen_defaults(), {
-  train = { epochs = 30 },
-  optim = { lr = 0.1, momentum = 0.9, weight_decay = 0, batch_size = 256 },
-  knn = { k = 200, temperature = 0.1, enabled = true },
-})
-local cfg = cr.config.parse(arg, defaults, { types = recipe.frozen_types {
-  ['optim.name'] = { type = 'string', choices = { 'sgd' }, doc = 'the probe is SGD on standardised features' },
-  ['optim.batch_size'] = { type = 'integer', min = 1, doc = "the probe's batch" },
-  ['optim.momentum'] = { type = 'number', min = 0, doc = "the probe's SGD momentum" },
-  ['train.epochs'] = { type = 'integer', min = 0, doc = "the probe's epochs (cosine lr)" },
-  ['knn.enabled'] = { type = 'boolean', doc = 'also a kNN on the same features' },
-  ['knn.k'] = { type = 'integer', min = 1, doc = 'its neighbours' },
-  ['knn.temperature'] = { type = 'number', min = 0, doc = "its vote temperature, exp(similarity / T)" },
-} })
+-- the frozen-feature keys (the probe trains train.epochs, 30 here), then the probe's own
+local cfg = cr.config.parse(arg, cr.config.schema(recipe.frozen_schema():with { train = { epochs = 30 } },
+  cr.config.options('optim', {
+    { 'name', { 'sgd' }, 'sgd', 'the probe is SGD on standardised features' },
+    { 'lr', 'number', 0.1, "the probe's peak learning rate", min = 0 },
+    { 'momentum', 'number', 0.9, "the probe's SGD momentum", min = 0 },
+    { 'weight_decay', 'number', 0, "the probe's weight decay", min = 0 },
+    { 'batch_size', 'integer', 256, "the probe's batch", min = 1 },
+  }),
+  cr.config.options('knn', {
+    { 'enabled', 'boolean', true, 'also a kNN on the same features' },
+    { 'k', 'integer', 200, 'its neighbours', min = 1 },
+    { 'temperature', 'number', 0.1, 'its vote temperature, exp(similarity / T)', min = 0 },
+  })))
 
 cr.recipe.run.main(function()
   local device = recipe.setup(cfg)

@@ -20,6 +20,8 @@ local cfg = recipe.config('moco', arg, {
   crops = { size = { 28 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   optim = { lr = 0.06, weight_decay = 5e-4, warmup_epochs = 0, final_lr = 0 },
   model = { head_bn = false },   -- MoCo v2's head
+  -- a faster key encoder for 5 short epochs; BatchNorm as on 8 GPUs (shuffle-BN)
+  moco = { momentum = 0.99, bn_splits = 8 },
   dist = { sync_bn = false },    -- per-rank BatchNorm, as MoCo's: SyncBN would undo shuffle-BN
 })
 

@@ -20,6 +20,7 @@ local cfg = recipe.config('npid', arg, {
   train = { epochs = 5 },
   crops = { size = { 24 }, num = { 1 }, min_scale = { 0.2 }, max_scale = { 1 } },
   model = { out_dim = 128 },
+  npid = { bank_init = 'features' },   -- the bank starts from the untrained network's embeddings
   optim = { lr = 0.03, weight_decay = 5e-4, warmup_epochs = 0, final_lr = 0 },
 })
 

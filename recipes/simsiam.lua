@@ -18,6 +18,7 @@ local cfg = recipe.config('simsiam', arg, {
   train = { epochs = 3 },
   crops = { size = { 28 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } },
   model = { hidden_dim = 512, out_dim = 512 },
+  simsiam = { pred_dim = 128, proj_layers = 2 },   -- the paper's CIFAR projector
   optim = { lr = 0.2, weight_decay = 5e-4, warmup_epochs = 0, final_lr = 0 },
 })
 

@@ -25,23 +25,23 @@ package.path = root .. '/lua/?.lua;' .. root .. '/lua/?/init.lua;' .. package.pa
 local cr = require 'crescent'
 local nn = cr.nn
 
-local defaults = cr.config.merge(cr.config.common(), {
-  train = { epochs = 4, test_every = 1, log_every = 100 },
-  data = cr.config.merge(cr.data.sources.defaults, { batch_size = 128, augment = false }),
-  model = { arch = 'resnet18', width = 16, stem = 'auto', patch = 4, drop_path = 0 },
-  -- name (sgd, lars, adamw), accum_steps, clip_norm, scaling, ...: crescent/optim/from_config.lua
-  optim = cr.optim.from_config.defaults { lr = 0.1, nesterov = true, weight_decay = 5e-4, no_decay_bias_norm = true,
-                                          warmup_epochs = 0.3 },
-}, cr.recipe.run.defaults { best = 'test_top1' })
-local cfg = cr.config.parse(arg, defaults, { types = cr.config.merge(cr.recipe.run.types, cr.optim.from_config.types,
-                                                                     cr.data.sources.types, cr.recipe.ssl.MODEL_TYPES, {
-  ['optim.warmup_epochs'] = { type = 'number', min = 0, doc = 'linear lr warm-up from 0, in epochs' },
-  ['train.test_every'] = { type = 'integer', min = 0, doc = 'a test phase after every N epochs and the last (0: never)' },
-  ['train.log_every'] = { type = 'integer', min = 1, doc = 'a progress line, metrics and diagnostics every N steps' },
-  ['data.augment'] = { type = 'boolean', doc = 'random crop (padding 4) and horizontal flip of the training images' },
-  ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50', 'vit_tiny', 'vit_small', 'vit_base' },
-                     doc = 'the network: a ResNet, or a Vision Transformer (model.patch; width and stem are ResNets\')' },
-}) })
+-- the keys every training recipe has, the data, the ranks, the optimizer (name: sgd, lars,
+-- adamw; accum_steps, clip_norm, scaling, ...: crescent/optim/from_config.lua), the trunk,
+-- then this recipe's own keys and values
+local schema = cr.config.schema(cr.recipe.run.BASE, cr.recipe.run.TRAINING, cr.recipe.run.INIT, cr.data.sources.options,
+  cr.dist.setup.options, cr.optim.from_config.options, cr.recipe.ssl.ARCH, cr.recipe.ssl.TRUNK,
+  cr.config.options('train', {
+    { 'test_every', 'integer', 1, 'a test phase after every N epochs and the last (0: never)', min = 0 },
+  }),
+  cr.config.options('data', {
+    { 'augment', 'boolean', false, 'random crop (padding 4) and horizontal flip of the training images' },
+  })):with {
+  train = { epochs = 4, log_every = 100 },
+  data = { batch_size = 128 },
+  optim = { lr = 0.1, nesterov = true, weight_decay = 5e-4, no_decay_bias_norm = true, warmup_epochs = 0.3 },
+  checkpoint = { best = 'test_top1' },
+}
+local cfg = cr.config.parse(arg, schema)
 
 cr.recipe.run.main(function()
   local device = cr.recipe.run.setup(cfg)
@@ -92,7 +92,7 @@ cr.recipe.run.main(function()
   for _, np in ipairs(model:named_parameters()) do
     if np[2].requires_grad then trainable[#trainable + 1] = np end
   end
-  local optimizer = cr.optim.from_config.build(trainable, cfg.optim, peak, defaults.optim)
+  local optimizer = cr.optim.from_config.build(trainable, cfg.optim, peak, schema.defaults.optim)
   local warmup = cfg.train.epochs > 0 and cfg.optim.warmup_epochs / cfg.train.epochs or 0
   local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = peak, to = 0 }
 

@@ -34,6 +34,8 @@ local cfg = recipe.config('swav', arg, {
   -- sit where no prototype reaches (28 dims), every prediction uniform, and the loss stays
   -- at ln 100 (24 px crops stalled there through the first epoch and into the second).
   model = { out_dim = 32 },
+  -- the prototypes learn from step 100 on (SwAV's ImageNet recipe: 313, an epoch)
+  swav = { freeze_prototypes_iterations = 100 },
   -- Weight decay 5e-4 (SGD's usual CIFAR value), not SwAV's ImageNet 1e-6: on the
   -- held-out split, 8 epochs gave 81.56% kNN at 1e-6, 82.76% at 1e-4, 83.13% at 5e-4,
   -- 83.15% at 1e-3 and 82.57% at 2e-3 (the raw pixels there: 82.95%).

@@ -89,24 +89,23 @@ describe('exact resume', function()
   end)
 
   local function ssl_config(method, dir, extra)
-    local defaults = cr.config.merge(cr.recipe.ssl.defaults(), { [method] = cr.ssl[method].defaults })
     local over = {
       data = { name = 'synthetic', size = 16, limit = 64, batch_size = 16 },
       train = { epochs = 2, threads = 1, log_every = 100 }, model = { width = 4, hidden_dim = 16, out_dim = 8 },
       knn = { k = 5 }, crops = { size = { 16, 8 }, num = { 2, 2 } },
       run = { dir = dir, name = method }, checkpoint = { every_iters = 3 },
     }
-    if method == 'swav' then over.swav = { queue_length = 32, freeze_prototypes_iters = 2 } end
+    if method == 'swav' then over.swav = { queue_length = 32, freeze_prototypes_iterations = 2 } end
     if method ~= 'swav' and method ~= 'deepcluster_v2' and method ~= 'dino' then
       over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } }
     end
-    if method == 'deepcluster_v2' then over.deepcluster_v2 = { prototypes = { 5, 5 } } end
-    if method == 'dino' then over.dino = { out_dim = 16, hidden_dim = 16, bottleneck_dim = 8 } end
-    if method == 'npid' then over.crops.num = { 1 } end
+    if method == 'deepcluster_v2' then over.deepcluster_v2 = { num_prototypes = { 5, 5 } } end
+    if method == 'dino' then over.dino = { out_dim = 16, hidden_dim = 16, bottleneck_dim = 8, freeze_last_layer = 0 } end
+    if method == 'npid' then over.crops.num, over.npid = { 1 }, { bank_init = 'features' } end
     if method == 'moco' then
       over.moco = { queue_length = 32, cosine_momentum = true, bn_splits = 2 }
     end
-    return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.recipe.ssl.types() })
+    return cr.config.check(cr.config.merge(over, extra or {}), cr.recipe.ssl.schema(method))
   end
 
   for _, method in ipairs(cr.ssl.METHODS) do
@@ -432,7 +431,7 @@ describe('how a run starts: its folder, run.resume_from, model.init, scratch', f
     local done = supervised_task(tmp.path('init_src'), { epochs = 1 })
     cr.train(done)
     local path = tmp.path('init_src') .. '/latest.safetensors'
-    local m = cr.config.merge(cr.recipe.run.init_defaults(), { init = path })
+    local m = cr.config.merge(cr.config.schema(cr.recipe.run.INIT).defaults.model, { init = path })
     local weights
     local tuned = supervised_task(tmp.path('init_ft'), { init_seed = 99, epochs = 1, init = function(task)
       local line = cr.recipe.run.load_weights(task.model, m)
@@ -457,7 +456,7 @@ describe('how a run starts: its folder, run.resume_from, model.init, scratch', f
   end)
 
   it('model.init is checked at start-up: a missing file, a file that is not safetensors, another trunk', function()
-    local m = cr.recipe.run.init_defaults()
+    local m = cr.config.schema(cr.recipe.run.INIT).defaults.model
     local function check(over) return H.error_of(function() cr.recipe.run.check_init(cr.config.merge(m, over)) end) end
     assert.is_truthy(check({ init = tmp.path('no.safetensors') }):find("model.init: no file '", 1, true))
     local text = tmp.write('notes.md', '# not weights\n' .. string.rep('x', 64))

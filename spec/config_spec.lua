@@ -1,4 +1,5 @@
--- config_spec — cr.config: the common keys, command-line overrides of every type,
+-- config_spec — cr.config: declarations (options, schema, with, without, renames, take),
+-- command-line overrides of every type,
 -- --config files (merged under the command line), unknown keys with their "did you
 -- mean", type errors that name the key, the type and the value, merge, and dump's
 -- round trip.
@@ -14,31 +15,87 @@ local function has(msg, ...)
   end
 end
 
+-- a schema as a recipe declares one
 local function defaults()
-  return config.merge(config.common(), {
-    model = { width = 64, arch = 'resnet18', zero_init = false, milestones = { 30, 60 }, betas = { 0.9, 0.999 } },
-    loss = { temperature = 0.1, smoothing = 0 },
-    hooks = { names = { 'console', 'timer' } },
-  })
+  local o = config.options
+  return config.schema(
+    o('train', { { 'epochs', 'integer', 10, 'epochs', min = 0 }, { 'device', { 'auto', 'cpu', 'cuda' }, 'auto', 'device' },
+                 { 'seed', 'integer', 0, 'seed', min = 0 } }),
+    o('data', { { 'root', 'string', '', 'root' }, { 'batch_size', 'integer', 256, 'batch', min = 1 } }),
+    o('optim', { { 'name', 'string', 'sgd', 'name' }, { 'lr', 'number', 0.1, 'lr', min = 0 },
+                 { 'weight_decay', 'number', 5e-4, 'wd', min = 0 } }),
+    o('run', { { 'name', 'string', '', 'name' } }),
+    o('model', { { 'width', 'integer', 64, 'width' }, { 'arch', 'string', 'resnet18', 'arch' },
+                 { 'zero_init', 'boolean', false, 'zero' }, { 'milestones', 'list', { 30, 60 }, 'ms', elem = 'integer' },
+                 { 'betas', 'list', { 0.9, 0.999 }, 'betas', elem = 'number' } }),
+    o('loss', { { 'temperature', 'number', 0.1, 'temperature' }, { 'smoothing', 'integer', 0, 'an integer key' } }),
+    o('hooks', { { 'names', 'list', { 'console', 'timer' }, 'names', elem = 'string' } }))
 end
 
-describe('config.common', function()
-  it('holds every key a recipe accepts, with its default', function()
-    local c = config.common()
-    for _, key in ipairs { 'train.epochs', 'train.device', 'train.seed', 'train.threads', 'data.name', 'data.root',
-                           'data.batch_size', 'data.workers', 'data.limit', 'optim.name', 'optim.lr',
-                           'optim.weight_decay', 'run.name', 'run.dir' } do
-      assert.is_not_nil(config.get(c, key), key)
-    end
-    assert.are.equal('auto', c.train.device)
-    assert.are.equal(0, c.data.limit)
-    -- a fresh table each time
-    c.train.epochs = 99
-    assert.are.equal(10, config.common().train.epochs)
+describe('config.options and config.schema', function()
+  it('declare each key once, with its type, default, range and description', function()
+    local s = defaults()
+    assert.is_true(config.is_schema(s))
+    assert.are.equal(10, s.defaults.train.epochs)
+    assert.are.same({ 30, 60 }, s.defaults.model.milestones)
+    assert.are.equal('integer', s.leaves['train.epochs'].type)
+    assert.are.same({ 'auto', 'cpu', 'cuda' }, s.leaves['train.device'].choices)
+    -- a schema's defaults are copies: a config changed in place leaves them alone
+    local cfg = config.check({}, s)
+    cfg.model.milestones[1] = 0
+    assert.are.equal(30, s.defaults.model.milestones[1])
   end)
 
-  it('validates train.device and the ranges of the counts', function()
-    local d = config.common()
+  it('refuse a declaration without a type, a description, a default of its type, or elements for a list', function()
+    local o = config.options
+    has(err_of(o, 'x', { { 'a', 'float', 1, 'doc' } }), "'x.a' has type 'float'")
+    has(err_of(o, 'x', { { 'a', 'number', 1 } }), "'x.a' needs a one-line description")
+    has(err_of(o, 'x', { { 'a', 'integer', nil, 'doc' } }), "'x.a' needs a default")
+    has(err_of(o, 'x', { { 'a', 'integer', 0.5, 'doc' } }), 'x.a expects an integer, got 0.5 (its declared default)')
+    has(err_of(o, 'x', { { 'a', 'number', -1, 'doc', min = 0 } }), 'x.a expects a number >= 0, got -1')
+    has(err_of(o, 'x', { { 'a', 'list', { 1 }, 'doc' } }), "'x.a' is a list: declare its elements")
+    has(err_of(o, 'x', { { 'a', 'number', 1, 'doc', mni = 0 } }), "'x.a' has an unknown field 'mni'")
+    has(err_of(config.schema, o('x', { { 'a', 'number', 1, 'doc' } }), o('x', { { 'a', 'number', 2, 'doc' } })),
+      "'x.a' is declared twice")
+    has(err_of(config.parse, {}, { optim = { lr = 0.1 } }), 'config.parse: give a schema')
+  end)
+
+  it('change defaults with :with (checked) and drop keys with :without', function()
+    local s = defaults():with { train = { epochs = 2 }, model = { betas = { 0.5, 0.9 } } }
+    assert.are.equal(2, s.defaults.train.epochs)
+    assert.are.equal(2, s.leaves['train.epochs'].default)
+    assert.are.equal(10, defaults().defaults.train.epochs)
+    has(err_of(function() defaults():with { train = { epochs = 2.5 } } end), 'train.epochs', 'an integer',
+      "in a recipe's defaults")
+    has(err_of(function() defaults():with { train = { epoch = 2 } } end), "unknown key 'train.epoch'")
+    local less = defaults():without { 'loss', 'train.seed' }
+    assert.is_nil(less.leaves['loss.smoothing'])
+    assert.is_nil(less.leaves['train.seed'])
+    assert.is_not_nil(less.leaves['train.epochs'])
+  end)
+
+  it('name the new key for a renamed one, on the command line, in files and in constructors', function()
+    local opts = config.options('swav', { { 'num_prototypes', 'integer', 100, 'K', min = 2, was = 'prototypes' } })
+    local s = config.schema(opts)
+    has(err_of(config.parse, { 'swav.prototypes=30' }, s), "'swav.prototypes' is now 'swav.num_prototypes'",
+      'swav.num_prototypes=<value>')
+    has(err_of(config.check, { swav = { prototypes = 30 } }, s), "'swav.prototypes' is now 'swav.num_prototypes'")
+    has(err_of(config.take, opts, 'SwAV', { prototypes = 3 }), "SwAV: option 'prototypes' is now 'num_prototypes'")
+  end)
+
+  it('take gives a constructor its options by the same names, checked, with the declared defaults', function()
+    local opts = config.options('m', { { 'k', 'integer', 100, 'K', min = 2 }, { 'ids', 'list', { 0, 1 }, 'ids',
+                                                                                elem = 'integer' } })
+    local o = config.take(opts, 'M', { k = 7, trunk = 'a trunk' }, { trunk = true })
+    assert.are.same({ k = 7, ids = { 0, 1 }, trunk = 'a trunk' }, o)
+    assert.are.same({ 0, 1 }, config.take(opts, 'M', nil).ids)
+    has(err_of(config.take, opts, 'M', { k = 1 }), 'M: k expects an integer >= 2, got 1')
+    has(err_of(config.take, opts, 'M', { ids = { 0.5 } }), 'M: ids[1] expects an integer, got 0.5')
+    has(err_of(config.take, opts, 'M', { kk = 3 }, { trunk = true }), "M: unknown option 'kk'; the options are ids, k, trunk")
+  end)
+
+  it('validates choices and ranges', function()
+    local d = defaults()
     for _, dev in ipairs { 'auto', 'cpu', 'cuda' } do
       assert.are.equal(dev, config.parse({ 'train.device=' .. dev }, d).train.device)
     end
@@ -46,7 +103,7 @@ describe('config.common', function()
     has(err_of(config.parse, { 'data.batch_size=0' }, d), 'data.batch_size', 'an integer >= 1', 'got 0')
     has(err_of(config.parse, { 'train.epochs=-1' }, d), 'train.epochs', '>= 0')
     -- weight decay and lr take fractions whatever their default
-    local cfg = config.parse({ 'optim.weight_decay=1e-4', 'optim.lr=3' }, config.merge(d, { optim = { weight_decay = 0 } }))
+    local cfg = config.parse({ 'optim.weight_decay=1e-4', 'optim.lr=3' }, d:with { optim = { weight_decay = 0 } })
     assert.are.equal(1e-4, cfg.optim.weight_decay)
     assert.are.equal(3, cfg.optim.lr)
   end)
@@ -68,8 +125,8 @@ describe('config.parse overrides', function()
                       'data.root=/data/fm', 'run.name="my run"', 'loss.temperature=1e-2' }, info.overrides)
     -- untouched keys keep their defaults, and the defaults table is not modified
     assert.are.equal(256, cfg.data.batch_size)
-    assert.are.equal(0.1, d.optim.lr)
-    assert.are.same(defaults(), d)
+    assert.are.equal(0.1, d.defaults.optim.lr)
+    assert.are.same(defaults().defaults, d.defaults)
   end)
 
   it('reads booleans as true/false/1/0 (and yes/no, on/off)', function()
@@ -116,22 +173,20 @@ describe('config.parse overrides', function()
     assert.are.same({ 0.5, 0.25 }, config.parse({ 'model.betas=.5,2.5e-1' }, d).model.betas)
   end)
 
-  it('keeps integers integer: a whole-number default refuses fractions unless typed as number', function()
+  it('keeps integers integer: an integer key refuses fractions, whatever its default', function()
     local d = defaults()
     has(err_of(config.parse, { 'train.epochs=2.5' }, d), 'train.epochs', 'an integer', '2.5')
     has(err_of(config.parse, { 'model.width=wide' }, d), 'model.width', 'an integer', "'wide'")
     assert.are.equal(1000, config.parse({ 'model.width=1e3' }, d).model.width)
-    -- loss.smoothing defaults to 0 but takes fractions: declared in opts.types
     has(err_of(config.parse, { 'loss.smoothing=0.1' }, d), 'loss.smoothing', 'an integer')
-    local cfg = config.parse({ 'loss.smoothing=0.1' }, d, { types = { ['loss.smoothing'] = 'number' } })
-    assert.are.equal(0.1, cfg.loss.smoothing)
-    -- choices and ranges in opts.types
-    local t = { ['model.arch'] = { 'resnet18', 'resnet50' }, ['model.width'] = { type = 'integer', min = 8, max = 512 } }
-    has(err_of(config.parse, { 'model.arch=vgg' }, d, { types = t }), 'model.arch', 'one of resnet18|resnet50', "'vgg'")
-    has(err_of(config.parse, { 'model.width=4' }, d, { types = t }), 'model.width', 'in [8, 512]', 'got 4')
-    has(err_of(config.parse, {}, d, { types = { ['model.depth'] = 'integer' } }), "'model.depth'",
-      'not a key of the defaults')
-    has(err_of(config.parse, {}, d, { types = { ['model.width'] = 'float' } }), "unknown type 'float'")
+    -- a number key takes fractions though its default is 0; choices and ranges as declared
+    local o = config.options
+    local s = config.schema(o('loss', { { 'smoothing', 'number', 0, 'smoothing', min = 0, max = 1 } }),
+      o('model', { { 'arch', { 'resnet18', 'resnet50' }, 'resnet18', 'arch' },
+                   { 'width', 'integer', 64, 'width', min = 8, max = 512 } }))
+    assert.are.equal(0.1, config.parse({ 'loss.smoothing=0.1' }, s).loss.smoothing)
+    has(err_of(config.parse, { 'model.arch=vgg' }, s), 'model.arch', 'one of resnet18|resnet50', "'vgg'")
+    has(err_of(config.parse, { 'model.width=4' }, s), 'model.width', 'in [8, 512]', 'got 4')
   end)
 
   it('names the key, the expected type and the value on a type error', function()
@@ -165,7 +220,7 @@ describe('config.parse overrides', function()
   it('accepts a leading -- and reads only arg[1..n] (not the interpreter or script names)', function()
     local argv = { [-1] = 'luajit', [0] = 'recipes/x.lua', '--train.epochs=4' }
     assert.are.equal(4, config.parse(argv, defaults()).train.epochs)
-    assert.are.same(defaults(), config.parse(nil, defaults()))
+    assert.are.same(defaults().defaults, config.parse(nil, defaults()))
   end)
 
   it('prints the keys for --help', function()
@@ -248,7 +303,7 @@ describe('config.merge, get, check and dump', function()
   end)
 
   it('dumps Lua source that loads back to an equal table', function()
-    local cfg = config.merge(defaults(), {
+    local cfg = config.merge(defaults().defaults, {
       run = { name = 'quote " and \\ backslash\nnewline' },
       optim = { lr = 0.1, weight_decay = 1e-8, eps = 1 / 3 },
       model = { ['end'] = 1, ['with space'] = 'x', nested = { { a = 1 }, { b = { 2, 3 } } } },

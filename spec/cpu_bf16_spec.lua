@@ -103,14 +103,13 @@ describe('native bf16 on the cpu', function()
   it('trains 200 SwAV steps in train.amp=bf16 along the f32 run\'s loss curve', function()
     local tmp = H.tmpdir('cpu_bf16')
     local function losses_of(amp, steps)
-      local defaults = cr.config.merge(cr.recipe.ssl.defaults(), { swav = cr.ssl.swav.defaults })
       local cfg = cr.config.check({
         data = { name = 'synthetic', size = 16, limit = 50 * 16, batch_size = 16 },
         train = { epochs = math.ceil(steps / 50), log_every = 1000, amp = amp },
         model = { width = 8, hidden_dim = 32, out_dim = 16 }, knn = { k = 10 },
         crops = { size = { 16, 8 }, num = { 2, 2 } },
         run = { dir = tmp.path(''), name = 'swav_' .. amp }, checkpoint = { save = false },
-      }, defaults, { types = cr.recipe.ssl.types() })
+      }, cr.recipe.ssl.schema('swav'))
       local task = cr.recipe.ssl.task('swav', cfg)
       local losses = {}
       task:add_hook { name = 'record', after_step = function(_, t)

@@ -42,7 +42,7 @@ describe('cr.cuda', function()
   it('stops an SSL recipe at setup, before any data is read, when train.device=cuda is unusable', function()
     if cr.cuda.is_available() then return pending('a GPU is usable here: the error path needs a machine without one') end
     local recipe = cr.recipe.ssl
-    local cfg = cr.config.check({ train = { device = 'cuda' } }, recipe.defaults(), { types = recipe.types() })
+    local cfg = cr.config.check({ train = { device = 'cuda' } }, recipe.schema('swav'))
     local ok, err = pcall(recipe.setup, cfg)
     assert.is_false(ok)
     assert.truthy(err:find('^train%.device=cuda: '), err)

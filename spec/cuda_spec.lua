@@ -379,8 +379,8 @@ H.describe_gpu('cuda tensors', function()
           local _, ind = x:detach():max_pool2d(3, { stride = 2, padding = 1, return_indices = true })
           local p = ffi.new('cr_pool2d_params', { { 3, 3 }, { 2, 2 }, { 1, 1 }, { 1, 1 }, false, true })
           local gx -- (the cpu's backward op takes f32 and f64 grads only)
-          if dev == 'cpu' then gx = cr.Tensor._wrap.call(cr.C.cr_op_max_pool2d_backward, g:float(), ind, 9, 10, p):to(dt)
-          else gx = cr.Tensor._wrap.call(cr.C.cr_op_max_pool2d_backward, g, ind, 9, 10, p) end
+          if dev == 'cpu' then gx = cr.Tensor.op_helpers.call(cr.C.cr_op_max_pool2d_backward, g:float(), ind, 9, 10, p):to(dt)
+          else gx = cr.Tensor.op_helpers.call(cr.C.cr_op_max_pool2d_backward, g, ind, 9, 10, p) end
           outs[dev] = { a = a, d = d, gx = gx }
           return { a, d, x.grad, gx }
         end, 1e-6, 1e-6, string.format('max_pool2d %s %s', dt, layout))

@@ -13,7 +13,6 @@ H.describe_gpu('cuda training runs', function()
   local runs = 0
   local function config(method, device, steps, extra)
     runs = runs + 1
-    local defaults = cr.config.merge(cr.recipe.ssl.defaults(), { [method] = cr.ssl[method].defaults })
     local over = {
       data = { name = 'synthetic', size = 16, limit = 50 * 16, batch_size = 16 },
       train = { epochs = math.ceil(steps / 50), device = device, log_every = 1000 },
@@ -25,7 +24,7 @@ H.describe_gpu('cuda training runs', function()
       over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } }
     end
     if method == 'moco' then over.moco = { queue_length = 64, bn_splits = 2 } end
-    return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.recipe.ssl.types() })
+    return cr.config.check(cr.config.merge(over, extra or {}), cr.recipe.ssl.schema(method))
   end
   local function losses_of(method, device, steps, extra)
     local task = cr.recipe.ssl.task(method, config(method, device, steps, extra))

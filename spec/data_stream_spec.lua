@@ -58,12 +58,11 @@ local assert_same_epochs = H.assert_same_batches
 -- a small SSL task of the recipes (cr.ssl.<method>.task) on the data of `over`
 local function ssl_task(method, over)
   local recipe = cr.recipe.ssl
-  local defaults = cr.config.merge(recipe.defaults(), { [method] = cr.ssl[method].defaults })
   over.train = { epochs = 1, log_every = 1000 }
   over.model = { width = 4, hidden_dim = 16, out_dim = 8 }
   over.knn = { k = 3 }
   over.checkpoint = { save = false }
-  return cr.recipe.ssl.task(method, cr.config.check(over, defaults, { types = recipe.types() }))
+  return cr.recipe.ssl.task(method, cr.config.check(over, recipe.schema(method)))
 end
 
 describe('streamed image folders', function()
@@ -237,7 +236,7 @@ describe('a recipe on a streamed image folder', function()
     folder(root .. '/val', 2, 20, 24, true)
     local task = ssl_task('swav', {
       data = { name = 'image_folder', root = path(root), size = 16, batch_size = 6 },
-      swav = { prototypes = 10 }, crops = { size = { 16, 8 }, num = { 2, 2 } },
+      swav = { num_prototypes = 10 }, crops = { size = { 16, 8 }, num = { 2, 2 } },
       run = { dir = tmpdir.path('runs'), name = 'stream' },
     })
     assert.is_true(task.train_set.streamed)

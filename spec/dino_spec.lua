@@ -164,15 +164,15 @@ describe('ssl.dino', function()
   end)
 
   it('trains a ViT-tiny a few steps from its recipe, with a cosine weight decay, and reports kNN', function()
-    local defaults = cr.config.merge(cr.recipe.ssl.defaults(), { dino = dino.defaults })
     local cfg = cr.config.check({
       data = { name = 'synthetic', size = 16, limit = 32, batch_size = 8 },
       train = { epochs = 1, threads = 1, log_every = 1 }, knn = { k = 5 }, checkpoint = { save = false },
       crops = { size = { 16, 8 }, num = { 2, 2 }, min_scale = { 0.4, 0.1 }, max_scale = { 1, 0.4 } },
-      model = { arch = 'vit_tiny', patch = 4 }, dino = { out_dim = 32, hidden_dim = 16, bottleneck_dim = 8 },
+      model = { arch = 'vit_tiny', patch = 4 },
+      dino = { out_dim = 32, hidden_dim = 16, bottleneck_dim = 8, freeze_last_layer = 0 },
       optim = { name = 'adamw', lr = 1e-4, weight_decay = 0.04, weight_decay_end = 0.4 },
       run = { dir = os.tmpname() .. '.d' },
-    }, defaults, { types = cr.recipe.ssl.types(dino.types) })
+    }, cr.recipe.ssl.schema('dino'))
     local task = cr.recipe.ssl.task('dino', cfg)
     assert.is_truthy(cr.recipe.ssl.banner(task):find('dino: vit_tiny, patch 4 (', 1, true), cr.recipe.ssl.banner(task))
     local drop = { student = 0, teacher = 0 }

@@ -16,8 +16,8 @@
 --     and no <placeholder> stands where bash would read a redirection.
 -- A failure names the file, the first line of the failing block, the line of the error
 -- and the error. Run folders go under os.tmpname() names, removed after each file: an
--- example may name one itself, and while a file runs the default run.dir (`runs`, from
--- cr.config.common()) is a temporary folder too, so that no example writes into the
+-- example may name one itself, and while a file runs the default run.dir (`runs`, as
+-- cr.recipe.run.BASE declares it) is a temporary folder too, so that no example writes into the
 -- user's runs/ (where a run of another config would stop `make run` from resuming). The
 -- console hook writes plain lines here, as into a log file, even on a terminal. One chunk
 -- per file means Lua's limit of 200 locals per function holds for a whole file: reuse
@@ -221,12 +221,10 @@ local function run_text(name, text)
   local run_dir = os.tmpname()
   tmps[#tmps + 1] = run_dir
   os.remove(run_dir)
-  local real_common = cr.config.common
-  cr.config.common = function(...)
-    local c = real_common(...)
-    if c.run then c.run.dir = run_dir end
-    return c
-  end
+  local run_dir_option
+  for _, o in ipairs(cr.recipe.run.BASE) do if o.key == 'run.dir' then run_dir_option = o end end
+  local real_run_dir = run_dir_option.default
+  run_dir_option.default = run_dir
   local threads, grad, fast = cr.get_num_threads(), cr.is_grad_enabled(), cr.set_fast_paths(true)
   cr.set_fast_paths(fast)
   _G.print = function(...)
@@ -249,7 +247,7 @@ local function run_text(name, text)
     failure = { line = where, msg = msg, traceback = type(e) == 'table' and '' or tb, expect = type(e) == 'table' }
   end)
   show_block()
-  _G.print, cr.hooks.console, cr.config.common = real_print, real_console, real_common
+  _G.print, cr.hooks.console, run_dir_option.default = real_print, real_console, real_run_dir
   rawset(io, 'stdout', real_stdout)
   cr.set_num_threads(threads)
   cr.set_grad_enabled(grad)
@@ -433,9 +431,11 @@ describe('the docs: the user guide (docs/guide), README.md, docs/results', funct
   end)
 
   it('no example writes into the default runs/ folder: run.dir is a temporary folder while a file runs', function()
-    run_text('demo.md', "```lua\nlocal d = require('crescent').config.common().run.dir\n" ..
+    local function default_dir() return cr.config.schema(cr.recipe.run.BASE).defaults.run.dir end
+    run_text('demo.md', "```lua\nlocal cr = require('crescent')\n" ..
+      "local d = cr.config.schema(cr.recipe.run.BASE).defaults.run.dir\n" ..
       "print(d ~= 'runs', d:match('^/') ~= nil)   --> true\ttrue\n```\n")
-    assert.equal('runs', cr.config.common().run.dir)
+    assert.equal('runs', default_dir())
   end)
 
   it('the runner reports a failing example and a wrong output, naming the block', function()

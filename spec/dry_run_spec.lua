@@ -90,7 +90,8 @@ describe('--dry-run', function()
   end)
 
   it('is refused, naming the key, by a recipe of your own without run.dry_run', function()
-    H.assert_error(function() cr.config.parse({ '--dry-run' }, { train = { epochs = 1 } }) end,
+    local schema = cr.config.schema(cr.config.options('train', { { 'epochs', 'integer', 1, 'epochs', min = 0 } }))
+    H.assert_error(function() cr.config.parse({ '--dry-run' }, schema) end,
       '--dry-run: this recipe has no run.dry_run key')
   end)
 end)

@@ -610,7 +610,7 @@ describe('bad input', function()
   end)
 
   it('checks the fused backward entry points', function()
-    local call = cr.Tensor._wrap.call
+    local call = cr.Tensor.op_helpers.call
     local g, y = cr.ones(3), cr.ones(4)
     H.assert_error(function() call(cr.C.cr_op_relu_backward, g, y) end, 'relu_backward', '[3]', '[4]')
     H.assert_error(function() call(cr.C.cr_op_gelu_backward, cr.ones(2), cr.tensor({ 1, 2 })) end,

@@ -153,6 +153,36 @@ local function find_cycle(edges)
   end
 end
 
+-- The package of a module: its folder under crescent/ (crescent.nn.layers -> nn), or
+-- 'crescent' for the files at the top (what cr carries).
+local function package_of(name) return name:match('^crescent%.([%w_]+)%.') or 'crescent' end
+
+-- Private fields read outside their package: a module that defines X._name = ... at the
+-- top of its file keeps X._name to its package; every read of X._name in a file of
+-- another package is listed, 'reader -> X._name (defined in definer)'. (M, the usual
+-- name of a module's own table, is left out: the name says nothing across files; so are
+-- metamethods, __index and the like.)
+local function private_crossings(sources)
+  local defined = {}
+  for name, src in pairs(sources) do
+    for line in src:gmatch('[^\n]+') do
+      local x, field = line:match('^([%a_][%w_]*)%.(_[%w_]+)%s*=')
+      if x and x ~= 'M' and not field:match('^__') then defined[x .. '.' .. field] = name end
+    end
+  end
+  local out = {}
+  for name, src in pairs(sources) do
+    for x, field in src:gmatch('%f[%w_]([%a_][%w_]*)%.(_[%w_]+)') do
+      local definer = defined[x .. '.' .. field]
+      if definer and package_of(definer) ~= package_of(name) then
+        out[#out + 1] = string.format('%s -> %s.%s (defined in %s)', name, x, field, definer)
+      end
+    end
+  end
+  table.sort(out)
+  return out
+end
+
 describe('the Lua require graph', function()
   it('reads every module and its requires', function()
     local mods, edges = module_graph()
@@ -161,7 +191,7 @@ describe('the Lua require graph', function()
     assert.is_true(n > 50)
     assert.is_true(edges['crescent.engine.task']['crescent.engine.trainer'] ~= nil)
     assert.are.equal('cr.data', edges['crescent.hooks.knn']['crescent.data'])
-    assert.are.equal('its name in a string', edges['crescent.ssl']['crescent.ssl.swav'])
+    assert.are.equal("require('crescent.ssl.' .. name)", edges['crescent.ssl']['crescent.ssl.swav'])
   end)
 
   it('has no cycle', function()
@@ -188,6 +218,21 @@ describe('the Lua require graph', function()
     assert.are.same({}, lost, 'modules on no floor (add them to FLOORS in spec/layers_spec.lua): ' ..
       table.concat(lost, ', '))
     assert.are.same({}, up, 'upward edges:\n' .. table.concat(up, '\n'))
+  end)
+
+  it('reads no private field across packages: what packages share is public', function()
+    local mods = module_graph()
+    local sources = {}
+    for name, path in pairs(mods) do sources[name] = without_strings(without_comments(read(path))) end
+    local crossings = private_crossings(sources)
+    assert.are.same({}, crossings, 'private fields read outside their package:\n' .. table.concat(crossings, '\n'))
+    -- the check itself
+    assert.are.same({ 'crescent.repl.help -> Tensor._props (defined in crescent.tensor)' }, private_crossings {
+      ['crescent.tensor'] = 'Tensor._props = props\nlocal x = Tensor._props',
+      ['crescent.repl.help'] = 'local p = Tensor._props',
+      ['crescent.nn.layers'] = 'local M = {}\nM._int = 1',
+      ['crescent.hooks.knn'] = 'local n = M._int',
+    })
   end)
 
   it('finds an upward edge when there is one (the check itself)', function()

@@ -398,7 +398,7 @@ describe('pooling inputs', function()
   end)
 
   it('checks the backward ops arguments, indices included', function()
-    local W = cr.Tensor._wrap
+    local W = cr.Tensor.op_helpers
     local g = distinct({ 1, 1, 2, 2 })
     local good = cr.tensor({ 0, 3, 8, 15 }, { dtype = 'i64' }):view({ 1, 1, 2, 2 })
     local ffi = require 'ffi'

@@ -1,6 +1,7 @@
 -- recipe_keys_spec — every recipe's --help: each key it lists has a one-line description,
--- and giving it its own default on the command line is accepted and changes nothing;
--- the keys listed are exactly the ones the recipe declares; and building a recipe's run
+-- and the keys listed are exactly the ones the recipe declares; the schema walk: every key
+-- of every recipe takes its own default (changing nothing), a legal value of each kind its
+-- type accepts and refuses an illegal one with a message naming the key; and building a recipe's run
 -- reads no key it does not declare (each config section answers an undeclared key's read
 -- by noting it); a recipe's own defaults win over its method module's.
 local H = require 'spec.helper'
@@ -23,7 +24,7 @@ end
 
 describe('recipe keys', function()
   for _, name in ipairs(RECIPES) do
-    it(name .. ': --help lists every key with a description, and each key takes its default', function()
+    it(name .. ': --help lists every key it declares, each with a description', function()
       local text, code = H.shell('luajit recipes/' .. name .. '.lua --help')
       assert.are.equal(0, code, text)
       local listed, undescribed = {}, {}
@@ -39,22 +40,69 @@ describe('recipe keys', function()
       end
       assert.are.same({}, undescribed)
       local _, declared = cr.config.load('recipes/' .. name .. '.lua', {})
-      local keys = {}
-      local function walk(t, prefix)
-        for k, v in pairs(t) do
-          local key = prefix .. k
-          if type(v) == 'table' and not cr.config.is_list(v) then walk(v, key .. '.') else keys[#keys + 1] = key end
-        end
+      assert.are.same(declared.schema.order, listed)
+    end)
+
+    it(name .. ': the schema walk: each key takes its default, a legal value of each kind and refuses an illegal one',
+      function()
+      local _, declared = cr.config.load('recipes/' .. name .. '.lua', {})
+      local schema = declared.schema
+      local function parse(key, text)
+        local ok, cfg = pcall(cr.config.parse, { key .. '=' .. text }, schema, { exit_on_error = false })
+        if not ok then return false, cfg end
+        return true, cr.config.get(cfg, key)
       end
-      walk(declared.defaults, '')
-      table.sort(keys)
-      assert.are.same(keys, listed)
-      for _, key in ipairs(keys) do
-        local default = cr.config.get(declared.defaults, key)
-        local opts = { types = declared.opts.types, exit_on_error = false }
-        local ok, cfg = pcall(cr.config.parse, { key .. '=' .. literal(default) }, declared.defaults, opts)
-        assert(ok, key .. ': ' .. tostring(cfg))
-        assert.are.same(default, cr.config.get(cfg, key), key)
+      for _, key in ipairs(schema.order) do
+        local spec = schema.leaves[key]
+        local ok, got = parse(key, literal(spec.default))
+        assert(ok, key .. ': ' .. tostring(got))
+        assert.are.same(spec.default, got, key)
+        -- legal values other than the default, and illegal ones with the message's words
+        local legal, illegal = {}, {}
+        if spec.choices then
+          for _, c in ipairs(spec.choices) do legal[#legal + 1] = { c, c } end
+          illegal[#illegal + 1] = { 'no_such_choice', 'expects one of' }
+        elseif spec.type == 'integer' or spec.type == 'number' then
+          local lo = spec.min or (spec.above and spec.above + 0.5) or -3
+          local hi = spec.max or (lo + 7)
+          legal[#legal + 1] = { tostring(lo), lo }
+          legal[#legal + 1] = { tostring(hi), hi }
+          if spec.type == 'number' then
+            local mid = lo + (hi - lo) * 0.375
+            legal[#legal + 1] = { string.format('%.17g', mid), mid }
+          else
+            illegal[#illegal + 1] = { '2.5', 'expects an integer' }
+          end
+          illegal[#illegal + 1] = { 'many', 'expects' }
+          if spec.min then illegal[#illegal + 1] = { tostring(spec.min - 1), 'got ' .. (spec.min - 1) } end
+          if spec.above then illegal[#illegal + 1] = { tostring(spec.above), 'got ' .. spec.above } end
+          if spec.max then illegal[#illegal + 1] = { tostring(spec.max + 1), 'got ' .. (spec.max + 1) } end
+        elseif spec.type == 'boolean' then
+          legal[1], legal[2] = { 'true', true }, { 'off', false }
+          illegal[1] = { 'maybe', 'expects a boolean' }
+        elseif spec.type == 'string' then
+          legal[1] = { 'some text', 'some text' }
+        elseif spec.type == 'list' then
+          local samples = { integer = { '{2, 3}', { 2, 3 } }, number = { '{0.35, 1}', { 0.35, 1 } },
+                            string = { '{"a", "b"}', { 'a', 'b' } }, any = { "{{'^head', 0.1}}", { { '^head', 0.1 } } },
+                            boolean = { '{true, false}', { true, false } } }
+          legal[1], legal[2] = samples[spec.elem], { '{}', {} }
+          local bad = { integer = { '{1, 0.35}', 'expects an integer' }, number = { "{'a'}", 'expects a number' },
+                        boolean = { '{1, 2}', 'expects a boolean' }, string = { '{1}', 'expects a string' } }
+          illegal[1] = bad[spec.elem]
+          illegal[#illegal + 1] = { '{1,', 'not a list literal' }
+        end
+        for _, case in ipairs(legal) do
+          local okl, v = parse(key, case[1])
+          assert(okl, key .. '=' .. case[1] .. ': ' .. tostring(v))
+          assert.are.same(case[2], v, key .. '=' .. case[1])
+        end
+        for _, case in ipairs(illegal) do
+          local oki, msg = parse(key, case[1])
+          assert(not oki, key .. '=' .. case[1] .. ' was taken')
+          assert(tostring(msg):find(key, 1, true) and tostring(msg):find(case[2], 1, true),
+            key .. '=' .. case[1] .. ': ' .. tostring(msg))
+        end
       end
     end)
   end
@@ -121,8 +169,8 @@ describe('recipe keys', function()
 
   it("a recipe's own defaults win over its method module's, for the method's keys too", function()
     local cfg = cr.config.load('recipes/byol.lua')
-    assert.are.equal(0.9, cfg.byol.momentum)                    -- recipes/byol.lua's, not the module's 0.99
-    assert.are.equal(cr.ssl.byol.defaults.cosine_momentum, cfg.byol.cosine_momentum)   -- the module's, not set there
-    assert.are.equal(0.996, cr.config.load('recipes/byol.lua', { byol = { momentum = 0.996 } }).byol.momentum)
+    assert.are.equal(0.9, cfg.byol.momentum)                    -- recipes/byol.lua's, not the module's 0.996
+    assert.are.equal(cr.ssl.byol.options[2].default, cfg.byol.cosine_momentum)   -- the module's, not set there
+    assert.are.equal(0.95, cr.config.load('recipes/byol.lua', { byol = { momentum = 0.95 } }).byol.momentum)
   end)
 end)

@@ -204,7 +204,7 @@ describe('ssl.moco.MoCo', function()
     H.assert_error(function() make { queue_length = 10 } end, 'not a multiple of the batch 4')
     H.assert_error(function() make { bn_splits = 3 } end, 'does not divide the batch size 4')
     H.assert_error(function() make { head_bn = 1 } end, 'MoCo: head_bn must be true or false, got 1')
-    H.assert_error(function() make { temperature = 0 / 0 } end, 'MoCo: temperature must be a number > 0, got nan')
+    H.assert_error(function() make { temperature = 0 / 0 } end, 'MoCo: temperature expects a number > 0, got nan')
     H.assert_error(function() cr.ssl.moco.MoCo(5) end, 'MoCo{trunk = a, key_trunk = b, feat_dim = 128}')
   end)
 end)
@@ -222,7 +222,7 @@ describe('ssl.simclr.SimCLR', function()
 
   it('rejects bad configurations, a NaN temperature included', function()
     H.assert_error(function() cr.ssl.simclr.SimCLR { trunk = tiny_trunk(), feat_dim = 32, temperature = 0 / 0 } end,
-      'SimCLR: temperature must be a number > 0, got nan')
+      'SimCLR: temperature expects a number > 0, got nan')
     H.assert_error(function() cr.ssl.simclr.SimCLR { trunk = 3, feat_dim = 32 } end,
       'SimCLR: trunk must be a module returning features [B, feat_dim], got number')
     H.assert_error(function() cr.ssl.simclr.SimCLR { trunk = tiny_trunk(), feat_dim = 0 } end,
@@ -304,8 +304,8 @@ describe('ssl.simsiam.SimSiam', function()
   end)
 
   it('rejects bad options', function()
-    H.assert_error(function() make { pred_dim = 0 } end, "SimSiam: 'pred_dim' must be an integer >= 1, got 0")
-    H.assert_error(function() make { fix_pred_lr = 1 } end, 'SimSiam: fix_pred_lr must be true or false, got 1')
+    H.assert_error(function() make { pred_dim = -1 } end, 'SimSiam: pred_dim expects an integer >= 0, got -1')
+    H.assert_error(function() make { fix_pred_lr = 1 } end, 'SimSiam: fix_pred_lr expects a boolean, got 1')
     H.assert_error(function() make { hidden_dim = 0 } end, 'SimSiam: a projector of 2 or more layers needs hidden_dim > 0')
     H.assert_error(function() make()({ cr.randn(2, 1, 8, 8) }) end, 'list of 2 views')
   end)
@@ -352,7 +352,7 @@ describe('ssl.byol.BYOL', function()
   end)
 
   it('rejects bad options', function()
-    H.assert_error(function() make { momentum = 1.5 } end, 'BYOL: momentum must be in [0, 1], got 1.5')
+    H.assert_error(function() make { momentum = 1.5 } end, 'BYOL: momentum expects a number in [0, 1], got 1.5')
     H.assert_error(function() make { target_trunk = 3 } end, 'BYOL: target_trunk must be a second module')
     H.assert_error(function() make { hidden_dim = 0 } end, 'BYOL: the projector and predictor need hidden_dim > 0')
   end)
@@ -415,7 +415,7 @@ describe('ssl.barlow_twins_loss and ssl.barlow_twins.BarlowTwins', function()
     assert.is_true(math.abs(loss:item() - by_hand(out.n1, out.n2, 0.0051)) < 1e-3)
     H.assert_error(function()
       cr.ssl.barlow_twins.BarlowTwins { trunk = tiny_trunk(), feat_dim = 32, lambda = -1 }
-    end, 'BarlowTwins: lambda must be a number >= 0, got -1')
+    end, 'BarlowTwins: lambda expects a number >= 0, got -1')
     H.assert_error(function() cr.ssl.barlow_twins_loss(cr.randn(4, 3), cr.randn(4, 2)) end,
       'barlow_twins: n1 is [4, 3] but n2 is [4, 2]; the two views must match')
   end)
@@ -502,12 +502,12 @@ describe('ssl.npid.NPID', function()
     local fresh = make({ bank_init = 'features' })
     H.assert_error(function() fresh:hooks()[1].before_phase(nil, { phase_name = 'train', epoch = 0 }) end,
       "NPID: bank_init = 'features' needs m.memory_loader")
-    H.assert_error(function() make { bank_init = 'zeros' } end, "NPID: bank_init must be 'noise'")
+    H.assert_error(function() make { bank_init = 'zeros' } end, "NPID: bank_init expects one of noise|features, got 'zeros'")
     assert.is_true(make().bank_filled)   -- noise: the paper's start, nothing to fill
   end)
 
   it('rejects bad options and input', function()
-    H.assert_error(function() make { momentum = 1 } end, 'NPID: momentum must be in [0, 1), got 1')
+    H.assert_error(function() make { momentum = 1 } end, 'NPID: momentum expects a number in [0, 0.999999], got 1')
     H.assert_error(function() make { num_samples = 0 } end, "NPID: 'num_samples' must be an integer >= 1, got 0")
     local m = make()
     H.assert_error(function() m(crops(2, { 16, 16 })) end, 'NPID: the input must be a list of 1 view')
@@ -719,7 +719,6 @@ end)
 
 describe('ssl recipes', function()
   local function config(method, extra)
-    local defaults = cr.config.merge(cr.recipe.ssl.defaults(), { [method] = cr.ssl[method].defaults })
     local over = {
       data = { name = 'synthetic', size = 16, limit = 64, batch_size = 16 },
       train = { epochs = 1, threads = 1, log_every = 1 }, model = { width = 4, hidden_dim = 16, out_dim = 8 },
@@ -730,10 +729,10 @@ describe('ssl recipes', function()
       over.crops = { size = { 16 }, num = { 2 }, min_scale = { 0.2 }, max_scale = { 1 } }
     end
     if method == 'moco' then over.moco = { queue_length = 64 } end
-    if method == 'deepcluster_v2' then over.deepcluster_v2 = { prototypes = { 5, 5 } } end
-    if method == 'dino' then over.dino = { out_dim = 16, hidden_dim = 16, bottleneck_dim = 8 } end
-    if method == 'npid' then over.crops.num = { 1 } end
-    return cr.config.check(cr.config.merge(over, extra or {}), defaults, { types = cr.recipe.ssl.types() })
+    if method == 'deepcluster_v2' then over.deepcluster_v2 = { num_prototypes = { 5, 5 } } end
+    if method == 'dino' then over.dino = { out_dim = 16, hidden_dim = 16, bottleneck_dim = 8, freeze_last_layer = 0 } end
+    if method == 'npid' then over.crops.num, over.npid = { 1 }, { bank_init = 'features' } end
+    return cr.config.check(cr.config.merge(over, extra or {}), cr.recipe.ssl.schema(method))
   end
 
   for _, method in ipairs(cr.ssl.METHODS) do
@@ -787,8 +786,7 @@ describe('ssl recipes', function()
   end)
 
   it('takes a fraction for augment.solarize, a probability whose default is 0', function()
-    local defaults = cr.config.merge(cr.recipe.ssl.defaults(), { swav = cr.ssl.swav.defaults })
-    local cfg = cr.config.parse({ 'augment.solarize=0.2' }, defaults, { types = cr.recipe.ssl.types() })
+    local cfg = cr.config.parse({ 'augment.solarize=0.2' }, cr.recipe.ssl.schema('swav'))
     assert.are.equal(0.2, cfg.augment.solarize)
   end)
 end)
@@ -823,11 +821,11 @@ describe('frozen trunks from a method checkpoint', function()
     -- a checkpoint as the recipes write it: the method's weights and the run's config
     cr.save(path, m, { format = 'crescent.checkpoint', config = cr.config.dump(saved) })
     assert.are.same(saved, require('crescent.engine.checkpoint').stored_config(path))
-    local cfg = cr.config.merge(cr.recipe.ssl.frozen_defaults(), { model = { init = path } })
+    local cfg = cr.config.merge(cr.recipe.ssl.frozen_schema().defaults, { model = { init = path } })
     local _, trunk = cr.recipe.ssl.frozen_trunk(cfg, train_set)
     assert.are.same({ 'resnet18', 4, 'cifar' }, { cfg.model.arch, cfg.model.width, cfg.model.stem })
     assert.is_true(max_abs(trunk.conv1.weight, m.trunk.conv1.weight) == 0)
-    local wrong = cr.config.merge(cr.recipe.ssl.frozen_defaults(), { model = { init = path, width = 8 } })
+    local wrong = cr.config.merge(cr.recipe.ssl.frozen_schema().defaults, { model = { init = path, width = 8 } })
     H.assert_error(function() cr.recipe.ssl.frozen_trunk(wrong, train_set) end,
       "model.width=8, but the trunk of model.init '" .. path .. "' has width = 4 (its config)")
     os.remove(path)

@@ -147,7 +147,7 @@ describe('cr.config.load', function()
       data = { limit = 256, batch_size = 32 }, run = { dir = tmp.dir } })
     assert.equal(1, cfg.train.epochs)
     assert.equal(256, cfg.data.limit)
-    assert.equal(cr.ssl.swav.defaults.prototypes, cfg.swav.prototypes) -- the recipe's own default
+    assert.equal(100, cfg.swav.freeze_prototypes_iterations) -- recipes/swav.lua's own value (SwAV{}'s: 0)
     local task = cr.recipe.ssl.task('swav', cfg)
     assert.equal(2, task:step(2))
     assert.equal(2, task.iteration)

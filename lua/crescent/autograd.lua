@@ -7,7 +7,7 @@ local util = require 'crescent.util'
 local Tensor = require 'crescent.tensor'
 
 local check, own = util.check, util.own
-local is_tensor = Tensor._wrap.is_tensor
+local is_tensor = Tensor.op_helpers.is_tensor
 local M = {}
 
 -- ---- grad mode -----------------------------------------------------------------------------

@@ -1,76 +1,30 @@
--- crescent.config (cr.config) — recipe configuration. A recipe's defaults are nested
--- Lua tables; the user changes them from the command line (`optim.lr=0.2`) or with
--- `--config file.lua` (a Lua file returning a table merged over the defaults). Every
--- override is checked against the defaults: an unknown key is an error with the nearest
--- valid key, a value of the wrong type names the key, the type and the value.
+-- crescent.config (cr.config) — recipe configuration. Every key a recipe takes is
+-- declared once, in the module that reads it, with its type, default, range and a
+-- one-line description; a recipe's schema gathers those declarations. The user changes
+-- the values from the command line (`optim.lr=0.2`) or with `--config file.lua` (a Lua
+-- file returning a table merged over the defaults). Every override is checked: an
+-- unknown key is an error with the nearest valid key (or the new name of a renamed one),
+-- a value of the wrong type names the key, the type and the value.
 --
---   local cfg = cr.config.parse(arg, cr.config.merge(cr.config.common(), {model = {width = 64}}))
+--   local opts = cr.config.options('loss', {
+--     -- name, type, default, description; then min, above (an exclusive min), max, elem
+--     -- (a list's elements), was
+--     { 'smoothing', 'number', 0, 'label smoothing', min = 0, max = 1 },
+--     { 'weights', 'list', { 1, 1 }, 'class weights', elem = 'number' },
+--     { 'kind', { 'ce', 'focal' }, 'ce', 'the loss' },          -- a list of choices: a string
+--   })
+--   local schema = cr.config.schema(cr.recipe.run.BASE, opts):with { train = { epochs = 2 } }
+--   local cfg = cr.config.parse(arg, schema)     -- --help prints every key from the schema
 --
--- Types come from the default values:
---   a whole number       -> integer (`train.epochs=2.5` is refused)
---   any other number     -> number
---   a string, a boolean  -> string, boolean (true/false/1/0/yes/no/on/off)
---   a list {..}          -> a list, given as `1,2,3` or `{1, 2, 3}`; elements take the
---                           type of the default's elements
--- A whole-number default whose key takes fractions (a weight decay of 0, a temperature
--- of 1) is declared in opts.types: parse(arg, defaults, {types = {['loss.temp'] = 'number'}}).
--- The common keys (common()) carry their own types and ranges, e.g. train.device is one
--- of auto|cpu|cuda and optim.weight_decay is a number. A type is a name ('integer',
--- 'number', 'string', 'boolean', 'list', 'any'), a list of allowed strings, or a table
--- {type = , min = , max = , choices = }.
+-- Types are 'integer', 'number', 'string', 'boolean', 'list' (with elem) and 'any'; they
+-- are declared, never guessed from a default (a default {1} would make a list of
+-- integers refuse 0.35). `was = 'old_name'` keeps a renamed key's old name as an error
+-- that names the new one. A module's constructor takes its section's options by the
+-- same names (cr.config.take), so one name goes from the command line to the code.
 -- Order: --config files first (in the order given), then key=value overrides on top.
 local config_literal = require 'crescent.config_literal'
 
 local M = {}
-
--- ---- the keys every recipe accepts ----------------------------------------------------
-function M.common()
-  return {
-    -- threads 0: all cores; deterministic: GPU algorithms that give the same bits every run;
-    -- repl_on_signal: `kill -USR2 <pid>` opens the REPL at the next step boundary
-    -- amp auto: bf16 autocast where the device computes bf16 natively (engine/task.lua)
-    train = { epochs = 10, device = 'auto', amp = 'auto', seed = 0, threads = 0, deterministic = false,
-              repl_on_signal = false },
-    data = { name = 'fashion_mnist', root = '', batch_size = 256, workers = 0, limit = 0 },
-    -- root '': the data set's own search order; limit 0: every sample
-    optim = { name = 'sgd', lr = 0.1, weight_decay = 5e-4 },
-    run = { name = '', dir = 'runs' },   -- name '': the recipe names the run
-    -- k ranks (crescent/dist/setup.lua): a collective's timeout in seconds, DDP's bucket
-    -- size, BatchNorm -> SyncBatchNorm, unused parameters' grads as zero, rank 0 alone on stdout
-    dist = { timeout = 1800, bucket_mb = 25, sync_bn = false, find_unused = false, broadcast_buffers = true,
-             quiet = true },
-  }
-end
-
-local COMMON_TYPES = {
-  ['train.epochs'] = { type = 'integer', min = 0, doc = 'epochs to train (0: an evaluation-only run)' },
-  ['train.device'] = { type = 'string', choices = { 'auto', 'cpu', 'cuda' },
-                       doc = 'auto: the first usable GPU, else the CPU (one line says which and why)' },
-  ['train.amp'] = { type = 'string', choices = { 'off', 'bf16', 'f16', 'auto' },
-                    doc = 'mixed precision: forward and loss under autocast; f16 adds a loss scaler; ' ..
-                          'auto: bf16 where the device computes it natively (a GPU, a CPU with AVX512-BF16), else off' },
-  ['train.deterministic'] = { type = 'boolean', doc = 'GPU: only algorithms that give the same bits every run' },
-  ['train.seed'] = { type = 'integer', min = 0, doc = 'the seed of the weights, the shuffle and the augmentations' },
-  ['train.threads'] = { type = 'integer', min = 0, doc = 'CPU threads (0: every core)' },
-  ['train.repl_on_signal'] = { type = 'boolean', doc = '`kill -USR2 <pid>` opens the REPL at the next step boundary' },
-  ['data.name'] = { type = 'string', doc = 'the data set' },
-  ['data.root'] = { type = 'string', doc = "where the data set is ('': its own search order)" },
-  ['data.batch_size'] = { type = 'integer', min = 1, doc = 'images per batch (per rank)' },
-  ['data.workers'] = { type = 'integer', min = 0, doc = 'loader threads that assemble batches ahead (0: inline)' },
-  ['data.limit'] = { type = 'integer', min = 0, doc = 'use only the first N samples of each split (0: all)' },
-  ['optim.name'] = { type = 'string', doc = 'the optimizer' },
-  ['optim.lr'] = { type = 'number', min = 0, doc = 'the (peak) learning rate' },
-  ['optim.weight_decay'] = { type = 'number', min = 0, doc = 'L2 weight decay' },
-  ['run.name'] = { type = 'string', doc = "the run folder's name ('': the recipe's)" },
-  ['run.dir'] = { type = 'string', doc = 'where run folders go' },
-  ['dist.timeout'] = { type = 'number', min = 0, doc = 'seconds a collective may wait before every rank exits' },
-  ['dist.bucket_mb'] = { type = 'number', min = 0, doc = "the size of DDP's gradient buckets" },
-  ['dist.sync_bn'] = { type = 'boolean', doc = 'BatchNorm statistics over the global batch on k ranks' },
-  ['dist.find_unused'] = { type = 'boolean', doc = 'a parameter without a gradient counts as zero instead of an error' },
-  ['dist.broadcast_buffers'] = { type = 'boolean', doc = "rank 0's buffers (BatchNorm statistics) go to every " ..
-                                                         'rank after each backward' },
-  ['dist.quiet'] = { type = 'boolean', doc = 'ranks other than 0 write nothing to stdout' },
-}
 
 -- ---- helpers ----------------------------------------------------------------------------
 local function is_list(t)
@@ -143,80 +97,6 @@ local set = M.set
 local levenshtein, to_json = require('crescent.util').edit_distance, require('crescent.util').json
 M.levenshtein = levenshtein
 
--- ---- the schema: every dotted key of the defaults and its type ----------------------------
-local KINDS = { integer = true, number = true, string = true, boolean = true, list = true, any = true }
-
-local function infer(v)
-  local tv = type(v)
-  if tv == 'number' then return { type = is_int(v) and 'integer' or 'number' } end
-  if tv == 'string' or tv == 'boolean' then return { type = tv } end
-  if is_list(v) then
-    local elem = 'any'
-    if #v > 0 then
-      elem = infer(v[1]).type
-      for i = 2, #v do
-        local e = infer(v[i]).type
-        if e ~= elem then
-          elem = (e == 'number' or e == 'integer') and (elem == 'number' or elem == 'integer') and 'number' or 'any'
-        end
-      end
-    end
-    return { type = 'list', elem = elem }
-  end
-  return { type = 'any' }
-end
-
-local function normalise_type(key, spec, inferred)
-  if type(spec) == 'string' then spec = { type = spec }
-  elseif type(spec) == 'table' and is_list(spec) and #spec > 0 then spec = { type = 'string', choices = spec }
-  elseif type(spec) ~= 'table' then
-    error("config: the type of '" .. key .. "' must be a type name, a list of choices or a table", 0)
-  end
-  local s = {}
-  for k, v in pairs(spec) do s[k] = v end
-  s.type = s.type or (s.choices and 'string') or inferred.type
-  if not KINDS[s.type] then
-    error("config: unknown type '" .. tostring(s.type) .. "' for '" .. key .. "'; types are integer, number, " ..
-      'string, boolean, list, any', 0)
-  end
-  if s.type == 'list' then s.elem = s.elem or inferred.elem or 'any' end
-  return s
-end
-
-local function schema(defaults, types)
-  local leaves, sections, order = {}, {}, {}
-  local function walk(t, prefix)
-    for k, v in pairs(t) do
-      if type(k) ~= 'string' then
-        error("config: the defaults hold a non-string key '" .. tostring(k) .. "' under '" .. prefix ..
-          "'; keys are names", 0)
-      end
-      local key = prefix == '' and k or prefix .. '.' .. k
-      if type(v) == 'table' and not is_list(v) then
-        sections[key] = true
-        walk(v, key)
-      else
-        leaves[key] = infer(v)
-        order[#order + 1] = key
-      end
-    end
-  end
-  walk(defaults, '')
-  table.sort(order)
-  for key, spec in pairs(COMMON_TYPES) do
-    if leaves[key] then leaves[key] = normalise_type(key, spec, leaves[key]) end
-  end
-  for key, spec in pairs(types or {}) do
-    if not leaves[key] then
-      error("config: opts.types names '" .. tostring(key) .. "', which is not a key of the defaults", 0)
-    end
-    local before = leaves[key]
-    leaves[key] = normalise_type(key, spec, before)
-    leaves[key].doc = leaves[key].doc or before.doc -- a type given again keeps the key's description
-  end
-  return { leaves = leaves, sections = sections, order = order }
-end
-
 -- The nearest valid key, or nil when nothing is close. A key whose last part matches a
 -- valid key's last part ('lr' -> 'optim.lr') counts as near.
 local function nearest(s, key)
@@ -236,6 +116,10 @@ local function nearest(s, key)
 end
 
 local function unknown_key(s, key, where)
+  local new = s.renamed and s.renamed[key]
+  if new then
+    error(string.format("config: '%s' is now '%s'%s; write %s=<value>", key, new, where, new), 0)
+  end
   local hint = nearest(s, key)
   local tops = {}
   for k in pairs(s.sections) do if not k:find('.', 1, true) then tops[#tops + 1] = k .. '.*' end end
@@ -261,7 +145,9 @@ local function type_desc(spec)
   end
   local art = spec.type == 'integer' and 'an ' or 'a '
   local d = art .. spec.type
-  if spec.min and spec.max then d = d .. ' in [' .. spec.min .. ', ' .. spec.max .. ']'
+  if spec.above and spec.max then d = d .. ' in (' .. spec.above .. ', ' .. spec.max .. ']'
+  elseif spec.above then d = d .. ' > ' .. spec.above
+  elseif spec.min and spec.max then d = d .. ' in [' .. spec.min .. ', ' .. spec.max .. ']'
   elseif spec.min then d = d .. ' >= ' .. spec.min
   elseif spec.max then d = d .. ' <= ' .. spec.max end
   return d
@@ -299,7 +185,9 @@ local function check_value(key, spec, v, where)
     for _, c in ipairs(spec.choices) do if c == v then ok = true end end
     if not ok then bad_value(key, spec, v, where) end
   end
-  if (spec.min and v < spec.min) or (spec.max and v > spec.max) then bad_value(key, spec, v, where) end
+  if (spec.min and v < spec.min) or (spec.above and v <= spec.above) or (spec.max and v > spec.max) then
+    bad_value(key, spec, v, where)
+  end
   return v
 end
 
@@ -374,6 +262,173 @@ local function apply_table(s, cfg, t, prefix, where)
       unknown_key(s, key, where)
     end
   end
+end
+
+-- ---- declarations: options and schemas ---------------------------------------------------
+local KINDS = { integer = true, number = true, string = true, boolean = true, list = true, any = true }
+
+local Schema = {}
+Schema.__index = Schema
+
+local function declared(section, e, i)
+  local where = string.format("config.options('%s'): entry %d", section, i)
+  if type(e) ~= 'table' or type(e[1]) ~= 'string' or not e[1]:match('^[%a_][%w_]*$') then
+    error(where .. " must be {name, type, default, description, ...} with a name such as 'lr'", 3)
+  end
+  local key = section .. '.' .. e[1]
+  where = string.format("config.options: '%s'", key)
+  local spec = { name = e[1], key = key, min = e.min, above = e.above, max = e.max, elem = e.elem, was = e.was }
+  if type(e[2]) == 'table' then
+    spec.type, spec.choices = 'string', e[2]
+  else
+    spec.type = e[2]
+  end
+  if not KINDS[spec.type] then
+    error(where .. " has type '" .. tostring(e[2]) .. "'; types are integer, number, string, boolean, list (with " ..
+      'elem), any, or a list of choices', 3)
+  end
+  if spec.type == 'list' and not KINDS[spec.elem or ''] then
+    error(where .. ' is a list: declare its elements, elem = integer|number|string|boolean|any', 3)
+  end
+  if type(e[4]) ~= 'string' or e[4] == '' then error(where .. ' needs a one-line description (its 4th field)', 3) end
+  spec.doc = e[4]
+  if e[3] == nil then error(where .. ' needs a default (its 3rd field)', 3) end
+  spec.default = check_value(key, spec, e[3], ' (its declared default)')
+  for k in pairs(e) do
+    if type(k) == 'string' and spec[k] == nil and k ~= 'elem' then
+      error(where .. " has an unknown field '" .. k .. "'; fields are min, above, max, elem and was", 3)
+    end
+  end
+  return spec
+end
+
+-- options(section, entries) -> the declarations of a section's keys (see the top), in
+-- the order given; each entry {name, type, default, description, min =, max =, elem =,
+-- was =}. A default outside its own type or range is an error here.
+function M.options(section, entries)
+  if type(section) ~= 'string' or type(entries) ~= 'table' then
+    error("config.options(section, entries): e.g. config.options('loss', {{'smoothing', 'number', 0, '...'}})", 2)
+  end
+  local out = {}
+  for i, e in ipairs(entries) do out[i] = declared(section, e, i) end
+  return out
+end
+
+local function build(specs)
+  local s = setmetatable({ leaves = {}, sections = {}, order = {}, renamed = {}, defaults = {}, list = specs }, Schema)
+  for _, spec in ipairs(specs) do
+    local key = spec.key
+    if s.leaves[key] then error("config.schema: '" .. key .. "' is declared twice", 3) end
+    s.leaves[key] = spec
+    s.order[#s.order + 1] = key
+    local prefix = key:match('^(.*)%.[^.]+$')
+    while prefix do
+      s.sections[prefix] = true
+      prefix = prefix:match('^(.*)%.[^.]+$')
+    end
+    if spec.was then s.renamed[(key:match('^(.*%.)') or '') .. spec.was] = key end
+    set(s.defaults, key, deep_copy(spec.default))
+  end
+  for key in pairs(s.leaves) do
+    if s.sections[key] then error("config.schema: '" .. key .. "' is both a key and a section", 3) end
+  end
+  table.sort(s.order)
+  return s
+end
+
+-- schema(options, ...) -> the schema of a recipe: the option lists (or schemas) given,
+-- nil skipped, each key declared once.
+function M.schema(...)
+  local specs = {}
+  for i = 1, select('#', ...) do
+    local list = select(i, ...)
+    if list ~= nil then
+      if type(list) ~= 'table' then error('config.schema: argument ' .. i .. ' is not a list of options', 2) end
+      for _, spec in ipairs(getmetatable(list) == Schema and list.list or list) do specs[#specs + 1] = spec end
+    end
+  end
+  return build(specs)
+end
+
+function M.is_schema(v) return getmetatable(v) == Schema end
+
+-- schema:with(values) -> the schema with other defaults ({train = {epochs = 5}}), each
+-- checked against its key's type as a --config file is.
+function Schema:with(values)
+  local defaults = deep_copy(self.defaults)
+  apply_table(self, defaults, values or {}, '', " (in a recipe's defaults)")
+  local specs = {}
+  for i, spec in ipairs(self.list) do
+    local copy = {}
+    for k, v in pairs(spec) do copy[k] = v end
+    copy.default = M.get(defaults, spec.key)
+    specs[i] = copy
+  end
+  return build(specs)
+end
+
+-- schema:without(keys) -> the schema less those dotted keys or whole sections.
+function Schema:without(keys)
+  local drop = {}
+  for _, k in ipairs(keys) do drop[k] = true end
+  local specs = {}
+  for _, spec in ipairs(self.list) do
+    local gone, prefix = drop[spec.key], spec.key
+    while not gone and prefix do
+      prefix = prefix:match('^(.*)%.[^.]+$')
+      gone = prefix and drop[prefix]
+    end
+    if not gone then specs[#specs + 1] = spec end
+  end
+  return build(specs)
+end
+
+-- A copy of the defaults, as a nested table.
+function Schema:defaults_table() return deep_copy(self.defaults) end
+
+local function as_schema(s, who)
+  if getmetatable(s) ~= Schema then
+    error(who .. ': give a schema, cr.config.schema(cr.config.options(...), ...), not a ' .. type(s), 3)
+  end
+  return s
+end
+
+-- take(options, owner, given, wiring) -> a module's checked options: `given` (a
+-- constructor's table) holds the keys of `options` (one section's declarations), by the
+-- same names, and those of `wiring` (names the module takes from its caller, not from a
+-- config section: the trunk, ...), nothing else. Missing options get their declared
+-- defaults; a value of the wrong type or range is an error that names owner.
+function M.take(options, owner, given, wiring)
+  if given ~= nil and type(given) ~= 'table' then error(owner .. ': options must be a table, got ' .. type(given), 0) end
+  given = given or {}
+  local by_name = {}
+  for _, spec in ipairs(options) do by_name[spec.name] = spec end
+  local out = {}
+  for k, v in pairs(given) do
+    if wiring and wiring[k] then
+      out[k] = v
+    elseif not by_name[k] then
+      local names = {}
+      for _, spec in ipairs(options) do
+        if spec.was == k then error(string.format("%s: option '%s' is now '%s'", owner, k, spec.name), 0) end
+        names[#names + 1] = spec.name
+      end
+      for n in pairs(wiring or {}) do names[#names + 1] = n end
+      table.sort(names)
+      error(string.format("%s: unknown option '%s'; the options are %s", owner, tostring(k), table.concat(names, ', ')), 0)
+    end
+  end
+  for _, spec in ipairs(options) do
+    local v = given[spec.name]
+    if v == nil then
+      out[spec.name] = deep_copy(spec.default)
+    else
+      local ok, res = pcall(check_value, spec.name, spec, v, '')
+      if not ok then error((tostring(res):gsub('^config: ', owner .. ': ')), 0) end
+      out[spec.name] = res
+    end
+  end
+  return out
 end
 
 local function load_config_file(path)
@@ -500,56 +555,31 @@ function M.write(path, cfg)
   return path
 end
 
--- Every key with its type and default, one a line.
-function M.help(defaults, opts)
-  local s = schema(defaults, opts and opts.types)
+-- Every key of a schema with its type, default and description (--help).
+function M.help(schema)
+  local s = as_schema(schema, 'config.help')
   local lines = { 'usage: luajit <recipe>.lua [--config file.lua] [--dry-run] [key.sub=value ...]', '', 'keys:' }
   for _, key in ipairs(s.order) do
-    local d = M.get(defaults, key)
+    local d = s.leaves[key].default
     lines[#lines + 1] = string.format('  %-28s %-26s default %s', key, type_desc(s.leaves[key]),
       type(d) == 'table' and ser(d, '', key) or (type(d) == 'string' and string.format('%q', d) or tostring(d)))
-    if s.leaves[key].doc then lines[#lines + 1] = '      ' .. s.leaves[key].doc end
+    lines[#lines + 1] = '      ' .. s.leaves[key].doc
   end
   return table.concat(lines, '\n') .. '\n'
 end
 
--- A copy of cfg without the dotted keys (or whole sections) listed: the keys a recipe
--- does not read are not its keys. A section left empty goes too.
-function M.without(cfg, keys)
-  local out = deep_copy(cfg)
-  for _, key in ipairs(keys) do
-    local parent, last = out, key
-    for part, rest in key:gmatch('([^.]+)%.(.+)') do parent, last = parent and parent[part], rest end
-    if type(parent) == 'table' then parent[last] = nil end
-    local section = key:match('^([^.]+)%.')
-    if section and type(out[section]) == 'table' and next(out[section]) == nil then out[section] = nil end
-  end
-  return out
-end
-
--- The keys of defaults (with opts.types) that have no description, sorted.
-function M.undocumented(defaults, opts)
-  local s = schema(defaults, opts and opts.types)
-  local out = {}
-  for _, key in ipairs(s.order) do
-    if type(s.leaves[key].doc) ~= 'string' or s.leaves[key].doc == '' then out[#out + 1] = key end
-  end
-  return out
-end
-
 -- ---- parse ----------------------------------------------------------------------------------
--- parse(arg, defaults, opts) -> cfg, info. arg is the script's `arg` (arg[1..n] are read);
--- opts.types declares types (see the top). info.files and info.overrides list what was
+-- parse(arg, schema, opts) -> cfg, info. arg is the script's `arg` (arg[1..n] are read);
+-- schema: cr.config.schema(...) (see the top). info.files and info.overrides list what was
 -- applied. --help prints the keys and exits (opts.exit_on_help = false returns instead:
 -- nil, help text). When argv is the script's own `arg`, a bad argument prints one line on
 -- stderr and exits with status 2, as command-line tools do (opts.exit_on_error = false
 -- raises instead, as it always does for other tables).
-local function parse(argv, defaults, opts)
+local function parse(argv, schema, opts)
   opts = opts or {}
   argv = argv or {}
-  if type(defaults) ~= 'table' then error('config.parse: defaults must be a table', 2) end
-  local s = schema(defaults, opts.types)
-  local cfg = deep_copy(defaults)
+  local s = as_schema(schema, 'config.parse')
+  local cfg = s:defaults_table()
   local files, overrides = {}, {}
   local i = 1
   while i <= #argv do
@@ -564,11 +594,11 @@ local function parse(argv, defaults, opts)
     elseif a == '--dry-run' then
       if not s.leaves['run.dry_run'] then
         error("config: --dry-run: this recipe has no run.dry_run key; a recipe of your own gets it from " ..
-          'cr.recipe.run.defaults() in its defaults, and acts on it (crescent/engine/dry_run.lua)', 0)
+          'cr.recipe.run.BASE in its schema, and acts on it (crescent/engine/dry_run.lua)', 0)
       end
       overrides[#overrides + 1] = { key = 'run.dry_run', value = 'true', text = a }
     elseif a == '--help' or a == '-h' then
-      local text = M.help(defaults, opts)
+      local text = M.help(s)
       if opts.exit_on_help == false then return nil, text end
       io.write(text)
       os.exit(0)
@@ -612,21 +642,21 @@ end
 local capture = nil
 local CAPTURED = setmetatable({}, { __tostring = function() return 'crescent.config: recipe config captured' end })
 
-function M.parse(argv, defaults, opts)
+function M.parse(argv, schema, opts)
   if capture and not capture.cfg then
-    capture.defaults, capture.opts = defaults, opts
-    capture.cfg = M.check(capture.overrides, defaults, opts)
+    capture.schema = schema
+    capture.cfg = M.check(capture.overrides, schema)
     error(CAPTURED, 0)
   end
   if argv == nil or argv ~= rawget(_G, 'arg') or (opts and opts.exit_on_error == false) then
-    return parse(argv, defaults, opts)
+    return parse(argv, schema, opts)
   end
   local function finish(ok, ...)
     if ok then return ... end
     io.stderr:write('error: ', tostring((...)), '\n')
     os.exit(2)
   end
-  return finish(pcall(parse, argv, defaults, opts))
+  return finish(pcall(parse, argv, schema, opts))
 end
 
 -- The dotted keys whose values differ between configs a and b, sorted, each as {key,
@@ -677,11 +707,11 @@ function M.format_value(v)
   return tostring(v)
 end
 
--- Checks a whole table against defaults (the same rules as a --config file); returns the
--- merged, checked copy. For recipes that build configs in code.
-function M.check(cfg, defaults, opts)
-  local s = schema(defaults, opts and opts.types)
-  local out = deep_copy(defaults)
+-- Checks a whole table against a schema (the same rules as a --config file); returns
+-- the defaults with it merged, checked. For configs built in code.
+function M.check(cfg, schema)
+  local s = as_schema(schema, 'config.check')
+  local out = s:defaults_table()
   apply_table(s, out, cfg, '', '')
   return out
 end
@@ -691,8 +721,7 @@ end
 -- without running it (the recipe stops inside its cr.config.parse). From the REPL:
 --   task = cr.recipe.ssl.task('swav', cr.config.load('recipes/swav.lua', {train = {epochs = 1}}))
 -- A file that returns a table (a --config file) gives that table with overrides merged.
--- For a recipe, a second result holds what it declared: {defaults =, opts = {types = }}
--- (cr.config.undocumented(r.defaults, r.opts), cr.config.help(...)).
+-- For a recipe, a second result holds what it declared: {schema = } (cr.config.help(r.schema)).
 function M.load(path, overrides)
   if type(path) ~= 'string' then error('cr.config.load(path, overrides): path must be a string', 2) end
   if overrides ~= nil and type(overrides) ~= 'table' then

@@ -20,7 +20,7 @@ cr.Function = autograd.Function
 cr.grad = autograd.grad
 cr.saved_memory = autograd.saved_memory
 
-function cr.is_tensor(x) return Tensor._wrap.is_tensor(x) end
+function cr.is_tensor(x) return Tensor.op_helpers.is_tensor(x) end
 
 function cr.manual_seed(seed)
   if type(seed) ~= 'number' or seed < 0 or seed ~= math.floor(seed) then

@@ -63,9 +63,12 @@ local function as_tensor(x, like, what)
   error((what or 'op') .. ': expected a tensor or a number, got ' .. tx, 3)
 end
 
--- ---- wrappers the op families use -------------------------------------------------
+-- ---- the op helpers: what code that calls the C ops uses (the op families, nn, optim,
+-- ssl, io, autograd): W.call(f, self, ...) runs a C op and owns its result (a C error
+-- becomes a Lua error naming the op), W.check_tensor, W.is_tensor, W.as_tensor,
+-- W.construct, W.unary, W.binary
 local W = {}
-Tensor._wrap = W
+Tensor.op_helpers = W
 W.is_tensor = is_tensor
 W.as_tensor = as_tensor
 
@@ -319,7 +322,7 @@ end
 mt.__eq = nil -- cdata equality stays pointer identity; use t:eq(u) for elementwise
 
 Tensor._mt = mt
-Tensor._props = props
+Tensor.properties = props
 Tensor._setters = setters
 ffi.metatype(tensor_ct, mt)
 

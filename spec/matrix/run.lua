@@ -35,8 +35,8 @@ local OWN = {
   supervised = { 'knn.k=', 'optim.warmup_epochs=0' },   -- (an empty value: the key is dropped)
   moco = { 'moco.queue_length=' .. 2 * BATCH * W, 'moco.bn_splits=2' },
   npid = { 'npid.negatives=8' },
-  deepcluster_v2 = { "'deepcluster_v2.prototypes={4,5}'", 'deepcluster_v2.kmeans_iterations=2' },
-  swav = { 'swav.prototypes=8', 'swav.freeze_prototypes_iters=2' },
+  deepcluster_v2 = { "'deepcluster_v2.num_prototypes={4,5}'", 'deepcluster_v2.kmeans_iterations=2' },
+  swav = { 'swav.num_prototypes=8', 'swav.freeze_prototypes_iterations=2' },
   dino = { 'model.patch=7', 'dino.out_dim=32', 'dino.hidden_dim=32', 'dino.bottleneck_dim=16', "'crops.num={2,2}'" },
   byol = { 'model.hidden_dim=64', 'model.out_dim=32' },
   barlow_twins = { 'model.hidden_dim=64', 'model.out_dim=64' },

@@ -1,8 +1,8 @@
 -- crescent.data.sources (cr.data.sources) — the data sets a recipe's config names, for
 -- every recipe (the SSL ones through crescent.recipe.ssl, recipes/supervised.lua and the
 -- frozen evaluations): the keys data.name, root, limit, size, list, test_list,
--- test_root, skip_bad and val_split, their defaults and types, and the train and test
--- sets they give.
+-- test_root, skip_bad and val_split, declared (M.options), and the train and test sets
+-- they give.
 --
 --   local train, test, eval_name = cr.data.sources.datasets(cfg)   -- test nil: no test split
 --   local channels, h, w = cr.data.sources.image_shape(train)
@@ -18,30 +18,29 @@ local M = {}
 
 local function fail(msg) error(msg, 0) end
 
--- The data keys a recipe adds to cr.config.common()'s data section.
-M.defaults = { size = 32, skip_bad = false, val_split = 0, list = '', test_list = '', test_root = '',
-               shuffle_buffer = 1000 }
-
--- Their types and docs (data.name's choices included).
-M.types = {
-  ['data.name'] = { type = 'string', choices = { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder',
-                                                 'file_list', 'tar_shards' },
-                    doc = "the data set (image_folder: data.root with class folders; file_list: data.list's files; " ..
-                          "tar_shards: data.root a pattern of webdataset shards, 'train-{000..143}.tar')" },
-  ['data.test_root'] = { type = 'string', doc = "tar_shards: the test shards' pattern ('': no test set)" },
-  ['data.list'] = { type = 'string', doc = "file_list: a text file of '<path> <label>' lines (paths relative to " ..
-    'data.root), the training images' },
-  ['data.test_list'] = { type = 'string', doc = "file_list: the test images' list ('': no test set)" },
-  ['data.size'] = { type = 'integer', min = 1, doc = 'image side for synthetic images, and the side streamed images ' ..
-    '(image_folder, file_list, tar_shards) are resized to in whole-image batches: evaluation, supervised training ' ..
-    '(SSL crops are cut from each file at its own size)' },
-  ['data.skip_bad'] = { type = 'boolean', doc = 'image_folder, file_list: replace a file that does not decode by ' ..
-    'the next readable one, with a warning, instead of stopping' },
-  ['data.shuffle_buffer'] = { type = 'integer', min = 0, doc = 'tar_shards: each shard is read front to back and ' ..
-    'the samples leave through a shuffle buffer of this many (0: a full shuffle, every image read on its own)' },
-  ['data.val_split'] = { type = 'number', min = 0, doc = 'hold out this fraction (< 1) or number of training ' ..
-                                                         'images and evaluate on them instead of the test set' },
-}
+-- The data keys, for every recipe.
+M.options = require('crescent.config').options('data', {
+  { 'name', { 'fashion_mnist', 'cifar10', 'cifar100', 'synthetic', 'image_folder', 'file_list', 'tar_shards' },
+    'fashion_mnist', "the data set (image_folder: data.root with class folders; file_list: data.list's files; " ..
+    "tar_shards: data.root a pattern of webdataset shards, 'train-{000..143}.tar')" },
+  { 'root', 'string', '', "where the data set is ('': its own search order)" },
+  { 'batch_size', 'integer', 256, 'images per batch (per rank)', min = 1 },
+  { 'workers', 'integer', 0, 'loader threads that assemble batches ahead (0: inline)', min = 0 },
+  { 'limit', 'integer', 0, 'use only the first N samples of each split (0: all)', min = 0 },
+  { 'test_root', 'string', '', "tar_shards: the test shards' pattern ('': no test set)" },
+  { 'list', 'string', '', "file_list: a text file of '<path> <label>' lines (paths relative to data.root), the " ..
+    'training images' },
+  { 'test_list', 'string', '', "file_list: the test images' list ('': no test set)" },
+  { 'size', 'integer', 32, 'image side for synthetic images, and the side streamed images (image_folder, file_list, ' ..
+    'tar_shards) are resized to in whole-image batches: evaluation, supervised training (SSL crops are cut from ' ..
+    'each file at its own size)', min = 1 },
+  { 'skip_bad', 'boolean', false, 'image_folder, file_list: replace a file that does not decode by the next ' ..
+    'readable one, with a warning, instead of stopping' },
+  { 'shuffle_buffer', 'integer', 1000, 'tar_shards: each shard is read front to back and the samples leave ' ..
+    'through a shuffle buffer of this many (0: a full shuffle, every image read on its own)', min = 0 },
+  { 'val_split', 'number', 0, 'hold out this fraction (< 1) or number of training images and evaluate on them ' ..
+    'instead of the test set', min = 0 },
+})
 
 -- A streamed source's train set (opts[key] = train) and test set (opts[key] = test;
 -- none when test is '').

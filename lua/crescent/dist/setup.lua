@@ -6,13 +6,8 @@
 --   cr.data.Loader(ds, {..., shard = cr.dist.setup.shard()})
 --   cr.dist.setup.task(task)                         -- before cr.train: the hooks below
 --
--- The config keys (cr.config.common(); a config without them gets these values):
---   dist.timeout = 1800       seconds a collective may wait before every rank exits
---   dist.bucket_mb = 25       DDP's gradient buckets
---   dist.sync_bn = false      BatchNorm -> SyncBatchNorm (the SSL recipes turn it on)
---   dist.find_unused = false  parameters without a gradient count as zero instead of an error
---   dist.broadcast_buffers = true  rank 0's buffers go to every rank after each backward
---   dist.quiet = true         ranks other than 0 write nothing to stdout
+-- The config keys: M.options below (a config without them gets their defaults; the SSL
+-- recipes turn dist.sync_bn on).
 --
 -- data.batch_size is per rank: k ranks train on a global batch of k * data.batch_size.
 -- Rank 0 alone logs (console, TensorBoard, metrics.jsonl), evaluates (eval, kNN) and writes
@@ -28,11 +23,20 @@ local util = require 'crescent.util'
 
 local M = {}
 
+M.options = require('crescent.config').options('dist', {
+  { 'timeout', 'number', 1800, 'seconds a collective may wait before every rank exits', min = 0 },
+  { 'bucket_mb', 'number', 25, "the size of DDP's gradient buckets", min = 0 },
+  { 'sync_bn', 'boolean', false, 'BatchNorm statistics over the global batch on k ranks' },
+  { 'find_unused', 'boolean', false, 'a parameter without a gradient counts as zero instead of an error' },
+  { 'broadcast_buffers', 'boolean', true, "rank 0's buffers (BatchNorm statistics) go to every rank after each backward" },
+  { 'quiet', 'boolean', true, 'ranks other than 0 write nothing to stdout' },
+})
+
 local function dist_cfg(cfg)
   local d = cfg.dist or {}
   local out = {}
-  for k, v in pairs(require('crescent.config').common().dist) do
-    if d[k] == nil then out[k] = v else out[k] = d[k] end
+  for _, o in ipairs(M.options) do
+    if d[o.name] == nil then out[o.name] = o.default else out[o.name] = d[o.name] end
   end
   return out
 end

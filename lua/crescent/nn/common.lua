@@ -5,7 +5,7 @@ local Tensor = require 'crescent.tensor'
 local util = require 'crescent.util'
 
 local M = {}
-local is_tensor = Tensor._wrap.is_tensor
+local is_tensor = Tensor.op_helpers.is_tensor
 
 -- Models that re-initialise every layer (ResNet) build inside deferring_init(fn): Linear
 -- and Conv2d then skip their default init (the weights hold garbage until the model

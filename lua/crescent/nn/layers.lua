@@ -12,7 +12,7 @@ local common = require 'crescent.nn.common'
 
 local M = {}   -- the classes and functions of this file, which crescent.nn carries
 
-local call = cr.Tensor._wrap.call
+local call = cr.Tensor.op_helpers.call
 local check_input = common.check_input
 local pair, int, pair_str, options = checks.pair, checks.int, common.pair_str, checks.options
 

@@ -11,7 +11,7 @@ local Tensor = require 'crescent.tensor'
 local autograd = require 'crescent.autograd'
 local util = require 'crescent.util'
 
-local is_tensor = Tensor._wrap.is_tensor
+local is_tensor = Tensor.op_helpers.is_tensor
 local no_grad = autograd.no_grad
 
 local Module = {}

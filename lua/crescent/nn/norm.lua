@@ -18,7 +18,7 @@ local common = require 'crescent.nn.common'
 
 local M = {}   -- the classes and functions of this file, which crescent.nn carries
 
-local call = cr.Tensor._wrap.call
+local call = cr.Tensor.op_helpers.call
 local check_input, options, int = common.check_input, checks.options, checks.int
 local bn_op, bn_relu_op, split_op, add_op, ndim = C.cr_op_batch_norm, C.cr_op_batch_norm_relu,
   C.cr_op_batch_norm_split, C.cr_op_add_, C.cr_tensor_ndim

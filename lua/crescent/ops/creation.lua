@@ -7,7 +7,7 @@ local util = require 'crescent.util'
 local double_vla_ct = ffi.typeof('double[?]') -- made once: see tensor.lua on C type strings
 
 local Tensor = require 'crescent.tensor'
-local W = Tensor._wrap
+local W = Tensor.op_helpers
 
 local M = {}   -- what this family adds to cr: cr.<name> is M.<name>
 

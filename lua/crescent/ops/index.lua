@@ -3,7 +3,7 @@
 -- of integers is turned into one); out-of-range values are errors naming the value.
 local C = require('crescent.ffi').C
 local Tensor = require 'crescent.tensor'
-local W = Tensor._wrap
+local W = Tensor.op_helpers
 local creation = require 'crescent.ops.creation'
 
 local M = {}   -- what this family adds to cr: cr.<name> is M.<name>

@@ -3,7 +3,7 @@
 -- cr.scaled_dot_product_attention.
 local C = require('crescent.ffi').C
 local Tensor = require 'crescent.tensor'
-local W = Tensor._wrap
+local W = Tensor.op_helpers
 
 local M = {}   -- what this family adds to cr: cr.<name> is M.<name>
 

@@ -3,7 +3,7 @@
 -- label_smoothing = 0}).
 local C = require('crescent.ffi').C
 local Tensor = require 'crescent.tensor'
-local W = Tensor._wrap
+local W = Tensor.op_helpers
 
 local M = {}   -- what this family adds to cr: cr.<name> is M.<name>
 

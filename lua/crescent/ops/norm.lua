@@ -2,7 +2,7 @@
 -- PyTorch's argument order and defaults: batch_norm, layer_norm, dropout, normalize.
 local C = require('crescent.ffi').C
 local Tensor = require 'crescent.tensor'
-local W = Tensor._wrap
+local W = Tensor.op_helpers
 
 local M = {}   -- what this family adds to cr: cr.<name> is M.<name>
 

@@ -4,7 +4,7 @@
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
 local Tensor = require 'crescent.tensor'
-local W = Tensor._wrap
+local W = Tensor.op_helpers
 
 local M = {}   -- what this family adds to cr: cr.<name> is M.<name>
 

@@ -5,7 +5,7 @@ local ffi = require 'ffi'
 local C = require('crescent.ffi').C
 local util = require 'crescent.util'
 local Tensor = require 'crescent.tensor'
-local W = Tensor._wrap
+local W = Tensor.op_helpers
 
 local M = {}   -- what this family adds to cr: cr.<name> is M.<name>
 
@@ -41,7 +41,7 @@ function Tensor.t(t)
   if t:dim() < 2 then return t end
   return call(C.cr_op_transpose, t, 0, 1)
 end
-Tensor._props.T = function(t) return Tensor.t(t) end
+Tensor.properties.T = function(t) return Tensor.t(t) end
 function Tensor.squeeze(t, dim)
   if dim ~= nil and type(dim) ~= 'number' then error('squeeze: dim must be a number, got ' .. type(dim), 2) end
   return call(C.cr_op_squeeze, t, dim == nil and -1000 or dim)

@@ -15,7 +15,7 @@ local C = require('crescent.ffi').C
 local Tensor = require 'crescent.tensor'
 local util = require 'crescent.util'
 
-local is_tensor = Tensor._wrap.is_tensor
+local is_tensor = Tensor.op_helpers.is_tensor
 local M = {}
 
 local function fail(msg) error(msg, util.user_level()) end

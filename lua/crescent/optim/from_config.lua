@@ -10,7 +10,7 @@
 --   local lr, factor, line = cr.optim.from_config.scaled_lr(o, cfg.data.batch_size)  -- line: nil unscaled
 --   local opt = cr.optim.from_config.build(named_params, o, lr, defaults.optim)
 --
--- Keys (cr.optim.from_config.defaults() merges them under optim):
+-- Keys (M.options declares them):
 --   name = 'sgd' | 'lars' | 'adamw'       momentum, nesterov (sgd, lars); betas, eps (adamw);
 --                                         trust_coefficient, lars_clip, exclude_bias_norm (lars)
 --   no_decay_bias_norm = false            biases and norm weights get no weight decay
@@ -42,40 +42,31 @@ local OWN = {
   trust_coefficient = { lars = true }, lars_clip = { lars = true }, exclude_bias_norm = { lars = true },
 }
 
--- The optim section's keys with their defaults; `over` (a recipe's own values) on top.
-function M.defaults(over)
-  local d = { name = 'sgd', lr = 0.1, weight_decay = 0, momentum = 0.9, nesterov = false,
-              betas = { 0.9, 0.999 }, eps = 1e-8, trust_coefficient = 0.001, lars_clip = false,
-              exclude_bias_norm = true, no_decay_bias_norm = false, lr_mult = {}, accum_steps = 1, clip_norm = 0,
-              clip_value = 0, base_batch_size = 0, scaling = 'off', weight_decay_end = -1, layer_decay = 1 }
-  for k, v in pairs(over or {}) do d[k] = v end
-  return d
-end
-
-M.types = {
-  ['optim.name'] = { type = 'string', choices = { 'sgd', 'lars', 'adamw' }, doc = 'the optimizer' },
-  ['optim.lr'] = { type = 'number', min = 0, doc = 'the peak learning rate (before optim.scaling)' },
-  ['optim.weight_decay'] = { type = 'number', min = 0, doc = 'weight decay (decoupled for adamw)' },
-  ['optim.layer_decay'] = { type = 'number', min = 0, max = 1, doc = "a ViT's layer-wise lr decay (1: off)" },
-  ['optim.weight_decay_end'] = { type = 'number', doc = 'the weight decay at the end of a cosine from ' ..
-                                                        'optim.weight_decay (-1: constant)' },
-  ['optim.momentum'] = { type = 'number', min = 0, doc = 'momentum (sgd, lars)' },
-  ['optim.nesterov'] = { type = 'boolean', doc = 'Nesterov momentum (sgd, lars)' },
-  ['optim.betas'] = { type = 'list', elem = 'number', doc = "Adam's {beta1, beta2} (adamw)" },
-  ['optim.eps'] = { type = 'number', min = 0, doc = "Adam's epsilon (adamw)" },
-  ['optim.trust_coefficient'] = { type = 'number', min = 0, doc = "LARS's trust coefficient (lars)" },
-  ['optim.lars_clip'] = { type = 'boolean', doc = "LARC's clip mode: the ratio capped at 1 (lars)" },
-  ['optim.exclude_bias_norm'] = { type = 'boolean', doc = 'biases and norm weights get plain SGD (lars)' },
-  ['optim.no_decay_bias_norm'] = { type = 'boolean', doc = 'no weight decay on biases and norm weights' },
-  ['optim.lr_mult'] = { type = 'list', doc = "lr multipliers by parameter name, {{'<Lua pattern>', m}, ...} " ..
-                                             '(the first match wins; the schedule keeps the ratios)' },
-  ['optim.accum_steps'] = { type = 'integer', min = 1, doc = 'an optimizer step every N batches (gradient accumulation)' },
-  ['optim.clip_norm'] = { type = 'number', min = 0, doc = "clip the grads' global L2 norm to this (0: off)" },
-  ['optim.clip_value'] = { type = 'number', min = 0, doc = 'clip each grad value to [-v, v] (0: off)' },
-  ['optim.base_batch_size'] = { type = 'integer', min = 0, doc = 'the global batch optim.lr is meant for (optim.scaling)' },
-  ['optim.scaling'] = { type = 'string', choices = { 'off', 'linear', 'sqrt' },
-                        doc = 'scale lr and final_lr by the global batch / optim.base_batch_size, or its root' },
-}
+-- The optim section's keys.
+M.options = require('crescent.config').options('optim', {
+  { 'name', { 'sgd', 'lars', 'adamw' }, 'sgd', 'the optimizer' },
+  { 'lr', 'number', 0.1, 'the peak learning rate (before optim.scaling)', min = 0 },
+  { 'weight_decay', 'number', 0, 'weight decay (decoupled for adamw)', min = 0 },
+  { 'warmup_epochs', 'number', 0, 'linear lr warm-up from 0, in epochs', min = 0 },
+  { 'layer_decay', 'number', 1, "a ViT's layer-wise lr decay (1: off)", min = 0, max = 1 },
+  { 'weight_decay_end', 'number', -1, 'the weight decay at the end of a cosine from optim.weight_decay (-1: constant)' },
+  { 'momentum', 'number', 0.9, 'momentum (sgd, lars)', min = 0 },
+  { 'nesterov', 'boolean', false, 'Nesterov momentum (sgd, lars)' },
+  { 'betas', 'list', { 0.9, 0.999 }, "Adam's {beta1, beta2} (adamw)", elem = 'number' },
+  { 'eps', 'number', 1e-8, "Adam's epsilon (adamw)", min = 0 },
+  { 'trust_coefficient', 'number', 0.001, "LARS's trust coefficient (lars)", min = 0 },
+  { 'lars_clip', 'boolean', false, "LARC's clip mode: the ratio capped at 1 (lars)" },
+  { 'exclude_bias_norm', 'boolean', true, 'biases and norm weights get plain SGD (lars)' },
+  { 'no_decay_bias_norm', 'boolean', false, 'no weight decay on biases and norm weights' },
+  { 'lr_mult', 'list', {}, "lr multipliers by parameter name, {{'<Lua pattern>', m}, ...} (the first match wins; " ..
+    'the schedule keeps the ratios)', elem = 'any' },
+  { 'accum_steps', 'integer', 1, 'an optimizer step every N batches (gradient accumulation)', min = 1 },
+  { 'clip_norm', 'number', 0, "clip the grads' global L2 norm to this (0: off)", min = 0 },
+  { 'clip_value', 'number', 0, 'clip each grad value to [-v, v] (0: off)', min = 0 },
+  { 'base_batch_size', 'integer', 0, 'the global batch optim.lr is meant for (optim.scaling)', min = 0 },
+  { 'scaling', { 'off', 'linear', 'sqrt' }, 'off', 'scale lr and final_lr by the global batch / ' ..
+    'optim.base_batch_size, or its root' },
+})
 
 local function fail(msg) error(msg, 0) end
 
@@ -143,11 +134,13 @@ end
 
 -- The optimizer over named_params ({name, tensor} pairs that require grad) at lr
 -- (default o.lr). defaults: the recipe's optim defaults, to tell a value the user set for
--- another optimizer (an error) from the recipe's own (default: M.defaults()).
+-- another optimizer (an error) from the recipe's own (default: the declared ones).
 function M.build(named_params, o, lr, defaults)
   local module = OPTIMIZERS[o.name]
   if not module then fail("optim.name must be 'sgd', 'lars' or 'adamw', got '" .. tostring(o.name) .. "'") end
-  local base = M.defaults(defaults)
+  local base = {}
+  for _, opt in ipairs(M.options) do base[opt.name] = opt.default end
+  for k, v in pairs(defaults or {}) do base[k] = v end
   for key, owners in pairs(OWN) do
     if not owners[o.name] and o[key] ~= nil and not same(o[key], base[key]) then
       local names = {}

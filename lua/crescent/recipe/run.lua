@@ -23,11 +23,11 @@
 -- init_remove_prefix, init_add_prefix, init_skip (Lua patterns) and init_strict as
 -- cr.io.load_into), else from scratch.
 --
---   local defaults = cr.config.merge(cr.config.common(), cr.recipe.run.defaults{best = 'test_top1'})
+--   local schema = cr.config.schema(cr.recipe.run.BASE, cr.recipe.run.TRAINING, cr.data.sources.options, ...)
 --   local dir, env = cr.recipe.run.prepare(cfg, cr.recipe.run.dir(cfg, 'supervised'))
 --   task:add_hook(cr.recipe.run.checkpoint_hook(cfg, dir, env))   -- starts the run; writes checkpoints
 --   cr.recipe.run.keep_log(cfg, dir)      -- log.txt;  cr.recipe.run.write_results(cfg, dir, t) -- results.json
--- Every key, with its description: M.types below (and --help).
+-- Every key, with its description: M.BASE, M.INIT and M.TRAINING below (and --help).
 --   local device = cr.recipe.run.setup(cfg)   -- first thing: device, threads, seed
 local cr = require 'crescent'
 local util = require 'crescent.util'
@@ -35,59 +35,72 @@ local ckpt = require 'crescent.engine.checkpoint'
 
 local M = {}
 
+local options = cr.config.options
+
+-- The keys every recipe has: the run's length, device, precision, seed and threads, and
+-- its folder.
+M.BASE = options('train', {
+  { 'epochs', 'integer', 10, 'epochs to train (0: an evaluation-only run)', min = 0 },
+  { 'device', { 'auto', 'cpu', 'cuda' }, 'auto', 'auto: the first usable GPU, else the CPU (one line says which and why)' },
+  { 'amp', { 'off', 'bf16', 'f16', 'auto' }, 'auto', 'mixed precision: forward and loss under autocast; f16 adds a ' ..
+    'loss scaler; auto: bf16 where the device computes it natively (a GPU, a CPU with AVX512-BF16), else off' },
+  { 'deterministic', 'boolean', false, 'GPU: only algorithms that give the same bits every run' },
+  { 'seed', 'integer', 0, 'the seed of the weights, the shuffle and the augmentations', min = 0 },
+  { 'threads', 'integer', 0, 'CPU threads (0: every core)', min = 0 },
+  { 'repl_on_signal', 'boolean', false, '`kill -USR2 <pid>` opens the REPL at the next step boundary' },
+})
+for _, o in ipairs(options('run', {
+  { 'name', 'string', '', "the run folder's name ('': the recipe's)" },
+  { 'dir', 'string', 'runs', 'where run folders go' },
+  -- --dry-run sets it: build everything, report, exit 0 (crescent/engine/dry_run.lua)
+  { 'dry_run', 'boolean', false, 'build everything, print the plan, exit without training (--dry-run)' },
+})) do M.BASE[#M.BASE + 1] = o end
+
 -- model.init and its keys, for the training recipes and the frozen-feature ones.
-function M.init_defaults()
-  return { init = '', init_prefix = 'auto', init_remove_prefix = '', init_add_prefix = '', init_skip = {},
-           init_strict = true }
+M.INIT = options('model', {
+  { 'init', 'string', '', 'start from the weights of this safetensors file (fine-tuning)' },
+  { 'init_prefix', 'string', 'auto', "take the file's keys under this prefix (auto: trunk. for an SSL checkpoint " ..
+    'into a plain network)' },
+  { 'init_remove_prefix', 'string', '', "strip this prefix from the file's names (PyTorch's module.)" },
+  { 'init_add_prefix', 'string', '', "add this prefix to the file's names" },
+  { 'init_skip', 'list', {}, 'Lua patterns of names left alone on both sides', elem = 'string' },
+  { 'init_strict', 'boolean', true, 'refuse missing, unexpected or mismatched keys' },
+})
+
+-- The training recipes' keys: resuming, checkpoints, the weights' EMA (hooks/ema.lua),
+-- freezing (hooks/freeze.lua), profiling (hooks/profile.lua), logs (hooks/csv.lua).
+M.TRAINING = {}
+for _, list in ipairs {
+  options('run', {
+    { 'resume', 'boolean', true, 'go on from the newest checkpoint of the run folder (false: start afresh, the ' ..
+      'earlier run moved aside)' },
+    { 'resume_from', 'string', '', 'when the folder has none: go on from this checkpoint of another run' },
+  }),
+  options('model', {
+    { 'ema', 'number', 0, 'keep an exponential moving average of the weights with this momentum (0: none)',
+      min = 0, max = 0.999999999 },
+    { 'ema_eval', 'boolean', true, 'test phases and the kNN use the average' },
+    { 'freeze', 'string', '', 'a Lua pattern of parameter names kept fixed, their modules in eval mode' },
+    { 'freeze_iters', 'integer', 0, 'model.freeze for the first N steps (0: the whole run)', min = 0 },
+  }),
+  options('train', {
+    { 'profile', 'string', '', "'<first>:<count>': a Chrome trace and op table of those steps" },
+    { 'log_every', 'integer', 50, 'a progress line, metrics and diagnostics every N steps', min = 1 },
+  }),
+  options('log', {
+    { 'csv', 'boolean', false, 'also write metrics.csv: the metrics as one wide table (spreadsheets, pandas)' },
+  }),
+  options('checkpoint', {
+    { 'save', 'boolean', true, 'write checkpoints (false: none, and no resume from the folder)' },
+    { 'every_epochs', 'integer', 1, 'a checkpoint every N epochs (0: never)', min = 0 },
+    { 'every_iters', 'integer', 0, 'and every N steps (0: never)', min = 0 },
+    { 'keep', 'integer', 3, 'keep the newest N checkpoints (and the best)', min = 1 },
+    { 'best', 'string', '', "the task.metrics key that picks best.safetensors ('': none)" },
+    { 'async', 'boolean', true, 'write checkpoints on a thread of their own while training goes on' },
+  }),
+} do
+  for _, o in ipairs(list) do M.TRAINING[#M.TRAINING + 1] = o end
 end
-
--- ema: 0 (off) or the momentum of an EMA of the weights (0.9999); ema_eval: the test
--- phases and the kNN use the average (crescent/hooks/ema.lua).
--- freeze: a Lua pattern over parameter names kept fixed (their modules in eval mode) for
--- the first freeze_iters steps, or the whole run with 0 (crescent/hooks/freeze.lua).
-local TRAINING_MODEL_DEFAULTS = { ema = 0, ema_eval = true, freeze = '', freeze_iters = 0 }
-
-function M.defaults(opts)
-  return {
-    -- dry_run (or --dry-run): build everything, report, exit 0 (crescent/engine/dry_run.lua)
-    run = { resume = true, resume_from = '', dry_run = false },
-    model = cr.config.merge(M.init_defaults(), TRAINING_MODEL_DEFAULTS),
-    -- profile = '<first>:<count>': a Chrome trace and op table of those steps (hooks/profile.lua)
-    train = { profile = '' },
-    -- csv: metrics.csv beside metrics.jsonl, a wide table for spreadsheets (hooks/csv.lua)
-    log = { csv = false },
-    -- async: written by a thread while training goes on (hooks/checkpoint.lua)
-    checkpoint = { save = true, every_epochs = 1, every_iters = 0, keep = 3, best = opts and opts.best or '',
-                   async = true },
-  }
-end
-
-M.types = {
-  ['run.resume'] = { type = 'boolean', doc = 'go on from the newest checkpoint of the run folder (false: start afresh, ' ..
-                                            'the earlier run moved aside)' },
-  ['run.resume_from'] = { type = 'string', doc = "when the folder has none: go on from this checkpoint of another run" },
-  ['log.csv'] = { type = 'boolean', doc = 'also write metrics.csv: the metrics as one wide table (spreadsheets, pandas)' },
-  ['run.dry_run'] = { type = 'boolean', doc = 'build everything, print the plan, exit without training (--dry-run)' },
-  ['train.profile'] = { type = 'string', doc = "'<first>:<count>': a Chrome trace and op table of those steps" },
-  ['model.init'] = { type = 'string', doc = 'start from the weights of this safetensors file (fine-tuning)' },
-  ['model.init_prefix'] = { type = 'string', doc = "take the file's keys under this prefix (auto: trunk. for an SSL " ..
-                                                   'checkpoint into a plain network)' },
-  ['model.init_remove_prefix'] = { type = 'string', doc = "strip this prefix from the file's names (PyTorch's module.)" },
-  ['model.init_add_prefix'] = { type = 'string', doc = "add this prefix to the file's names" },
-  ['model.init_skip'] = { type = 'list', elem = 'string', doc = 'Lua patterns of names left alone on both sides' },
-  ['model.init_strict'] = { type = 'boolean', doc = 'refuse missing, unexpected or mismatched keys' },
-  ['model.ema'] = { type = 'number', min = 0, max = 0.999999999,
-                    doc = 'keep an exponential moving average of the weights with this momentum (0: none)' },
-  ['model.ema_eval'] = { type = 'boolean', doc = 'test phases and the kNN use the average' },
-  ['model.freeze'] = { type = 'string', doc = 'a Lua pattern of parameter names kept fixed, their modules in eval mode' },
-  ['model.freeze_iters'] = { type = 'integer', min = 0, doc = 'model.freeze for the first N steps (0: the whole run)' },
-  ['checkpoint.save'] = { type = 'boolean', doc = 'write checkpoints (false: none, and no resume from the folder)' },
-  ['checkpoint.every_epochs'] = { type = 'integer', min = 0, doc = 'a checkpoint every N epochs (0: never)' },
-  ['checkpoint.every_iters'] = { type = 'integer', min = 0, doc = 'and every N steps (0: never)' },
-  ['checkpoint.keep'] = { type = 'integer', min = 1, doc = 'keep the newest N checkpoints (and the best)' },
-  ['checkpoint.best'] = { type = 'string', doc = "the task.metrics key that picks best.safetensors ('': none)" },
-  ['checkpoint.async'] = { type = 'boolean', doc = 'write checkpoints on a thread of their own while training goes on' },
-}
 
 -- M.main(fn): runs a recipe's body (what follows its config). An error there prints one
 -- line, its message (which names the key or file and the fix), and exits with status 1;

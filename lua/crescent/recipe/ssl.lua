@@ -1,5 +1,5 @@
 -- crescent.recipe.ssl — what the self-supervised recipes (recipes/swav.lua, moco.lua,
--- simclr.lua, ...) share: the config defaults and types, the data sets and the multi-crop
+-- simclr.lua, ...) share: the config schema, the data sets and the multi-crop
 -- views, the trunk, and the task around a method: loader, optimizer and lr schedule, the
 -- hooks (schedule, timer, NaN guard, the method's own, kNN monitor, diagnostics, console,
 -- TensorBoard events, metrics.jsonl and checkpoints, resumed automatically, in the run
@@ -27,86 +27,95 @@ local R = {}
 
 local function fail(msg) error(msg, 0) end
 
--- ---- config --------------------------------------------------------------------------
--- The keys every SSL recipe has; a recipe merges its method's section and its own values.
-function R.defaults()
-  return cr.config.merge(cr.config.common(), {
-    train = { epochs = 3, log_every = 50 },
-    dist = { sync_bn = true },   -- global-batch BatchNorm statistics on k ranks, as VISSL's SwAV
-    -- val_split: hold out that fraction (< 1) or number of training samples, chosen by a
-    -- fixed seed, and run the kNN on them instead of the test set: tune there, then report
-    -- the test figure once with val_split = 0
-    data = cr.config.merge(sources.defaults, { batch_size = 256 }),
-    -- VISSL's multi-crop: num[i] crops of size[i] px with RandomResizedCrop scale
-    -- {min_scale[i], max_scale[i]}; global crops first
-    crops = { size = { 28, 14 }, num = { 2, 4 }, min_scale = { 0.25, 0.08 }, max_scale = { 1, 0.25 } },
-    augment = { flip = 0.5, jitter = 0.8, brightness = 0.4, contrast = 0.4, saturation = 0.4, hue = 0.1,
-                grayscale = 0.2, blur = 0.5, blur_sigma = { 0.1, 1 }, solarize = 0 },
-    model = { arch = 'resnet18', width = 16, stem = 'auto', hidden_dim = 512, out_dim = 128, head_bn = true, patch = 4,
-              drop_path = 0.1 },
-    -- stem auto: the CIFAR stem (3x3/1 conv, no pool) for images up to 64 px, else ImageNet's;
-    -- head_bn: BatchNorm1d after the projection head's hidden Linear; patch and drop_path:
-    -- ViT trunks only (model.arch = vit_tiny, vit_small, vit_base)
-    -- name, accum_steps, clip_norm, scaling, ...: crescent/optim/from_config.lua
-    optim = cr.optim.from_config.defaults { lr = 0.6, weight_decay = 1e-6, warmup_epochs = 1, final_lr = 0.0006 },
-    knn = { k = 200, temperature = 0.1, every = 0, at_start = false },
-  }, run.defaults { best = 'knn_top1' })
+-- ---- config ---------------------------------------------------------------------------
+local options = cr.config.options
+
+-- The trunk: its architecture (the frozen-feature recipes add 'pixels') and shape.
+R.ARCH = options('model', {
+  { 'arch', { 'resnet18', 'resnet34', 'resnet50', 'vit_tiny', 'vit_small', 'vit_base' }, 'resnet18',
+    "the trunk: a ResNet, or a Vision Transformer (model.patch; width and stem are ResNets')" },
+})
+R.TRUNK = options('model', {
+  { 'width', 'integer', 16, "the trunk's first stage width (64: torchvision's)", min = 1 },
+  { 'stem', { 'auto', 'cifar', 'imagenet' }, 'auto', 'cifar: 3x3 conv, no pool; imagenet: 7x7/2 and a pool; auto: ' ..
+    'cifar up to 64 px' },
+  { 'patch', 'integer', 4, "a ViT trunk's patch size (the global crops' size a multiple of it)", min = 1 },
+  { 'drop_path', 'number', 0, "a ViT trunk's stochastic depth rate (the last block's)", min = 0, max = 1 },
+})
+
+-- The SSL recipes' own keys: the projection head, the schedule's end, the kNN monitor,
+-- VISSL's multi-crop (num[i] crops of size[i] px with RandomResizedCrop scale
+-- {min_scale[i], max_scale[i]}, global crops first) and the augmentations.
+local SSL = {}
+for _, list in ipairs {
+  options('model', {
+    { 'hidden_dim', 'integer', 512, "the projection head's hidden width (0: one Linear)", min = 0 },
+    { 'out_dim', 'integer', 128, 'the embedding size', min = 1 },
+    { 'head_bn', 'boolean', true, "BatchNorm1d after the head's hidden Linear" },
+  }),
+  options('optim', { { 'final_lr', 'number', 0.0006, 'the lr the cosine schedule ends at', min = 0 } }),
+  options('knn', {
+    { 'k', 'integer', 200, 'neighbours of the kNN monitor', min = 1 },
+    { 'temperature', 'number', 0.1, "the kNN's vote temperature, exp(similarity / T)", above = 0 },
+    { 'every', 'integer', 0, 'a kNN every N epochs too (0: at the end only)', min = 0 },
+    { 'at_start', 'boolean', false, 'a kNN of the network at init (the random baseline)' },
+  }),
+  options('crops', {
+    { 'size', 'list', { 28, 14 }, 'multi-crop: the side of each crop size, global crops first', elem = 'integer' },
+    { 'num', 'list', { 2, 4 }, 'multi-crop: how many crops of each size', elem = 'integer' },
+    { 'min_scale', 'list', { 0.25, 0.08 }, "RandomResizedCrop's smallest area share, per crop size", elem = 'number' },
+    { 'max_scale', 'list', { 1, 0.25 }, "RandomResizedCrop's largest area share, per crop size", elem = 'number' },
+  }),
+  options('augment', {
+    { 'flip', 'number', 0.5, 'horizontal flip probability', min = 0, max = 1 },
+    { 'jitter', 'number', 0.8, 'colour jitter probability', min = 0, max = 1 },
+    { 'brightness', 'number', 0.4, 'colour jitter: brightness strength', min = 0 },
+    { 'contrast', 'number', 0.4, 'colour jitter: contrast strength', min = 0 },
+    { 'saturation', 'number', 0.4, 'colour jitter: saturation strength (colour images)', min = 0 },
+    { 'hue', 'number', 0.1, 'colour jitter: hue strength (colour images)', min = 0, max = 0.5 },
+    { 'grayscale', 'number', 0.2, 'grey-scale probability (colour images)', min = 0, max = 1 },
+    { 'blur', 'number', 0.5, 'Gaussian blur probability', min = 0, max = 1 },
+    { 'blur_sigma', 'list', { 0.1, 1 }, "the blur's sigma range {min, max}", elem = 'number' },
+    { 'solarize', 'number', 0, 'solarize probability (threshold 128)', min = 0, max = 1 },
+  }),
+} do
+  for _, o in ipairs(list) do SSL[#SSL + 1] = o end
 end
 
--- The types both kinds of recipe (SSL training and frozen evaluation) share; each adds
--- its own, and `extra` the recipe's.
-local MODEL_TYPES = {
-  ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50', 'vit_tiny', 'vit_small', 'vit_base' },
-                     doc = 'the trunk' },
-  ['model.patch'] = { type = 'integer', min = 1, doc = "a ViT trunk's patch size (the global crops' size a multiple of it)" },
-  ['model.drop_path'] = { type = 'number', min = 0, max = 1, doc = "a ViT trunk's stochastic depth rate (the last block's)" },
-  ['model.width'] = { type = 'integer', min = 1, doc = "the trunk's first stage width (64: torchvision's)" },
-  ['model.stem'] = { type = 'string', choices = { 'auto', 'cifar', 'imagenet' },
-                     doc = 'cifar: 3x3 conv, no pool; imagenet: 7x7/2 and a pool; auto: cifar up to 64 px' },
+-- What the SSL recipes set otherwise than the declarations.
+local SSL_VALUES = {
+  train = { epochs = 3 },
+  dist = { sync_bn = true },   -- global-batch BatchNorm statistics on k ranks, as VISSL's SwAV
+  model = { drop_path = 0.1 },
+  optim = { lr = 0.6, weight_decay = 1e-6, warmup_epochs = 1 },
+  checkpoint = { best = 'knn_top1' },
 }
-R.MODEL_TYPES = MODEL_TYPES
 
-local function with_types(base, extra)
-  local t = {}
-  for _, more in ipairs { sources.types, MODEL_TYPES, base, extra or {} } do
-    for k, v in pairs(more) do t[k] = v end
+-- The optim section of the SSL recipes before a recipe's own values (from_config.build
+-- tells an option set for another optimizer from these).
+local SSL_OPTIM = cr.config.schema(cr.optim.from_config.options):with({ optim = SSL_VALUES.optim }).defaults.optim
+
+-- The method module crescent.ssl.<name>, or an error naming the methods; a method module
+-- of your own (a table with options and build) is taken as it is.
+local function method_module(method)
+  if type(method) == 'table' and type(method.build) == 'function' then return method end
+  local known = false
+  for _, m in ipairs(require('crescent.ssl').METHODS) do known = known or m == method end
+  if not known then
+    fail(string.format("no self-supervised method '%s'; the methods: %s", tostring(method),
+      table.concat(require('crescent.ssl').METHODS, ', ')))
   end
-  return t
+  return require('crescent.ssl.' .. method)
 end
 
--- The docs and ranges of the SSL recipes' own keys.
-local SSL_TYPES = {
-  ['model.hidden_dim'] = { type = 'integer', min = 0, doc = "the projection head's hidden width (0: one Linear)" },
-  ['model.out_dim'] = { type = 'integer', min = 1, doc = 'the embedding size' },
-  ['model.head_bn'] = { type = 'boolean', doc = "BatchNorm1d after the head's hidden Linear" },
-  ['optim.warmup_epochs'] = { type = 'number', min = 0, doc = 'linear lr warm-up from 0, in epochs' },
-  ['optim.final_lr'] = { type = 'number', min = 0, doc = 'the lr the cosine schedule ends at' },
-  ['knn.k'] = { type = 'integer', min = 1, doc = 'neighbours of the kNN monitor' },
-  ['knn.temperature'] = { type = 'number', min = 0, doc = "the kNN's vote temperature, exp(similarity / T)" },
-  ['knn.every'] = { type = 'integer', min = 0, doc = 'a kNN every N epochs too (0: at the end only)' },
-  ['knn.at_start'] = { type = 'boolean', doc = 'a kNN of the network at init (the random baseline)' },
-  ['train.log_every'] = { type = 'integer', min = 1, doc = 'a progress line, metrics and diagnostics every N steps' },
-  -- each list's element type is declared: one inferred from a default such as {1} would
-  -- refuse 'crops.max_scale={1,0.35}'
-  ['crops.size'] = { type = 'list', elem = 'integer', doc = 'multi-crop: the side of each crop size, global crops first' },
-  ['crops.num'] = { type = 'list', elem = 'integer', doc = 'multi-crop: how many crops of each size' },
-  ['crops.min_scale'] = { type = 'list', elem = 'number', doc = "RandomResizedCrop's smallest area share, per crop size" },
-  ['crops.max_scale'] = { type = 'list', elem = 'number', doc = "RandomResizedCrop's largest area share, per crop size" },
-  ['augment.flip'] = { type = 'number', min = 0, max = 1, doc = 'horizontal flip probability' },
-  ['augment.jitter'] = { type = 'number', min = 0, max = 1, doc = 'colour jitter probability' },
-  ['augment.brightness'] = { type = 'number', min = 0, doc = 'colour jitter: brightness strength' },
-  ['augment.contrast'] = { type = 'number', min = 0, doc = 'colour jitter: contrast strength' },
-  ['augment.saturation'] = { type = 'number', min = 0, doc = 'colour jitter: saturation strength (colour images)' },
-  ['augment.hue'] = { type = 'number', min = 0, max = 0.5, doc = 'colour jitter: hue strength (colour images)' },
-  ['augment.grayscale'] = { type = 'number', min = 0, max = 1, doc = 'grey-scale probability (colour images)' },
-  ['augment.blur'] = { type = 'number', min = 0, max = 1, doc = 'Gaussian blur probability' },
-  ['augment.blur_sigma'] = { type = 'list', elem = 'number', doc = "the blur's sigma range {min, max}" },
-  -- a probability whose default, 0, would otherwise make it an integer key
-  ['augment.solarize'] = { type = 'number', min = 0, max = 1, doc = 'solarize probability (threshold 128)' },
-}
-
-function R.types(extra)
-  return with_types(SSL_TYPES, cr.config.merge(run.types, cr.optim.from_config.types, extra or {}))
+-- schema(method, own_defaults) -> the schema of the SSL recipe of `method` (a name in
+-- cr.ssl.METHODS, or a method module of your own): the keys every training recipe has,
+-- the SSL keys, the method's section (its M.options), then the recipe's own defaults
+-- (which may set the method's keys too: byol = {momentum = 0.9}).
+function R.schema(method, own_defaults)
+  local mod = method_module(method)
+  return cr.config.schema(run.BASE, run.TRAINING, run.INIT, sources.options, cr.dist.setup.options,
+    cr.optim.from_config.options, R.ARCH, R.TRUNK, SSL, mod.options):with(SSL_VALUES):with(own_defaults)
 end
 
 -- The run's device, thread count and seed (cr.recipe.run.setup): first thing a recipe does.
@@ -198,31 +207,17 @@ R.trainable = trainable
 --   local swav = cr.ssl.swav.build(cfg, recipe.parts(cfg, data)):to(device)
 --   local task = recipe.assemble('swav', cfg, swav, data)
 
--- The method module crescent.ssl.<name>, or an error naming the methods.
-local function method_module(name)
-  local known = false
-  for _, m in ipairs(require('crescent.ssl').METHODS) do known = known or m == name end
-  if not known then
-    fail(string.format("no self-supervised method '%s'; the methods: %s", tostring(name),
-      table.concat(require('crescent.ssl').METHODS, ', ')))
-  end
-  return require('crescent.ssl.' .. name)
-end
-
--- config(name, argv, own_defaults) -> cfg: the keys every SSL recipe has (R.defaults()),
--- the method's section under cfg[name], the recipe's own defaults (which may set the
--- method's keys too: byol = {momentum = 0.9}), then the command line argv over them.
+-- config(name, argv, own_defaults) -> cfg: R.schema(name, own_defaults) with the command
+-- line argv over it.
 function R.config(name, argv, own_defaults)
-  local mod = method_module(name)
-  local defaults = cr.config.merge(R.defaults(), { [name] = mod.defaults }, own_defaults or {})
-  return cr.config.parse(argv, defaults, { types = R.types(mod.types) })
+  return cr.config.parse(argv, R.schema(name, own_defaults))
 end
 
--- data(cfg, name) -> {train_set, test_set, eval_name, views, nchan, side}: the data sets
+-- data(cfg, method) -> {train_set, test_set, eval_name, views, nchan, side}: the data sets
 -- of cfg.data and the multi-crop views of cfg.crops and cfg.augment (with the method's
 -- own view options: SwAV's crops_for_assign, checked against the crops).
-function R.data(cfg, name)
-  local mod = method_module(name)
+function R.data(cfg, method)
+  local mod = method_module(method)
   local train_set, test_set, eval_name = R.datasets(cfg)
   local views = R.views(cfg, train_set, mod.view_options and mod.view_options(cfg))
   local nchan, _, side = R.image_shape(train_set)
@@ -260,7 +255,7 @@ function R.assemble(name, cfg, method, data)
   -- a method may split its parameters into groups (SimSiam: the predictor's fixed lr)
   local params = trainable(method)
   if method.param_groups then params = method:param_groups(params) end
-  local optimizer = cr.optim.from_config.build(params, o, peak, R.defaults().optim)
+  local optimizer = cr.optim.from_config.build(params, o, peak, SSL_OPTIM)
   local epochs = cfg.train.epochs
   local warmup = epochs > 0 and math.min(0.999, o.warmup_epochs / epochs) or 0
   local lr = cr.schedule.warmup_cosine { warmup = warmup, from = 0, peak = peak, to = o.final_lr * factor }
@@ -341,7 +336,7 @@ end
 local function trunk_from_checkpoint(cfg)
   local sm = run.init_config(cfg.model)
   if not sm then return end
-  local defaults, taken = R.frozen_defaults().model, {}
+  local defaults, taken = R.frozen_schema().defaults.model, {}
   for _, k in ipairs(run.TRUNK_KEYS) do
     local mine, theirs = cfg.model[k], sm[k]
     if theirs ~= nil and mine ~= theirs then
@@ -369,30 +364,19 @@ function R.frozen_trunk(cfg, train_set, device)
   return function(x) return trunk(x) end, trunk
 end
 
--- The config keys of the frozen-feature recipes (linear_eval.lua, extract.lua).
--- `drop`: keys (or sections) of cr.config.common() this recipe does not read.
-function R.frozen_defaults(drop)
-  local common = cr.config.without(cr.config.common(), {
-    'train.amp', 'train.repl_on_signal', 'data.workers', 'dist.sync_bn', 'dist.bucket_mb', 'dist.find_unused',
-    'dist.broadcast_buffers' })
-  return cr.config.merge(cr.config.without(common, drop or {}), {
-    run = { dry_run = false },   -- --dry-run: the data, the trunk and model.init checked, the plan printed
-    data = cr.config.merge(sources.defaults, { batch_size = 500 }),
-    model = cr.config.merge({ arch = 'resnet18', width = 16, stem = 'auto', patch = 4, drop_path = 0 },
-      run.init_defaults()),
-  })
-end
-
-function R.frozen_types(extra)
-  local init_types = {}
-  for k, v in pairs(run.types) do
-    if k:match('^model%.init') or k == 'run.dry_run' then init_types[k] = v end
-  end
-  return with_types(cr.config.merge(init_types, {
-    ['model.arch'] = { type = 'string', choices = { 'resnet18', 'resnet34', 'resnet50', 'vit_tiny', 'vit_small',
-                                                    'vit_base', 'pixels' },
-                       doc = "the trunk (pixels: the raw normalised image, the baseline)" },
-  }), extra)
+-- The config keys of the frozen-feature recipes (linear_eval.lua, extract.lua): the keys
+-- every recipe has less those they do not read (and `drop`'s), the data, model.init and
+-- the trunk; each recipe adds its own.
+local FROZEN_ARCH = options('model', {
+  { 'arch', { 'resnet18', 'resnet34', 'resnet50', 'vit_tiny', 'vit_small', 'vit_base', 'pixels' }, 'resnet18',
+    'the trunk (pixels: the raw normalised image, the baseline)' },
+})
+function R.frozen_schema(drop)
+  local gone = { 'train.amp', 'train.repl_on_signal', 'data.workers', 'dist.sync_bn', 'dist.bucket_mb',
+                 'dist.find_unused', 'dist.broadcast_buffers' }
+  for _, k in ipairs(drop or {}) do gone[#gone + 1] = k end
+  return cr.config.schema(run.BASE, run.INIT, sources.options, cr.dist.setup.options, FROZEN_ARCH, R.TRUNK)
+    :without(gone):with { data = { batch_size = 500 } }
 end
 
 -- A frozen-feature recipe's --dry-run, once its data sets and trunk are built (so the

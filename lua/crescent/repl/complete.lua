@@ -31,9 +31,13 @@ end
 local function fields_of(v)
   local names = {}
   if is_tensor(v) then
+    -- a tensor's methods and properties (the class's tables, such as its op helpers, are
+    -- not members of a tensor)
     local Tensor = package.loaded.crescent.Tensor
-    add_keys(names, Tensor, 0)
-    for k in pairs(Tensor._props or {}) do names[k] = true end
+    for k, f in pairs(Tensor) do
+      if type(k) == 'string' and type(f) == 'function' then names[k] = true end
+    end
+    for k in pairs(Tensor.properties or {}) do names[k] = true end
   elseif type(v) == 'string' then
     add_keys(names, string, 0)
   else
@@ -111,7 +115,7 @@ function M.words(env, before, word)
       local only = {}
       for name in pairs(names) do
         local ok, f = pcall(function() return v[name] end)
-        if ok and (type(f) == 'function' or (is_tensor(v) and not (package.loaded.crescent.Tensor._props or {})[name]))
+        if ok and (type(f) == 'function' or (is_tensor(v) and not (package.loaded.crescent.Tensor.properties or {})[name]))
         then only[name] = true end
       end
       names = only

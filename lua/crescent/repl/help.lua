@@ -193,7 +193,7 @@ local function tensor_help(x, name)
   end
   table.sort(methods)
   local props = {}
-  for k in pairs(Tensor._props or {}) do props[#props + 1] = k end
+  for k in pairs(Tensor.properties or {}) do props[#props + 1] = k end
   table.sort(props)
   return string.format('%s: a tensor of shape [%s], %s on %s%s\nproperties:\n%s\nmethods (`? x.name` for one):\n%s',
     name, shape, x.dtype, x.device, x.requires_grad and ', requires_grad' or '', wrap(props, 88, '  '),
@@ -203,7 +203,7 @@ end
 -- `? x.grad` (x a tensor): the property, documented above its getter in tensor.lua.
 function M.property_text(key, name)
   local cr = package.loaded.crescent
-  local get = cr and cr.Tensor._props[key]
+  local get = cr and cr.Tensor.properties[key]
   if not get then return nil end
   return function_help(get, name)
 end

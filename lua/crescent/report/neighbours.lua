@@ -94,7 +94,7 @@ function M.compute(run, opts)
     return nil, 'no config.lua with model and data sections'
   end
   local recipe = cr.recipe.ssl
-  local frozen = cr.config.merge(recipe.frozen_defaults(), {
+  local frozen = cr.config.merge(recipe.frozen_schema().defaults, {
     data = cfg.data,
     model = { arch = cfg.model.arch, width = cfg.model.width, stem = cfg.model.stem, patch = cfg.model.patch, init = ckpt },
   })

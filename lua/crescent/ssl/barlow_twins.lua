@@ -13,7 +13,6 @@
 -- on k ranks). On k ranks c is summed over the ranks (all_reduce) and divided by the
 -- global batch, as the paper does, and the loss is scaled so that DDP's gradient is the
 -- global batch's. Parameter names: trunk.*, projector.*, bn.*.
-local checks = require 'crescent.checks'
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = cr.nn
@@ -24,20 +23,25 @@ local M = {}
 
 local function fail(msg) error(msg, util.user_level()) end
 
-local KNOWN = { trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, proj_layers = true, lambda = true }
+-- The barlow_twins section of recipes/barlow_twins.lua, the options of BarlowTwins{} by the
+-- same names.
+M.options = cr.config.options('barlow_twins', {
+  { 'proj_layers', 'integer', 3, "the projector's Linear layers", min = 1 },
+  { 'lambda', 'number', 0.0051, 'the weight of the off-diagonal (redundancy) term', min = 0 },
+})
+
+-- What BarlowTwins{} takes beside its options: the trunk and the sizes.
+local WIRING = { trunk = true, feat_dim = true, hidden_dim = true, out_dim = true }
 
 local BarlowTwins = nn.Module:extend('BarlowTwins')
 M.BarlowTwins = BarlowTwins
 
-function BarlowTwins:init(o)
-  local feat, hidden, out = method_parts.method_options('BarlowTwins', o, KNOWN, '{trunk = model, feat_dim = 128}')
-  local layers = checks.int('BarlowTwins', 'proj_layers', o.proj_layers or 3, 1)
+function BarlowTwins:init(given)
+  local feat, hidden, out = method_parts.method_options('BarlowTwins', given, nil, '{trunk = model, feat_dim = 128}')
+  local o = cr.config.take(M.options, 'BarlowTwins', given, WIRING)
+  local layers = o.proj_layers
   if layers > 1 and hidden == 0 then fail('BarlowTwins: a projector of 2 or more layers needs hidden_dim > 0') end
-  local lambda = o.lambda == nil and 0.0051 or o.lambda
-  if type(lambda) ~= 'number' or lambda ~= lambda or lambda < 0 then
-    fail('BarlowTwins: lambda must be a number >= 0, got ' .. tostring(lambda))
-  end
-  self.lambda = lambda
+  self.lambda = o.lambda
   local dims = { feat }
   for _ = 1, layers - 1 do dims[#dims + 1] = hidden end
   dims[#dims + 1] = out
@@ -74,18 +78,9 @@ method_parts.stateless(BarlowTwins, 'Barlow Twins')
 function BarlowTwins:extra_repr() return string.format('lambda=%g', self.lambda) end
 
 -- ---- recipes ------------------------------------------------------------------------
-M.defaults = { proj_layers = 3, lambda = 0.0051 }
-
-M.types = {
-  ['barlow_twins.proj_layers'] = { type = 'integer', min = 1, doc = "the projector's Linear layers" },
-  ['barlow_twins.lambda'] = { type = 'number', min = 0, doc = 'the weight of the off-diagonal (redundancy) term' },
-}
-
 function M.build(cfg, parts)
   method_parts.check_views(cfg, 'barlow_twins', 'Barlow Twins', 2)
-  local b = cfg.barlow_twins
-  return BarlowTwins { trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
-                       out_dim = cfg.model.out_dim, proj_layers = b.proj_layers, lambda = b.lambda }
+  return BarlowTwins(method_parts.wired(cfg, parts, cfg.barlow_twins))
 end
 
 return M

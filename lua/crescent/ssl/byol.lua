@@ -28,25 +28,28 @@ local M = {}
 
 local function fail(msg) error(msg, util.user_level()) end
 
-local KNOWN = { trunk = true, target_trunk = true, feat_dim = true, hidden_dim = true, out_dim = true,
-                momentum = true, cosine_momentum = true }
+-- The byol section of recipes/byol.lua, the options of BYOL{} by the same names, with
+-- BYOL's defaults (the recipe sets its own).
+M.options = cr.config.options('byol', {
+  { 'momentum', 'number', 0.996, "the target network's EMA momentum (at the start)", min = 0, max = 1 },
+  { 'cosine_momentum', 'boolean', true, 'raise the momentum to 1 along a cosine over training' },
+})
+
+-- What BYOL{} takes beside its options: the two trunks and the sizes.
+local WIRING = { trunk = true, target_trunk = true, feat_dim = true, hidden_dim = true, out_dim = true }
 
 local BYOL = nn.Module:extend('BYOL')
 M.BYOL = BYOL
 
-function BYOL:init(o)
-  local feat, hidden, out = method_parts.method_options('BYOL', o, KNOWN, '{trunk = a, target_trunk = b, feat_dim = 128}')
+function BYOL:init(given)
+  local feat, hidden, out = method_parts.method_options('BYOL', given, nil, '{trunk = a, target_trunk = b, feat_dim = 128}')
+  local o = cr.config.take(M.options, 'BYOL', given, WIRING)
   if not nn.is_module(o.target_trunk) or o.target_trunk == o.trunk then
     fail('BYOL: target_trunk must be a second module of the same architecture as trunk (build the model twice)')
   end
   if hidden == 0 then fail('BYOL: the projector and predictor need hidden_dim > 0') end
-  local m = o.momentum or 0.996
-  if type(m) ~= 'number' or m ~= m or m < 0 or m > 1 then fail('BYOL: momentum must be in [0, 1], got ' .. tostring(m)) end
-  if o.cosine_momentum ~= nil and type(o.cosine_momentum) ~= 'boolean' then
-    fail('BYOL: cosine_momentum must be true or false, got ' .. tostring(o.cosine_momentum))
-  end
-  self.base_momentum, self.momentum = m, m
-  self.cosine_momentum = o.cosine_momentum ~= false
+  self.base_momentum, self.momentum = o.momentum, o.momentum
+  self.cosine_momentum = o.cosine_momentum
   local function mlp(a) return nn.MLP { dims = { a, hidden, out }, bn = true } end
   self.trunk, self.projector, self.predictor = o.trunk, mlp(feat), mlp(out)
   self.target_trunk, self.target_projector = o.target_trunk, mlp(feat)
@@ -95,18 +98,9 @@ function BYOL:extra_repr()
 end
 
 -- ---- recipes ------------------------------------------------------------------------
-M.defaults = { momentum = 0.99, cosine_momentum = true }
-
-M.types = {
-  ['byol.momentum'] = { type = 'number', min = 0, max = 1, doc = "the target network's EMA momentum (at the start)" },
-  ['byol.cosine_momentum'] = { type = 'boolean', doc = 'raise the momentum to 1 along a cosine over training' },
-}
-
 function M.build(cfg, parts)
   method_parts.check_views(cfg, 'byol', 'BYOL', 2)
-  return BYOL { trunk = parts.trunk(), target_trunk = parts.trunk(), feat_dim = parts.feat_dim,
-                hidden_dim = cfg.model.hidden_dim, out_dim = cfg.model.out_dim, momentum = cfg.byol.momentum,
-                cosine_momentum = cfg.byol.cosine_momentum }
+  return BYOL(method_parts.wired(cfg, parts, cfg.byol, { target_trunk = parts.trunk() }))
 end
 
 return M

@@ -38,9 +38,20 @@ local M = {}
 
 local function fail(msg) error(msg, util.user_level()) end
 
-local KNOWN = { trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, head_bn = true,
-                num_prototypes = true, temperature = true, crops_for_assign = true, num_crops = true,
-                num_samples = true, kmeans_iterations = true }
+-- The deepcluster_v2 section of recipes/deepcluster_v2.lua, the options of DeepClusterV2{}
+-- by the same names (num_prototypes also takes one number: one head).
+M.options = cr.config.options('deepcluster_v2', {
+  { 'num_prototypes', 'list', { 300, 300, 300 }, 'the k of each prototype head (k-means clusters)', elem = 'integer',
+    was = 'prototypes' },
+  { 'temperature', 'number', 0.1, "the scores' temperature", above = 0 },
+  { 'crops_for_assign', 'list', { 0, 1 }, 'the crops (0-based) whose embeddings are clustered', elem = 'integer' },
+  { 'kmeans_iterations', 'integer', 10, 'k-means rounds at each epoch start', min = 0 },
+})
+
+-- What DeepClusterV2{} takes beside its options: the trunk and head, the crop count, the
+-- training set's size.
+local WIRING = { trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, head_bn = true, num_crops = true,
+                 num_samples = true }
 
 local IGNORE = -100   -- a sample no clustering has seen yet: no target
 
@@ -49,15 +60,22 @@ M.DeepClusterV2 = DeepClusterV2
 
 local function int(name, v, lo) return checks.int('DeepClusterV2', name, v, lo) end
 
-function DeepClusterV2:init(o)
-  local feat, hidden, out = method_parts.method_options('DeepClusterV2', o, KNOWN,
+function DeepClusterV2:init(given)
+  local feat, hidden, out = method_parts.method_options('DeepClusterV2', given, nil,
     '{trunk = model, feat_dim = 128, num_samples = n}')
+  if type(given.num_prototypes) == 'number' then   -- one head
+    local copy = {}
+    for k, v in pairs(given) do copy[k] = v end
+    copy.num_prototypes = { given.num_prototypes }
+    given = copy
+  end
+  local o = cr.config.take(M.options, 'DeepClusterV2', given, WIRING)
   local N = int('num_samples', o.num_samples, 1)
   self.num_crops = int('num_crops', o.num_crops or 2, 2)
-  self.temperature = method_parts.positive('DeepClusterV2', 'temperature', o.temperature, 0.1)
-  self.kmeans_iterations = int('kmeans_iterations', o.kmeans_iterations or 10, 0)
-  local assign = o.crops_for_assign or { 0, 1 }
-  if type(assign) ~= 'table' or #assign == 0 then
+  self.temperature = o.temperature
+  self.kmeans_iterations = o.kmeans_iterations
+  local assign = o.crops_for_assign
+  if #assign == 0 then
     fail('DeepClusterV2: crops_for_assign must list crop ids (0-based), e.g. {0, 1}')
   end
   for _, c in ipairs(assign) do
@@ -67,9 +85,8 @@ function DeepClusterV2:init(o)
     end
   end
   self.crops_for_assign = assign
-  local ks = o.num_prototypes or { 300, 300, 300 }
-  if type(ks) == 'number' then ks = { ks } end
-  if type(ks) ~= 'table' or #ks == 0 then fail('DeepClusterV2: num_prototypes must list each head\'s k, e.g. {300, 300}') end
+  local ks = o.num_prototypes
+  if #ks == 0 then fail('DeepClusterV2: num_prototypes must list each head\'s k, e.g. {300, 300}') end
   self.trunk, self.head = o.trunk, method_parts.head('DeepClusterV2', o, feat, hidden, out, true)
   self.prototypes = nn.ModuleList()
   for h, k in ipairs(ks) do
@@ -232,24 +249,9 @@ function DeepClusterV2:extra_repr()
 end
 
 -- ---- recipes ------------------------------------------------------------------------
-M.defaults = { prototypes = { 300, 300, 300 }, temperature = 0.1, crops_for_assign = { 0, 1 }, kmeans_iterations = 10 }
-
-M.types = {
-  ['deepcluster_v2.prototypes'] = { type = 'list', elem = 'integer', doc = 'the k of each prototype head (k-means clusters)' },
-  ['deepcluster_v2.temperature'] = { type = 'number', min = 0, doc = "the scores' temperature" },
-  ['deepcluster_v2.crops_for_assign'] = { type = 'list', elem = 'integer',
-                                          doc = 'the crops (0-based) whose embeddings are clustered' },
-  ['deepcluster_v2.kmeans_iterations'] = { type = 'integer', min = 0, doc = 'k-means rounds at each epoch start' },
-}
-
 function M.build(cfg, parts)
-  local total = 0
-  for _, n in ipairs(cfg.crops.num) do total = total + n end
-  local d = cfg.deepcluster_v2
-  local m = DeepClusterV2 { trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
-    out_dim = cfg.model.out_dim, head_bn = cfg.model.head_bn, num_prototypes = d.prototypes,
-    temperature = d.temperature, crops_for_assign = d.crops_for_assign, num_crops = total,
-    num_samples = parts.num_samples, kmeans_iterations = d.kmeans_iterations }
+  local m = DeepClusterV2(method_parts.wired(cfg, parts, cfg.deepcluster_v2, { head_bn = cfg.model.head_bn,
+    num_crops = method_parts.crop_count(cfg), num_samples = parts.num_samples }))
   m.memory_loader = method_parts.memory_loader(cfg, parts)
   return m
 end

@@ -35,7 +35,6 @@ local M = {}
 
 local function fail(msg) error(msg, util.user_level()) end
 local function int(name, v, lo) return checks.int('DINO', name, v, lo) end
-local function positive(name, v, default) return method_parts.positive('DINO', name, v, default) end
 
 -- ---- the head -------------------------------------------------------------------------
 -- nn.Linear without bias whose weight is g * v / ||v|| per output row (weight_norm, dim 0).
@@ -58,14 +57,20 @@ M.WeightNormLinear = WeightNormLinear
 
 -- M.DINOHead(in_dim, out_dim, {hidden_dim = 2048, bottleneck_dim = 256, nlayers = 3,
 -- use_bn = false, norm_last_layer = true})
+-- The head's options (the first of the dino section's, with the official defaults).
+local HEAD = cr.config.options('dino', {
+  { 'hidden_dim', 'integer', 2048, "the head MLP's hidden width", min = 1 },
+  { 'bottleneck_dim', 'integer', 256, "the head's bottleneck before the last layer", min = 1 },
+  { 'nlayers', 'integer', 3, "the head MLP's Linear layers", min = 1 },
+  { 'use_bn', 'boolean', false, "BatchNorm1d in the head MLP (the paper's ResNet setting)" },
+  { 'norm_last_layer', 'boolean', true, "fix the last layer's weight norm at 1" },
+})
+
 local DINOHead = nn.Module:extend('DINOHead')
 M.DINOHead = DINOHead
-function DINOHead:init(in_dim, out_dim, o)
-  o = o or {}
-  checks.options('DINOHead', o, { hidden_dim = true, bottleneck_dim = true, nlayers = true, use_bn = true,
-                               norm_last_layer = true })
-  local hidden, bottleneck = int('hidden_dim', o.hidden_dim or 2048, 1), int('bottleneck_dim', o.bottleneck_dim or 256, 1)
-  local nlayers = int('nlayers', o.nlayers or 3, 1)
+function DINOHead:init(in_dim, out_dim, given)
+  local o = cr.config.take(HEAD, 'DINOHead', given)
+  local hidden, bottleneck, nlayers = o.hidden_dim, o.bottleneck_dim, o.nlayers
   local layers = {}
   if nlayers == 1 then
     layers[1] = nn.Linear(in_dim, bottleneck)
@@ -82,7 +87,7 @@ function DINOHead:init(in_dim, out_dim, o)
   self.mlp = nn.Sequential(layers)
   self.mlp:apply(function(m) if m.__name == 'Linear' then nn.init.vit_linear_(m) end end)
   self.last_layer = WeightNormLinear(bottleneck, out_dim)
-  self.norm_last_layer = o.norm_last_layer ~= false
+  self.norm_last_layer = o.norm_last_layer
   if self.norm_last_layer then self.last_layer.weight_g.requires_grad = false end
 end
 function DINOHead:forward(x)
@@ -90,42 +95,51 @@ function DINOHead:forward(x)
 end
 
 -- ---- the method -----------------------------------------------------------------------
-local KNOWN = { trunk = true, teacher_trunk = true, feat_dim = true, out_dim = true, hidden_dim = true,
-                bottleneck_dim = true, nlayers = true, use_bn = true, norm_last_layer = true, momentum = true,
-                cosine_momentum = true, student_temp = true, teacher_temp = true, warmup_teacher_temp = true,
-                warmup_teacher_temp_epochs = true, center_momentum = true, global_crops = true,
-                freeze_last_layer = true, clip_grad = true }
+-- The dino section of recipes/dino.lua, the options of DINO{} by the same names, with the
+-- official defaults (the recipe sets its own): the head's, then the method's.
+M.options = {}
+for _, list in ipairs { HEAD, cr.config.options('dino', {
+  { 'out_dim', 'integer', 65536, "the head's output size K", min = 2 },
+  { 'momentum', 'number', 0.996, "the teacher's EMA momentum (at the start)", min = 0, max = 1 },
+  { 'cosine_momentum', 'boolean', true, 'raise the momentum to 1 along a cosine over training' },
+  { 'student_temp', 'number', 0.1, "the student's softmax temperature", above = 0 },
+  { 'teacher_temp', 'number', 0.04, "the teacher's temperature after the warm-up", above = 0 },
+  { 'warmup_teacher_temp', 'number', 0.04, "the teacher's temperature at the start", above = 0 },
+  { 'warmup_teacher_temp_epochs', 'integer', 0, 'epochs of teacher temperature warm-up', min = 0 },
+  { 'center_momentum', 'number', 0.9, "the center's EMA momentum", min = 0, max = 1 },
+  { 'freeze_last_layer', 'integer', 1, 'epochs during which the last layer does not learn', min = 0 },
+  { 'clip_grad', 'number', 3, "clip each parameter's gradient norm to this (0: off)", min = 0 },
+}) } do
+  for _, o in ipairs(list) do M.options[#M.options + 1] = o end
+end
+
+-- What DINO{} takes beside its options: the two trunks, their feature size, the number of
+-- global crops (the teacher's).
+local WIRING = { trunk = true, teacher_trunk = true, feat_dim = true, global_crops = true }
 
 local DINO = nn.Module:extend('DINO')
 M.DINO = DINO
 
-function DINO:init(o)
-  if type(o) ~= 'table' then fail('DINO: give an options table, e.g. DINO{trunk = a, teacher_trunk = b, feat_dim = 192}') end
-  checks.options('DINO', o, KNOWN)
+function DINO:init(given)
+  if type(given) ~= 'table' then
+    fail('DINO: give an options table, e.g. DINO{trunk = a, teacher_trunk = b, feat_dim = 192}')
+  end
+  local o = cr.config.take(M.options, 'DINO', given, WIRING)
   if not nn.is_module(o.trunk) then fail('DINO: trunk must be a module returning features [B, feat_dim]') end
   if not nn.is_module(o.teacher_trunk) or o.teacher_trunk == o.trunk then
     fail('DINO: teacher_trunk must be a second module of the same architecture as trunk (build the model twice)')
   end
-  local feat, K = int('feat_dim', o.feat_dim, 1), int('out_dim', o.out_dim or 65536, 2)
-  local m = o.momentum or 0.996
-  if type(m) ~= 'number' or m ~= m or m < 0 or m > 1 then fail('DINO: momentum must be in [0, 1], got ' .. tostring(m)) end
-  self.base_momentum, self.momentum, self.cosine_momentum = m, m, o.cosine_momentum ~= false
-  self.student_temp = positive('student_temp', o.student_temp, 0.1)
-  self.teacher_temp = positive('teacher_temp', o.teacher_temp, 0.04)
-  self.warmup_teacher_temp = positive('warmup_teacher_temp', o.warmup_teacher_temp, self.teacher_temp)
-  self.warmup_teacher_temp_epochs = int('warmup_teacher_temp_epochs', o.warmup_teacher_temp_epochs or 0, 0)
+  local feat, K = int('feat_dim', o.feat_dim, 1), o.out_dim
+  self.base_momentum, self.momentum, self.cosine_momentum = o.momentum, o.momentum, o.cosine_momentum
+  self.student_temp = o.student_temp
+  self.teacher_temp = o.teacher_temp
+  self.warmup_teacher_temp = o.warmup_teacher_temp
+  self.warmup_teacher_temp_epochs = o.warmup_teacher_temp_epochs
   self.current_teacher_temp = self:teacher_temp_at(0)
-  local cm = o.center_momentum or 0.9
-  if type(cm) ~= 'number' or cm ~= cm or cm < 0 or cm > 1 then
-    fail('DINO: center_momentum must be in [0, 1], got ' .. tostring(o.center_momentum))
-  end
-  self.center_momentum = cm
+  self.center_momentum = o.center_momentum
   self.global_crops = int('global_crops', o.global_crops or 2, 1)
-  self.freeze_last_layer = int('freeze_last_layer', o.freeze_last_layer or 1, 0)
-  self.clip_grad = o.clip_grad or 3
-  if type(self.clip_grad) ~= 'number' or self.clip_grad < 0 then
-    fail('DINO: clip_grad must be a number >= 0 (0: off), got ' .. tostring(o.clip_grad))
-  end
+  self.freeze_last_layer = o.freeze_last_layer
+  self.clip_grad = o.clip_grad
   local head_opts = { hidden_dim = o.hidden_dim, bottleneck_dim = o.bottleneck_dim, nlayers = o.nlayers,
                       use_bn = o.use_bn, norm_last_layer = o.norm_last_layer }
   self.trunk, self.head = o.trunk, DINOHead(feat, K, head_opts)
@@ -274,29 +288,6 @@ end
 -- The recipe's (chosen on a held-out split of Fashion-MNIST for a 20-minute run:
 -- docs/results/methods.md): a smaller K, a faster teacher and no frozen last layer than
 -- the paper's ImageNet settings (65536, 0.996, one epoch), which learn too slowly here.
-M.defaults = { momentum = 0.99, cosine_momentum = true, out_dim = 1024, hidden_dim = 2048, bottleneck_dim = 256,
-               nlayers = 3, use_bn = false, norm_last_layer = true, student_temp = 0.1, teacher_temp = 0.04,
-               warmup_teacher_temp = 0.04, warmup_teacher_temp_epochs = 0, center_momentum = 0.9,
-               freeze_last_layer = 0, clip_grad = 3 }
-
-M.types = {
-  ['dino.momentum'] = { type = 'number', min = 0, max = 1, doc = "the teacher's EMA momentum (at the start)" },
-  ['dino.cosine_momentum'] = { type = 'boolean', doc = 'raise the momentum to 1 along a cosine over training' },
-  ['dino.out_dim'] = { type = 'integer', min = 2, doc = "the head's output size K (65536 in the paper)" },
-  ['dino.hidden_dim'] = { type = 'integer', min = 1, doc = "the head MLP's hidden width" },
-  ['dino.bottleneck_dim'] = { type = 'integer', min = 1, doc = "the head's bottleneck before the last layer" },
-  ['dino.nlayers'] = { type = 'integer', min = 1, doc = "the head MLP's Linear layers" },
-  ['dino.use_bn'] = { type = 'boolean', doc = "BatchNorm1d in the head MLP (the paper's ResNet setting)" },
-  ['dino.norm_last_layer'] = { type = 'boolean', doc = "fix the last layer's weight norm at 1" },
-  ['dino.student_temp'] = { type = 'number', min = 0, doc = "the student's softmax temperature" },
-  ['dino.teacher_temp'] = { type = 'number', min = 0, doc = "the teacher's temperature after the warm-up" },
-  ['dino.warmup_teacher_temp'] = { type = 'number', min = 0, doc = "the teacher's temperature at the start" },
-  ['dino.warmup_teacher_temp_epochs'] = { type = 'integer', min = 0, doc = 'epochs of teacher temperature warm-up' },
-  ['dino.center_momentum'] = { type = 'number', min = 0, max = 1, doc = "the center's EMA momentum" },
-  ['dino.freeze_last_layer'] = { type = 'integer', min = 0, doc = 'epochs during which the last layer does not learn' },
-  ['dino.clip_grad'] = { type = 'number', min = 0, doc = "clip each parameter's gradient norm to this (0: off)" },
-}
-
 function M.build(cfg, parts)
   local total = 0
   for _, n in ipairs(cfg.crops.num) do total = total + n end
@@ -304,13 +295,10 @@ function M.build(cfg, parts)
     error(string.format('dino: DINO needs global crops (crops.num[1] = %d) and two crops at least; e.g. ' ..
       "'crops.num={2,6}', or 'crops.num=2' for the global crops alone", cfg.crops.num[1]), 0)
   end
-  local d = cfg.dino
-  return DINO { trunk = parts.trunk(), teacher_trunk = parts.trunk(), feat_dim = parts.feat_dim, out_dim = d.out_dim,
-                hidden_dim = d.hidden_dim, bottleneck_dim = d.bottleneck_dim, nlayers = d.nlayers, use_bn = d.use_bn,
-                norm_last_layer = d.norm_last_layer, momentum = d.momentum, cosine_momentum = d.cosine_momentum,
-                student_temp = d.student_temp, teacher_temp = d.teacher_temp, warmup_teacher_temp = d.warmup_teacher_temp,
-                warmup_teacher_temp_epochs = d.warmup_teacher_temp_epochs, center_momentum = d.center_momentum,
-                global_crops = cfg.crops.num[1], freeze_last_layer = d.freeze_last_layer, clip_grad = d.clip_grad }
+  local o = { trunk = parts.trunk(), teacher_trunk = parts.trunk(), feat_dim = parts.feat_dim,
+              global_crops = cfg.crops.num[1] }
+  for k, v in pairs(cfg.dino) do o[k] = v end
+  return DINO(o)
 end
 
 return M

@@ -36,17 +36,16 @@ M.extract_features = require('crescent.ssl.features').extract
 -- ssl.barlow_twins.BarlowTwins, ssl.npid.NPID, ssl.deepcluster_v2.DeepClusterV2, ssl.dino.DINO,
 -- ssl.linear_probe.
 -- The self-supervised methods, each a module crescent.ssl.<name> and a recipe
--- recipes/<name>.lua: the one list specs, tools and benchmarks iterate over.
+-- recipes/<name>.lua: the one list recipes, specs, tools, benchmarks, the report and
+-- --help read (adding a method is its file, its recipe and a name here).
 M.METHODS = { 'swav', 'moco', 'simclr', 'byol', 'simsiam', 'barlow_twins', 'npid', 'deepcluster_v2', 'dino' }
 
-local LAZY = { swav = 'crescent.ssl.swav', moco = 'crescent.ssl.moco', simclr = 'crescent.ssl.simclr',
-               simsiam = 'crescent.ssl.simsiam', byol = 'crescent.ssl.byol', barlow_twins = 'crescent.ssl.barlow_twins',
-               npid = 'crescent.ssl.npid', deepcluster_v2 = 'crescent.ssl.deepcluster_v2', dino = 'crescent.ssl.dino',
-               linear_probe = 'crescent.ssl.linear_probe' }
+-- Each method, and the linear probe, loads on first use: cr.ssl.swav is crescent.ssl.swav.
+local LAZY = { linear_probe = true }
+for _, name in ipairs(M.METHODS) do LAZY[name] = true end
 return setmetatable(M, { __index = function(t, k)
-  local path = LAZY[k]
-  if not path then return nil end
-  local v = require(path)
+  if not LAZY[k] then return nil end
+  local v = require('crescent.ssl.' .. k)
   rawset(t, k, v)
   return v
 end })

@@ -30,14 +30,15 @@ local function opts_table(what, opts)
 end
 M.opts_table = opts_table
 
--- What every method's constructor checks first: an options table of known keys with a
+-- What every method's constructor checks first: an options table (of `known` keys, when
+-- given; a method whose options are declared checks them with cr.config.take) with a
 -- trunk module. Returns the projection head's dims: feat_dim, hidden_dim (default 512;
 -- 0: no hidden layer) and out_dim (default 128).
 function M.method_options(what, o, known, example)
   if type(o) ~= 'table' then
     fail(string.format('%s: give an options table, e.g. %s%s', what, what, example or '{trunk = model, feat_dim = 128}'))
   end
-  checks.options(what, o, known)
+  if known then checks.options(what, o, known) end
   if not nn.is_module(o.trunk) then
     fail(what .. ': trunk must be a module returning features [B, feat_dim], got ' .. type(o.trunk))
   end
@@ -53,15 +54,6 @@ function M.head(what, o, feat, hidden, out, default_bn)
   if bn == nil then bn = default_bn end
   if type(bn) ~= 'boolean' then fail(what .. ': head_bn must be true or false, got ' .. tostring(bn)) end
   return nn.MLP { dims = hidden > 0 and { feat, hidden, out } or { feat, out }, bn = bn }
-end
-
--- A number > 0 (NaN refused), or the default when v is nil.
-function M.positive(what, name, v, default)
-  if v == nil then v = default end
-  if type(v) ~= 'number' or v ~= v or v <= 0 then
-    fail(string.format('%s: %s must be a number > 0, got %s', what, name, tostring(v)))
-  end
-  return v
 end
 
 -- The L2-normalised embeddings [V B, D] of multi-crop batches (a list of V tensors [B, C,
@@ -143,11 +135,29 @@ function M.stateless(class, title)
   end
 end
 
+-- A method's constructor options from a recipe config: its section's values (the same
+-- names), a fresh trunk and the projection head's sizes (model.hidden_dim, out_dim), and
+-- `extra` (head_bn for the methods that take it; what a method checks against the loader:
+-- num_crops, batch_size; a second trunk).
+function M.wired(cfg, parts, section, extra)
+  local o = { trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
+              out_dim = cfg.model.out_dim }
+  for k, v in pairs(section) do o[k] = v end
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return o
+end
+
+-- The number of crops a recipe's loader gives (the sum of crops.num).
+function M.crop_count(cfg)
+  local total = 0
+  for _, n in ipairs(cfg.crops.num) do total = total + n end
+  return total
+end
+
 -- The recipe config's crop count (the sum of crops.num), which must be `want` for a
 -- method that takes that many views; an error names the key and the fix.
 function M.check_views(cfg, key, title, want)
-  local total = 0
-  for _, n in ipairs(cfg.crops.num) do total = total + n end
+  local total = M.crop_count(cfg)
   if total ~= want then
     local noun = want == 1 and '1 view per sample' or (want .. ' views')
     error(string.format('%s: %s takes %s, but crops.num gives %d crops; use crops.num={%d}', key, title, noun, total,

@@ -39,29 +39,37 @@ local M = {}
 
 local function fail(msg) error(msg, util.user_level()) end
 
-local KNOWN = {
-  trunk = true, key_trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, queue_length = true,
-  temperature = true, momentum = true, cosine_momentum = true, bn_splits = true, batch_size = true, head_bn = true,
-}
+-- The moco section of recipes/moco.lua, the options of MoCo{} by the same names, with
+-- MoCo v2's defaults (the recipe sets its own).
+M.options = cr.config.options('moco', {
+  { 'queue_length', 'integer', 4096, 'negative keys kept from earlier batches', min = 1 },
+  { 'temperature', 'number', 0.2, "InfoNCE's temperature", above = 0 },
+  { 'momentum', 'number', 0.999, "the key encoder's EMA momentum", min = 0, max = 1 },
+  { 'cosine_momentum', 'boolean', false, 'raise the momentum to 1 along a cosine (BYOL-style)' },
+  { 'bn_splits', 'integer', 1, "BatchNorm over this many groups of the batch in both encoders (MoCo's GPUs)", min = 1 },
+})
+
+-- What MoCo{} takes beside its options: the two trunks, the head's sizes, the batch.
+local WIRING = { trunk = true, key_trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, head_bn = true,
+                 batch_size = true }
 
 local function int(name, v, lo) return checks.int('MoCo', name, v, lo) end
 
 local MoCo = nn.Module:extend('MoCo')
 M.MoCo = MoCo
 
-function MoCo:init(o)
-  local feat, hidden, out = method_parts.method_options('MoCo', o, KNOWN, '{trunk = a, key_trunk = b, feat_dim = 128}')
+function MoCo:init(given)
+  local feat, hidden, out = method_parts.method_options('MoCo', given, nil, '{trunk = a, key_trunk = b, feat_dim = 128}')
+  local o = cr.config.take(M.options, 'MoCo', given, WIRING)
   if not nn.is_module(o.key_trunk) or o.key_trunk == o.trunk then
     fail('MoCo: key_trunk must be a second module of the same architecture as trunk (build the model twice)')
   end
-  local L = int('queue_length', o.queue_length or 4096, 1)
+  local L = o.queue_length
   local B = int('batch_size', o.batch_size, 1)
-  self.temperature = method_parts.positive('MoCo', 'temperature', o.temperature, 0.2)
-  local m = o.momentum or 0.999
-  if type(m) ~= 'number' or m < 0 or m > 1 then fail('MoCo: momentum must be in [0, 1], got ' .. tostring(m)) end
-  self.base_momentum, self.momentum = m, m
-  self.cosine_momentum = o.cosine_momentum == true
-  self.bn_splits = int('bn_splits', o.bn_splits or 1, 1)
+  self.temperature = o.temperature
+  self.base_momentum, self.momentum = o.momentum, o.momentum
+  self.cosine_momentum = o.cosine_momentum
+  self.bn_splits = o.bn_splits
   if B % self.bn_splits ~= 0 then
     fail(string.format('MoCo: bn_splits %d does not divide the batch size %d', self.bn_splits, B))
   end
@@ -152,28 +160,11 @@ end
 -- The config section of recipes/moco.lua and its defaults (scaled for Fashion-MNIST: a
 -- shorter run than ImageNet's, so a faster-moving key encoder; BatchNorm in groups of 32
 -- at batch 256, as MoCo's 8 GPUs and its CIFAR demo).
-M.defaults = { queue_length = 4096, temperature = 0.2, momentum = 0.99, cosine_momentum = false, bn_splits = 8 }
-
--- The section's keys as recipes take them: type, range and what each does.
-M.types = {
-  ['moco.queue_length'] = { type = 'integer', min = 1, doc = 'negative keys kept from earlier batches' },
-  ['moco.temperature'] = { type = 'number', min = 0, doc = "InfoNCE's temperature" },
-  ['moco.momentum'] = { type = 'number', min = 0, max = 1, doc = "the key encoder's EMA momentum" },
-  ['moco.cosine_momentum'] = { type = 'boolean', doc = 'raise the momentum to 1 along a cosine (BYOL-style)' },
-  ['moco.bn_splits'] = { type = 'integer', min = 1,
-                         doc = "BatchNorm over this many groups of the batch in both encoders (MoCo's GPUs)" },
-}
-
 -- build(cfg, parts) -> MoCo, from the recipe config (crescent.recipe.ssl makes parts).
 function M.build(cfg, parts)
-  local m = cfg.moco
   method_parts.check_views(cfg, 'moco', 'MoCo', 2)
-  return MoCo {
-    trunk = parts.trunk(), key_trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
-    out_dim = cfg.model.out_dim, head_bn = cfg.model.head_bn, queue_length = m.queue_length,
-    temperature = m.temperature, momentum = m.momentum, cosine_momentum = m.cosine_momentum, bn_splits = m.bn_splits,
-    batch_size = cfg.data.batch_size,
-  }
+  return MoCo(method_parts.wired(cfg, parts, cfg.moco, { head_bn = cfg.model.head_bn, key_trunk = parts.trunk(),
+                                                          batch_size = cfg.data.batch_size }))
 end
 
 return M

@@ -6,7 +6,7 @@ local C = require('crescent.ffi').C
 local Tensor = require 'crescent.tensor'
 local parts = require 'crescent.ssl.method_parts'
 
-local is_tensor = Tensor._wrap.is_tensor
+local is_tensor = Tensor.op_helpers.is_tensor
 local tensor_vla_ct = ffi.typeof('cr_tensor*[?]') -- made once: see tensor.lua on C type strings
 local fail, opts_table = parts.fail, parts.opts_table
 

@@ -36,31 +36,34 @@ local M = {}
 
 local function fail(msg) error(msg, util.user_level()) end
 
-local KNOWN = { trunk = true, feat_dim = true, out_dim = true, num_samples = true, negatives = true,
-                temperature = true, momentum = true, bank_init = true }
+-- The npid section of recipes/npid.lua, the options of NPID{} by the same names, with the
+-- paper's defaults (the recipe sets its own).
+M.options = cr.config.options('npid', {
+  { 'negatives', 'integer', 4096, 'bank entries drawn as negatives for each sample', min = 1 },
+  { 'temperature', 'number', 0.07, "the softmax's temperature", above = 0 },
+  { 'momentum', 'number', 0.5, "the memory bank's update momentum", min = 0, max = 0.999999 },
+  { 'bank_init', { 'noise', 'features' }, 'noise', "the bank's start: 'noise' (the paper's) or 'features' (one " ..
+    'pass of the untrained network before the first epoch)' },
+})
+
+-- What NPID{} takes beside its options: the trunk, the sizes, the training set's size.
+local WIRING = { trunk = true, feat_dim = true, out_dim = true, num_samples = true }
 
 local NPID = nn.Module:extend('NPID')
 M.NPID = NPID
 
-function NPID:init(o)
-  local feat, _, out = method_parts.method_options('NPID', o, KNOWN, '{trunk = model, feat_dim = 128, num_samples = n}')
+function NPID:init(given)
+  local feat, _, out = method_parts.method_options('NPID', given, nil, '{trunk = model, feat_dim = 128, num_samples = n}')
+  local o = cr.config.take(M.options, 'NPID', given, WIRING)
   local N = checks.int('NPID', 'num_samples', o.num_samples, 1)
-  self.negatives = checks.int('NPID', 'negatives', o.negatives or 4096, 1)
-  self.temperature = method_parts.positive('NPID', 'temperature', o.temperature, 0.07)
-  local mom = o.momentum == nil and 0.5 or o.momentum
-  if type(mom) ~= 'number' or mom ~= mom or mom < 0 or mom >= 1 then
-    fail('NPID: momentum must be in [0, 1), got ' .. tostring(mom))
-  end
-  self.momentum = mom
+  self.negatives = o.negatives
+  self.temperature = o.temperature
+  self.momentum = o.momentum
   self.trunk = o.trunk
   self.head = nn.Linear(feat, out)
   local stdv = 1 / math.sqrt(out / 3)
   self.bank = cr.rand(N, out) * (2 * stdv) - stdv
-  self.bank_init = o.bank_init or 'noise'
-  if self.bank_init ~= 'noise' and self.bank_init ~= 'features' then
-    fail("NPID: bank_init must be 'noise' (the paper's) or 'features' (one pass of the untrained network), got " ..
-      tostring(o.bank_init))
-  end
+  self.bank_init = o.bank_init
   self.bank_filled = self.bank_init == 'noise'   -- the bank holds its starting values
 end
 
@@ -150,22 +153,12 @@ function NPID:extra_repr()
 end
 
 -- ---- recipes ------------------------------------------------------------------------
-M.defaults = { negatives = 4096, temperature = 0.07, momentum = 0.5, bank_init = 'features' }
-
-M.types = {
-  ['npid.negatives'] = { type = 'integer', min = 1, doc = 'bank entries drawn as negatives for each sample' },
-  ['npid.temperature'] = { type = 'number', min = 0, doc = "the softmax's temperature" },
-  ['npid.momentum'] = { type = 'number', min = 0, max = 0.999999, doc = "the memory bank's update momentum" },
-  ['npid.bank_init'] = { type = 'string', choices = { 'noise', 'features' },
-    doc = "the bank's start: 'noise' (the paper's) or 'features' (one pass of the untrained network before the first epoch)" },
-}
-
 function M.build(cfg, parts)
   method_parts.check_views(cfg, 'npid', 'NPID', 1)
   local n = cfg.npid
   local m = NPID { trunk = parts.trunk(), feat_dim = parts.feat_dim, out_dim = cfg.model.out_dim,
                    num_samples = parts.num_samples, negatives = n.negatives, temperature = n.temperature,
-                   momentum = n.momentum, bank_init = n.bank_init }
+                   momentum = n.momentum, bank_init = n.bank_init }   -- every option of M.options
   if n.bank_init == 'features' then m.memory_loader = method_parts.memory_loader(cfg, parts) end
   return m
 end

@@ -19,15 +19,22 @@ local M = {}
 
 local function fail(msg) error(msg, util.user_level()) end
 
-local KNOWN = { trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, head_bn = true, temperature = true,
-                gather = true }
+-- The simclr section of recipes/simclr.lua, the options of SimCLR{} by the same names.
+M.options = cr.config.options('simclr', {
+  { 'temperature', 'number', 0.5, "NT-Xent's temperature", above = 0 },
+})
+
+-- What SimCLR{} takes beside its options: the trunk, the head's sizes, the gather of the
+-- embeddings of every rank.
+local WIRING = { trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, head_bn = true, gather = true }
 
 local SimCLR = nn.Module:extend('SimCLR')
 M.SimCLR = SimCLR
 
-function SimCLR:init(o)
-  local feat, hidden, out = method_parts.method_options('SimCLR', o, KNOWN)
-  self.temperature = method_parts.positive('SimCLR', 'temperature', o.temperature, 0.5)
+function SimCLR:init(given)
+  local feat, hidden, out = method_parts.method_options('SimCLR', given)
+  local o = cr.config.take(M.options, 'SimCLR', given, WIRING)
+  self.temperature = o.temperature
   if o.gather ~= nil and type(o.gather) ~= 'function' then fail('SimCLR: gather must be a function(z) -> z of all ranks') end
   self.gather = o.gather
   self.trunk = o.trunk
@@ -59,16 +66,9 @@ method_parts.stateless(SimCLR, 'SimCLR')
 function SimCLR:extra_repr() return string.format('temperature=%g', self.temperature) end
 
 -- ---- recipes ------------------------------------------------------------------------
-M.defaults = { temperature = 0.5 }
-
--- The section's keys as recipes take them: type, range and what each does.
-M.types = { ['simclr.temperature'] = { type = 'number', min = 0, doc = "NT-Xent's temperature" } }
-
 function M.build(cfg, parts)
   method_parts.check_views(cfg, 'simclr', 'SimCLR', 2)
-  return SimCLR { trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
-                  head_bn = cfg.model.head_bn,
-                  out_dim = cfg.model.out_dim, temperature = cfg.simclr.temperature }
+  return SimCLR(method_parts.wired(cfg, parts, cfg.simclr, { head_bn = cfg.model.head_bn }))
 end
 
 return M

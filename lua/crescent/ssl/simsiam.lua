@@ -15,7 +15,6 @@
 -- m:param_groups(named) puts the predictor in its own optimizer group with fix_lr = true,
 -- which schedules leave at the lr the optimizer was made with (the recipe's peak).
 -- Parameter names: trunk.*, projector.*, predictor.*.
-local checks = require 'crescent.checks'
 local cr = require 'crescent'
 local util = require 'crescent.util'
 local nn = cr.nn
@@ -26,21 +25,27 @@ local M = {}
 
 local function fail(msg) error(msg, util.user_level()) end
 
-local KNOWN = { trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, pred_dim = true, proj_layers = true,
-                fix_pred_lr = true }
+-- The simsiam section of recipes/simsiam.lua, the options of SimSiam{} by the same names,
+-- with SimSiam's defaults (the recipe sets its own).
+M.options = cr.config.options('simsiam', {
+  { 'pred_dim', 'integer', 0, "the predictor's bottleneck width (0: out_dim / 4, the paper's ratio)", min = 0 },
+  { 'proj_layers', 'integer', 3, "the projector's Linear layers (the paper: 3, CIFAR: 2)", min = 1 },
+  { 'fix_pred_lr', 'boolean', true, "keep the predictor's lr at the peak (no schedule)" },
+})
+
+-- What SimSiam{} takes beside its options: the trunk and the sizes.
+local WIRING = { trunk = true, feat_dim = true, hidden_dim = true, out_dim = true }
 
 local SimSiam = nn.Module:extend('SimSiam')
 M.SimSiam = SimSiam
 
-function SimSiam:init(o)
-  local feat, hidden, out = method_parts.method_options('SimSiam', o, KNOWN, '{trunk = model, feat_dim = 128}')
-  local pred = checks.int('SimSiam', 'pred_dim', o.pred_dim or math.max(1, math.floor(out / 4)), 1)
-  local layers = checks.int('SimSiam', 'proj_layers', o.proj_layers or 3, 1)
+function SimSiam:init(given)
+  local feat, hidden, out = method_parts.method_options('SimSiam', given, nil, '{trunk = model, feat_dim = 128}')
+  local o = cr.config.take(M.options, 'SimSiam', given, WIRING)
+  local pred, layers = o.pred_dim, o.proj_layers
+  if pred == 0 then pred = math.max(1, math.floor(out / 4)) end
   if layers > 1 and hidden == 0 then fail('SimSiam: a projector of 2 or more layers needs hidden_dim > 0') end
-  if o.fix_pred_lr ~= nil and type(o.fix_pred_lr) ~= 'boolean' then
-    fail('SimSiam: fix_pred_lr must be true or false, got ' .. tostring(o.fix_pred_lr))
-  end
-  self.fix_pred_lr = o.fix_pred_lr ~= false
+  self.fix_pred_lr = o.fix_pred_lr
   local dims = { feat }
   for _ = 1, layers - 1 do dims[#dims + 1] = hidden end
   dims[#dims + 1] = out
@@ -86,20 +91,9 @@ method_parts.stateless(SimSiam, 'SimSiam')
 function SimSiam:extra_repr() return string.format('fix_pred_lr=%s', tostring(self.fix_pred_lr)) end
 
 -- ---- recipes ------------------------------------------------------------------------
-M.defaults = { pred_dim = 128, proj_layers = 2, fix_pred_lr = true }
-
-M.types = {
-  ['simsiam.pred_dim'] = { type = 'integer', min = 1, doc = "the predictor's bottleneck width" },
-  ['simsiam.proj_layers'] = { type = 'integer', min = 1, doc = "the projector's Linear layers (the paper: 3, CIFAR: 2)" },
-  ['simsiam.fix_pred_lr'] = { type = 'boolean', doc = "keep the predictor's lr at the peak (no schedule)" },
-}
-
 function M.build(cfg, parts)
   method_parts.check_views(cfg, 'simsiam', 'SimSiam', 2)
-  local s = cfg.simsiam
-  return SimSiam { trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim,
-                   out_dim = cfg.model.out_dim, pred_dim = s.pred_dim, proj_layers = s.proj_layers,
-                   fix_pred_lr = s.fix_pred_lr }
+  return SimSiam(method_parts.wired(cfg, parts, cfg.simsiam))
 end
 
 return M

@@ -6,7 +6,7 @@ local Tensor = require 'crescent.tensor'
 local util = require 'crescent.util'
 local parts = require 'crescent.ssl.method_parts'
 
-local W = Tensor._wrap
+local W = Tensor.op_helpers
 local double_vla_ct = ffi.typeof('double[?]') -- made once: see tensor.lua on C type strings
 local double1_ct = ffi.typeof('double[1]')
 local fail, opt_number, opts_table = parts.fail, parts.opt_number, parts.opts_table

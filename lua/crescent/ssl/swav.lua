@@ -8,7 +8,7 @@
 --   local m = cr.ssl.swav.SwAV{trunk = resnet, feat_dim = 128, hidden_dim = 512, out_dim = 128,
 --       num_prototypes = 100, temperature = 0.1, epsilon = 0.05, sinkhorn_iterations = 3,
 --       crops_for_assign = {0, 1}, queue_length = 0, queue_start_epoch = 0, queue_start_iteration = 0,
---       freeze_prototypes_iterations = 100}
+--       freeze_prototypes_iterations = 100}     -- M.options: each option's type, range, default
 --   local out = m(crops)                 -- crops: the list of crop batches [B, C, h, w]
 --   local loss = m:loss(out)             -- scalar; out.codes holds the assignments
 --   for _, h in ipairs(m:hooks()) do task:add_hook(h) end
@@ -33,32 +33,44 @@ local M = {}
 
 local function fail(msg) error(msg, util.user_level()) end
 
-local KNOWN = {
-  trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, head_bn = true, num_prototypes = true,
-  temperature = true,
-  epsilon = true, sinkhorn_iterations = true, crops_for_assign = true, num_crops = true, queue_length = true,
-  queue_start_epoch = true, queue_start_iteration = true, freeze_prototypes_iterations = true, batch_size = true,
-  sinkhorn_reduce = true,
-}
+-- The swav section of recipes/swav.lua, the options of SwAV{} by the same names, with
+-- SwAV's defaults (the recipe sets its own values for 28 px images).
+M.options = cr.config.options('swav', {
+  { 'num_prototypes', 'integer', 100, 'the number of prototypes (clusters)', min = 2, was = 'prototypes' },
+  { 'temperature', 'number', 0.1, 'the softmax temperature of the swapped prediction', above = 0 },
+  { 'epsilon', 'number', 0.05, "Sinkhorn's entropic regularisation (the codes' sharpness)", above = 0 },
+  { 'sinkhorn_iterations', 'integer', 3, 'Sinkhorn-Knopp iterations per batch', min = 0 },
+  { 'crops_for_assign', 'list', { 0, 1 }, 'the crops (0-based) whose codes the others predict', elem = 'integer' },
+  { 'queue_length', 'integer', 0, 'earlier embeddings added to the Sinkhorn batch (0: none)', min = 0 },
+  { 'queue_start_epoch', 'integer', 0, 'the queue is used from this epoch on', min = 0 },
+  { 'queue_start_iteration', 'integer', 0, 'and not before this step', min = 0 },
+  { 'freeze_prototypes_iterations', 'integer', 0, 'the prototypes get no update for the first N steps', min = 0,
+    was = 'freeze_prototypes_iters' },
+})
+
+-- What SwAV{} takes beside its options: the trunk and head (crescent.ssl.method_parts),
+-- the crop count and global batch to check against, and Sinkhorn's reduce.
+local WIRING = { trunk = true, feat_dim = true, hidden_dim = true, out_dim = true, head_bn = true, num_crops = true,
+                 batch_size = true, sinkhorn_reduce = true }
 
 local function int(name, v, lo) return checks.int('SwAV', name, v, lo) end
-local function positive(name, v, default) return method_parts.positive('SwAV', name, v, default) end
 
 local SwAV = nn.Module:extend('SwAV')
 M.SwAV = SwAV
 
-function SwAV:init(o)
-  local feat, hidden, out = method_parts.method_options('SwAV', o, KNOWN)
-  local K = int('num_prototypes', o.num_prototypes or 100, 2)
-  self.temperature = positive('temperature', o.temperature, 0.1)
-  self.epsilon = positive('epsilon', o.epsilon, 0.05)
-  self.sinkhorn_iterations = int('sinkhorn_iterations', o.sinkhorn_iterations or 3, 0)
+function SwAV:init(given)
+  local feat, hidden, out = method_parts.method_options('SwAV', given)
+  local o = cr.config.take(M.options, 'SwAV', given, WIRING)
+  local K = o.num_prototypes
+  self.temperature = o.temperature
+  self.epsilon = o.epsilon
+  self.sinkhorn_iterations = o.sinkhorn_iterations
   -- Sinkhorn's sums over the ranks of a distributed run: nil or true (over every rank when
   -- there are several), false (each rank alone), or a table for ssl.sinkhorn's reduce
   self.sinkhorn_reduce = o.sinkhorn_reduce
-  self.crops_for_assign = o.crops_for_assign or { 0, 1 }
+  self.crops_for_assign = o.crops_for_assign
   local cfa = self.crops_for_assign
-  if type(cfa) ~= 'table' or #cfa == 0 then fail('SwAV: crops_for_assign must be a non-empty list of crop ids (0-based)') end
+  if #cfa == 0 then fail('SwAV: crops_for_assign must be a non-empty list of crop ids (0-based)') end
   if o.num_crops ~= nil then
     local V = int('num_crops', o.num_crops, 2)
     for _, c in ipairs(cfa) do
@@ -69,10 +81,10 @@ function SwAV:init(o)
     end
     self.num_crops = V
   end
-  self.queue_length = int('queue_length', o.queue_length or 0, 0)
-  self.queue_start_epoch = int('queue_start_epoch', o.queue_start_epoch or 0, 0)
-  self.queue_start_iteration = int('queue_start_iteration', o.queue_start_iteration or 0, 0)
-  self.freeze_prototypes_iterations = int('freeze_prototypes_iterations', o.freeze_prototypes_iterations or 0, 0)
+  self.queue_length = o.queue_length
+  self.queue_start_epoch = o.queue_start_epoch
+  self.queue_start_iteration = o.queue_start_iteration
+  self.freeze_prototypes_iterations = o.freeze_prototypes_iterations
   if self.queue_length > 0 then
     local B = o.batch_size
     if B == nil then fail('SwAV: with a queue, give batch_size (the global batch) so its length can be checked') end
@@ -206,40 +218,14 @@ function SwAV:extra_repr()
 end
 
 -- ---- recipes ------------------------------------------------------------------------
--- The config section of recipes/swav.lua and its defaults (scaled for 28 px images).
-M.defaults = { prototypes = 100, temperature = 0.1, epsilon = 0.05, sinkhorn_iterations = 3,
-               crops_for_assign = { 0, 1 }, queue_length = 0, queue_start_epoch = 0, queue_start_iteration = 0,
-               freeze_prototypes_iters = 100 }
-
--- The section's keys as recipes take them: type, range and what each does.
-M.types = {
-  ['swav.prototypes'] = { type = 'integer', min = 2, doc = 'the number of prototypes (clusters)' },
-  ['swav.temperature'] = { type = 'number', min = 0, doc = "the softmax temperature of the swapped prediction" },
-  ['swav.epsilon'] = { type = 'number', min = 0, doc = "Sinkhorn's entropic regularisation (the codes' sharpness)" },
-  ['swav.sinkhorn_iterations'] = { type = 'integer', min = 0, doc = 'Sinkhorn-Knopp iterations per batch' },
-  ['swav.crops_for_assign'] = { type = 'list', elem = 'integer', doc = 'the crops (0-based) whose codes the others predict' },
-  ['swav.queue_length'] = { type = 'integer', min = 0, doc = 'earlier embeddings added to the Sinkhorn batch (0: none)' },
-  ['swav.queue_start_epoch'] = { type = 'integer', min = 0, doc = 'the queue is used from this epoch on' },
-  ['swav.queue_start_iteration'] = { type = 'integer', min = 0, doc = 'and not before this step' },
-  ['swav.freeze_prototypes_iters'] = { type = 'integer', min = 0, doc = 'the prototypes get no update for the first N steps' },
-}
-
 -- The multi-crop options SwAV adds (crescent.recipe.ssl.views): its assignment crops,
 -- checked against the crops there.
 function M.view_options(cfg) return { crops_for_assign = cfg.swav.crops_for_assign } end
 
 -- build(cfg, parts) -> SwAV, from the recipe config (crescent.recipe.ssl makes parts).
 function M.build(cfg, parts)
-  local s, total = cfg.swav, 0
-  for _, n in ipairs(cfg.crops.num) do total = total + n end
-  return SwAV {
-    trunk = parts.trunk(), feat_dim = parts.feat_dim, hidden_dim = cfg.model.hidden_dim, head_bn = cfg.model.head_bn,
-    out_dim = cfg.model.out_dim,
-    num_prototypes = s.prototypes, temperature = s.temperature, epsilon = s.epsilon,
-    sinkhorn_iterations = s.sinkhorn_iterations, crops_for_assign = s.crops_for_assign, num_crops = total,
-    queue_length = s.queue_length, queue_start_epoch = s.queue_start_epoch, queue_start_iteration = s.queue_start_iteration,
-    freeze_prototypes_iterations = s.freeze_prototypes_iters, batch_size = cfg.data.batch_size,
-  }
+  return SwAV(method_parts.wired(cfg, parts, cfg.swav, { head_bn = cfg.model.head_bn,
+    num_crops = method_parts.crop_count(cfg), batch_size = cfg.data.batch_size }))
 end
 
 return M

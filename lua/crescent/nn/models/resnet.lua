@@ -16,7 +16,7 @@ local norm = require 'crescent.nn.norm'
 local M = {}   -- the classes and functions of this file, which crescent.nn carries
 
 local C = cr.C
-local call = cr.Tensor._wrap.call
+local call = cr.Tensor.op_helpers.call
 local add_relu_op, flatten_op = C.cr_op_add_relu, C.cr_op_flatten
 
 local function conv3x3(cin, cout, stride)

@@ -31,7 +31,12 @@ local comm = require 'crescent.dist.comm'
 local DDP = {}
 DDP.__index = DDP
 
-local KNOWN = { bucket_mb = true, find_unused = true, broadcast_buffers = true }
+-- DDP's options, which are a recipe's dist.* keys too (declared once, here).
+DDP.options = cr.config.options('dist', {
+  { 'bucket_mb', 'number', 25, "the size of DDP's gradient buckets", above = 0 },
+  { 'find_unused', 'boolean', false, 'a parameter without a gradient counts as zero instead of an error' },
+  { 'broadcast_buffers', 'boolean', true, "rank 0's buffers (BatchNorm statistics) go to every rank after each backward" },
+})
 
 local function fail(msg, level) error('DDP: ' .. msg, level or 0) end
 
@@ -96,19 +101,14 @@ local function poke_started(st)
   end
 end
 
-local function new(_, model, opts)
-  opts = opts or {}
+local function new(_, model, given)
   if type(model) ~= 'table' or type(model.named_parameters) ~= 'function' then
     fail('expected a module (cr.nn), got ' .. type(model), 2)
   end
-  for k in pairs(opts) do
-    if not KNOWN[k] then fail("unknown option '" .. tostring(k) .. "'; options are bucket_mb, find_unused, " ..
-      'broadcast_buffers', 2) end
-  end
-  local mb = opts.bucket_mb or 25
-  if type(mb) ~= 'number' or mb <= 0 then fail('bucket_mb must be a positive number, got ' .. tostring(mb), 2) end
-  local self = setmetatable({ model = model, find_unused = opts.find_unused == true,
-                              broadcast_buffers = opts.broadcast_buffers ~= false, sync = true,
+  local opts = cr.config.take(DDP.options, 'DDP', given)
+  local mb = opts.bucket_mb
+  local self = setmetatable({ model = model, find_unused = opts.find_unused,
+                              broadcast_buffers = opts.broadcast_buffers, sync = true,
                               handles = {}, pending = nil }, DDP)
   -- the same start everywhere: rank 0's parameters and buffers
   local start = model:parameters()

@@ -23,14 +23,13 @@ local util = require 'crescent.util'
 
 local M = {}
 
+-- The dist.* keys: this module's, then DDP's own (bucket_mb, find_unused, broadcast_buffers).
 M.options = require('crescent.config').options('dist', {
   { 'timeout', 'number', 1800, 'seconds a collective may wait before every rank exits', min = 0 },
-  { 'bucket_mb', 'number', 25, "the size of DDP's gradient buckets", min = 0 },
   { 'sync_bn', 'boolean', false, 'BatchNorm statistics over the global batch on k ranks' },
-  { 'find_unused', 'boolean', false, 'a parameter without a gradient counts as zero instead of an error' },
-  { 'broadcast_buffers', 'boolean', true, "rank 0's buffers (BatchNorm statistics) go to every rank after each backward" },
   { 'quiet', 'boolean', true, 'ranks other than 0 write nothing to stdout' },
 })
+for _, o in ipairs(require('crescent.dist.ddp').options) do M.options[#M.options + 1] = o end
 
 local function dist_cfg(cfg)
   local d = cfg.dist or {}

@@ -106,9 +106,17 @@ function Knn:after_train(task)
   self:record(task, 'final')
 end
 
-local KNOWN = { train_set = true, test_set = true, every = true, k = true, temperature = true, at_start = true,
-                at_end = true, forward = true, model = true, batch_size = true, out = true, priority = true,
-                test_name = true, tty = true }
+-- The monitor's options that are a recipe's knn section too (declared once, here).
+local OPTIONS = cr.config.options('knn', {
+  { 'k', 'integer', 200, 'neighbours of the kNN monitor', min = 1 },
+  { 'temperature', 'number', 0.1, "the kNN's vote temperature, exp(similarity / T)", above = 0 },
+  { 'every', 'integer', 0, 'a kNN every N epochs too (0: at the end only)', min = 0 },
+  { 'at_start', 'boolean', false, 'a kNN of the network at init (the random baseline)' },
+})
+
+-- What the monitor takes beside them: the data, the network, where it writes.
+local WIRING = { train_set = true, test_set = true, at_end = true, forward = true, model = true, batch_size = true,
+                 out = true, priority = true, test_name = true, tty = true }
 
 -- cr.hooks.knn{train_set =, test_set =, every = 0 (epochs; 0: at the end only), k = 200,
 --              temperature = 0.1, at_start = false, at_end = true, forward = fn(x) -> [B, D]
@@ -116,33 +124,25 @@ local KNOWN = { train_set = true, test_set = true, every = true, k = true, tempe
 --              task.model), batch_size = 500, out = io.stdout, priority = 60,
 --              test_name = 'test' (what the printed line calls test_set: 'val' for a held-out part),
 --              tty = (out is a terminal's stdout): the live progress line of the feature pass}
-return function(opts)
-  if type(opts) ~= 'table' then error('knn: give {train_set = , test_set = , ...}', 2) end
-  for k in pairs(opts) do
-    if not KNOWN[k] then error("knn: unknown option '" .. tostring(k) .. "'", 2) end
-  end
+-- cr.hooks.knn.options: the declarations of k, temperature, every and at_start.
+local function knn_hook(_, given)
+  if type(given) ~= 'table' then error('knn: give {train_set = , test_set = , ...}', 2) end
+  local opts = cr.config.take(OPTIONS, 'knn', given, WIRING)
   for _, f in ipairs { 'train_set', 'test_set' } do
     if not cr.data.is_dataset(opts[f]) then
       error('knn: ' .. f .. ' must be a data set with labels (cr.data.fashion_mnist{...}, ...), got ' ..
         type(opts[f]), 2)
     end
   end
-  local every = opts.every or 0
-  if type(every) ~= 'number' or every < 0 or every ~= math.floor(every) then
-    error('knn: every must be a non-negative integer number of epochs (0: at the end only), got ' .. tostring(every), 2)
-  end
-  local k = opts.k or 200
-  if type(k) ~= 'number' or k < 1 or k ~= math.floor(k) then
-    error('knn: k must be a positive integer, got ' .. tostring(k), 2)
-  end
   local tty = opts.tty
   if tty == nil then tty = (opts.out == nil or opts.out == io.stdout) and live_line.stdout_is_tty() end
-  local T = opts.temperature or 0.1
-  if type(T) ~= 'number' or T <= 0 then error('knn: temperature must be a number > 0, got ' .. tostring(T), 2) end
   return setmetatable({
     name = 'knn', priority = opts.priority or 60, train_set = opts.train_set, test_set = opts.test_set,
-    every = every, k = k, temperature = T, at_start = opts.at_start == true, at_end = opts.at_end ~= false,
+    every = opts.every, k = opts.k, temperature = opts.temperature, at_start = opts.at_start,
+    at_end = opts.at_end ~= false,
     forward = opts.forward, model = opts.model, batch_size = opts.batch_size or 500, out = opts.out or io.stdout,
     test_name = opts.test_name or 'test', tty = tty,
   }, Knn)
 end
+
+return setmetatable({ options = OPTIONS }, { __call = knn_hook })

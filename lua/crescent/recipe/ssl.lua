@@ -43,7 +43,7 @@ R.TRUNK = options('model', {
   { 'drop_path', 'number', 0, "a ViT trunk's stochastic depth rate (the last block's)", min = 0, max = 1 },
 })
 
--- The SSL recipes' own keys: the projection head, the schedule's end, the kNN monitor,
+-- The SSL recipes' own keys: the projection head, the schedule's end, the kNN monitor's,
 -- VISSL's multi-crop (num[i] crops of size[i] px with RandomResizedCrop scale
 -- {min_scale[i], max_scale[i]}, global crops first) and the augmentations.
 local SSL = {}
@@ -54,12 +54,7 @@ for _, list in ipairs {
     { 'head_bn', 'boolean', true, "BatchNorm1d after the head's hidden Linear" },
   }),
   options('optim', { { 'final_lr', 'number', 0.0006, 'the lr the cosine schedule ends at', min = 0 } }),
-  options('knn', {
-    { 'k', 'integer', 200, 'neighbours of the kNN monitor', min = 1 },
-    { 'temperature', 'number', 0.1, "the kNN's vote temperature, exp(similarity / T)", above = 0 },
-    { 'every', 'integer', 0, 'a kNN every N epochs too (0: at the end only)', min = 0 },
-    { 'at_start', 'boolean', false, 'a kNN of the network at init (the random baseline)' },
-  }),
+  cr.hooks.knn.options,   -- knn.k, temperature, every, at_start: the monitor's own
   options('crops', {
     { 'size', 'list', { 28, 14 }, 'multi-crop: the side of each crop size, global crops first', elem = 'integer' },
     { 'num', 'list', { 2, 4 }, 'multi-crop: how many crops of each size', elem = 'integer' },

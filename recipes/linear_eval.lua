@@ -29,7 +29,7 @@ local cfg = cr.config.parse(arg, cr.config.schema(recipe.frozen_schema():with { 
   cr.config.options('knn', {
     { 'enabled', 'boolean', true, 'also a kNN on the same features' },
     { 'k', 'integer', 200, 'its neighbours', min = 1 },
-    { 'temperature', 'number', 0.1, 'its vote temperature, exp(similarity / T)', min = 0 },
+    { 'temperature', 'number', 0.1, 'its vote temperature, exp(similarity / T)', above = 0 },
   })))
 
 cr.recipe.run.main(function()

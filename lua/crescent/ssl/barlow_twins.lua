@@ -37,7 +37,7 @@ local BarlowTwins = nn.Module:extend('BarlowTwins')
 M.BarlowTwins = BarlowTwins
 
 function BarlowTwins:init(given)
-  local feat, hidden, out = method_parts.method_options('BarlowTwins', given, nil, '{trunk = model, feat_dim = 128}')
+  local feat, hidden, out = method_parts.method_options('BarlowTwins', given, '{trunk = model, feat_dim = 128}')
   local o = cr.config.take(M.options, 'BarlowTwins', given, WIRING)
   local layers = o.proj_layers
   if layers > 1 and hidden == 0 then fail('BarlowTwins: a projector of 2 or more layers needs hidden_dim > 0') end

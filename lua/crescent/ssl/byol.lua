@@ -42,7 +42,7 @@ local BYOL = nn.Module:extend('BYOL')
 M.BYOL = BYOL
 
 function BYOL:init(given)
-  local feat, hidden, out = method_parts.method_options('BYOL', given, nil, '{trunk = a, target_trunk = b, feat_dim = 128}')
+  local feat, hidden, out = method_parts.method_options('BYOL', given, '{trunk = a, target_trunk = b, feat_dim = 128}')
   local o = cr.config.take(M.options, 'BYOL', given, WIRING)
   if not nn.is_module(o.target_trunk) or o.target_trunk == o.trunk then
     fail('BYOL: target_trunk must be a second module of the same architecture as trunk (build the model twice)')

@@ -61,7 +61,7 @@ M.DeepClusterV2 = DeepClusterV2
 local function int(name, v, lo) return checks.int('DeepClusterV2', name, v, lo) end
 
 function DeepClusterV2:init(given)
-  local feat, hidden, out = method_parts.method_options('DeepClusterV2', given, nil,
+  local feat, hidden, out = method_parts.method_options('DeepClusterV2', given,
     '{trunk = model, feat_dim = 128, num_samples = n}')
   if type(given.num_prototypes) == 'number' then   -- one head
     local copy = {}

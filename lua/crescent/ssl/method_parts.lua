@@ -30,15 +30,14 @@ local function opts_table(what, opts)
 end
 M.opts_table = opts_table
 
--- What every method's constructor checks first: an options table (of `known` keys, when
--- given; a method whose options are declared checks them with cr.config.take) with a
--- trunk module. Returns the projection head's dims: feat_dim, hidden_dim (default 512;
--- 0: no hidden layer) and out_dim (default 128).
-function M.method_options(what, o, known, example)
+-- What every method's constructor checks first: an options table with a trunk module (the
+-- option names themselves are checked by cr.config.take against the method's declarations).
+-- Returns the projection head's dims: feat_dim, hidden_dim (default 512; 0: no hidden
+-- layer) and out_dim (default 128).
+function M.method_options(what, o, example)
   if type(o) ~= 'table' then
     fail(string.format('%s: give an options table, e.g. %s%s', what, what, example or '{trunk = model, feat_dim = 128}'))
   end
-  if known then checks.options(what, o, known) end
   if not nn.is_module(o.trunk) then
     fail(what .. ': trunk must be a module returning features [B, feat_dim], got ' .. type(o.trunk))
   end

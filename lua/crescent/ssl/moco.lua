@@ -59,7 +59,7 @@ local MoCo = nn.Module:extend('MoCo')
 M.MoCo = MoCo
 
 function MoCo:init(given)
-  local feat, hidden, out = method_parts.method_options('MoCo', given, nil, '{trunk = a, key_trunk = b, feat_dim = 128}')
+  local feat, hidden, out = method_parts.method_options('MoCo', given, '{trunk = a, key_trunk = b, feat_dim = 128}')
   local o = cr.config.take(M.options, 'MoCo', given, WIRING)
   if not nn.is_module(o.key_trunk) or o.key_trunk == o.trunk then
     fail('MoCo: key_trunk must be a second module of the same architecture as trunk (build the model twice)')

@@ -53,7 +53,7 @@ local NPID = nn.Module:extend('NPID')
 M.NPID = NPID
 
 function NPID:init(given)
-  local feat, _, out = method_parts.method_options('NPID', given, nil, '{trunk = model, feat_dim = 128, num_samples = n}')
+  local feat, _, out = method_parts.method_options('NPID', given, '{trunk = model, feat_dim = 128, num_samples = n}')
   local o = cr.config.take(M.options, 'NPID', given, WIRING)
   local N = checks.int('NPID', 'num_samples', o.num_samples, 1)
   self.negatives = o.negatives

@@ -40,7 +40,7 @@ local SimSiam = nn.Module:extend('SimSiam')
 M.SimSiam = SimSiam
 
 function SimSiam:init(given)
-  local feat, hidden, out = method_parts.method_options('SimSiam', given, nil, '{trunk = model, feat_dim = 128}')
+  local feat, hidden, out = method_parts.method_options('SimSiam', given, '{trunk = model, feat_dim = 128}')
   local o = cr.config.take(M.options, 'SimSiam', given, WIRING)
   local pred, layers = o.pred_dim, o.proj_layers
   if pred == 0 then pred = math.max(1, math.floor(out / 4)) end
